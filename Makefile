@@ -1,0 +1,27 @@
+# wahook: see README.md. Every target works on a fresh Debian machine.
+
+GO ?= go
+
+.PHONY: build test run lint fuzz bench clean
+
+build: ## build bin/wahook
+	$(GO) build -o bin/wahook ./cmd/wahook
+
+test: ## the full test suite (installs what it needs), as CI runs it
+	./scripts/test.sh
+
+run: ## run the whole system on this machine (embedded JetStream)
+	./scripts/run.sh
+
+lint: ## gofmt and go vet
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) vet ./...
+
+fuzz: ## fuzz the signature check for 60s
+	$(GO) test ./ingest -run '^$$' -fuzz FuzzVerify -fuzztime 60s
+
+bench: ## loopback throughput and latency, as ratios to a bare Fiber handler
+	./scripts/bench.sh
+
+clean: ## remove build output and the local data directory
+	rm -rf bin data

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+
+	"github.com/wahook/wahook/ingest"
+)
+
+// shutdownTimeout bounds each ordered shutdown.
+const shutdownTimeout = 30 * time.Second
+
+// newRegistry returns a metrics registry with the Go and process collectors.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// provisionRaw creates or updates the RAW stream, retrying until JetStream
+// answers or ctx ends: an external NATS may come up after wahook.
+func provisionRaw(ctx context.Context, log *zap.Logger, pub *ingest.JetStreamPublisher, sc ingest.StreamConfig) error {
+	wait := 250 * time.Millisecond
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		info, err := ingest.EnsureRawStream(cctx, pub.JetStream(), sc)
+		cancel()
+		if err == nil {
+			log.Info("stream ready", zap.String("stream", info.Config.Name), zap.Uint64("msgs", info.State.Msgs),
+				zap.Int("replicas", info.Config.Replicas), zap.Duration("max_age", info.Config.MaxAge))
+			return nil
+		}
+		log.Warn("provisioning the raw stream, retrying", zap.Error(err), zap.Duration("in", wait))
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("provision: %w (last error: %v)", ctx.Err(), err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// endpoint is a running webhook endpoint.
+type endpoint struct {
+	srv  *ingest.Server
+	pub  *ingest.JetStreamPublisher
+	errc chan error
+	addr net.Addr
+}
+
+// startEndpoint provisions the RAW stream (unless told not to) and starts
+// answering webhooks on o.cfg.Listen.
+func startEndpoint(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *ingestOptions, reg *prometheus.Registry) (*endpoint, error) {
+	pub, err := ingest.NewJetStreamPublisher(nc, o.cfg.MaxInflight, o.cfg.AckTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if o.provision {
+		if err := provisionRaw(ctx, log, pub, o.stream); err != nil {
+			return nil, err
+		}
+	}
+	srv, err := ingest.New(o.cfg, pub, ingest.JetStreamReady(pub), reg, log.Named("ingest"))
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", o.cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", o.cfg.Listen, err)
+	}
+	e := &endpoint{srv: srv, pub: pub, errc: make(chan error, 1), addr: ln.Addr()}
+	go func() { e.errc <- srv.Serve(ln) }()
+	log.Info("webhook endpoint listening", zap.String("addr", ln.Addr().String()), zap.Strings("apps", srv.AppNames()))
+	return e, nil
+}
+
+// stop shuts the endpoint down in order: readiness fails, HTTP stops
+// accepting, requests in flight finish with their acks.
+func (e *endpoint) stop(log *zap.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	step(log, "http stopped, in-flight requests answered", func() error { return e.srv.Shutdown(ctx) })
+	step(log, "pending publishes acknowledged", func() error { return e.pub.Drain(ctx) })
+}
+
+// step runs one shutdown step and logs how long it took.
+func step(log *zap.Logger, what string, f func() error) {
+	start := time.Now()
+	if err := f(); err != nil {
+		log.Error("shutdown step failed", zap.String("step", what), zap.Error(err), zap.Duration("took", time.Since(start)))
+		return
+	}
+	log.Info("shutdown step done", zap.String("step", what), zap.Duration("took", time.Since(start)))
+}
+
+// drainNATS drains a connection: pending messages go out, subscriptions end.
+func drainNATS(log *zap.Logger, nc *nats.Conn) {
+	step(log, "nats connection drained", func() error {
+		closed := make(chan struct{})
+		nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
+		if err := nc.Drain(); err != nil {
+			nc.Close()
+			return err
+		}
+		select {
+		case <-closed:
+			return nil
+		case <-time.After(shutdownTimeout):
+			nc.Close()
+			return fmt.Errorf("drain did not finish in %s", shutdownTimeout)
+		}
+	})
+}

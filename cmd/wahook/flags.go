@@ -1,0 +1,148 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+// flags is a subcommand's flag set whose flags fall back to environment
+// variables: --nats-url to WAHOOK_NATS_URL. A flag given on the command line
+// wins. A secret flag also reads WAHOOK_<NAME>_FILE, a file holding the value
+// (for a list, one value per line or comma-separated).
+type flags struct {
+	*flag.FlagSet
+	secret map[string]bool
+	list   map[string]bool
+	// Check and Dump are the common --check and --config-dump modes.
+	Check, Dump bool
+}
+
+func newFlags(name string, stderr io.Writer) *flags {
+	fs := flag.NewFlagSet("wahook "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	f := &flags{FlagSet: fs, secret: map[string]bool{}, list: map[string]bool{}}
+	fs.BoolVar(&f.Check, "check", false, "validate the configuration and exit (0 when valid)")
+	fs.BoolVar(&f.Dump, "config-dump", false, "print the effective configuration, secrets redacted, and exit")
+	return f
+}
+
+// Secret marks flag name as a secret: redacted in dumps, readable from a file.
+func (f *flags) Secret(name string) { f.secret[name] = true }
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+// ListVar defines a repeatable flag; its environment variable is a
+// comma-separated list.
+func (f *flags) ListVar(l *stringList, name, usage string) {
+	f.Var(l, name, usage)
+	f.list[name] = true
+}
+
+// EnvName is the environment variable behind a flag.
+func EnvName(flagName string) string {
+	return "WAHOOK_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// Parse parses args, then fills each flag not given on the command line from
+// its environment variable (or, for a secret, its _FILE variable).
+func (f *flags) Parse(args []string) error {
+	if err := f.FlagSet.Parse(args); err != nil {
+		return err
+	}
+	if f.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, f.Arg(0))
+	}
+	given := map[string]bool{}
+	f.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	var err error
+	f.VisitAll(func(fl *flag.Flag) {
+		if err != nil || given[fl.Name] {
+			return
+		}
+		env := EnvName(fl.Name)
+		val, ok := os.LookupEnv(env)
+		if !ok && f.secret[fl.Name] {
+			if path, okFile := os.LookupEnv(env + "_FILE"); okFile {
+				b, rerr := os.ReadFile(path)
+				if rerr != nil {
+					err = fmt.Errorf("%w: %s_FILE: %v", errUsage, env, rerr)
+					return
+				}
+				val, ok = strings.TrimSpace(string(b)), true
+				if f.list[fl.Name] {
+					val = strings.ReplaceAll(val, "\n", ",")
+				}
+			}
+		}
+		if !ok {
+			return
+		}
+		values := []string{val}
+		if f.list[fl.Name] {
+			values = splitList(val)
+		}
+		for _, v := range values {
+			if serr := fl.Value.Set(v); serr != nil {
+				err = fmt.Errorf("%w: %s: %v", errUsage, env, serr)
+				return
+			}
+		}
+	})
+	return err
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// WriteDump prints every flag's effective value, secrets redacted.
+func (f *flags) WriteDump(w io.Writer) {
+	var names []string
+	f.VisitAll(func(fl *flag.Flag) {
+		if fl.Name != "check" && fl.Name != "config-dump" {
+			names = append(names, fl.Name)
+		}
+	})
+	sort.Strings(names)
+	for _, n := range names {
+		v := f.Lookup(n).Value.String()
+		if f.secret[n] {
+			v = redact(n, v, f.list[n])
+		}
+		fmt.Fprintf(w, "%s=%s\n", n, v)
+	}
+}
+
+// redact hides a secret's value but keeps what helps an operator: whether it
+// is set, and for app secrets the app names and how many secrets each has.
+func redact(name, v string, list bool) string {
+	if v == "" {
+		return "(unset)"
+	}
+	if !list {
+		return "(redacted)"
+	}
+	parts := strings.Split(v, ",")
+	for i, p := range parts {
+		if app, _, ok := strings.Cut(p, "="); ok && name == "app-secret" {
+			parts[i] = app + "=(redacted)"
+		} else {
+			parts[i] = "(redacted)"
+		}
+	}
+	return strings.Join(parts, ",")
+}

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"go.uber.org/zap"
+)
+
+// runIngest runs only the webhook endpoint, against external NATS.
+func runIngest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newFlags("ingest", stderr)
+	var (
+		io_  ingestOptions
+		no   natsOptions
+		logo logOptions
+	)
+	io_.register(f)
+	no.register(f, "NATS server URLs, comma-separated (required)")
+	logo.register(f)
+	if err := f.Parse(args); err != nil {
+		return err
+	}
+	if f.Dump {
+		f.WriteDump(stdout)
+		return nil
+	}
+	if err := io_.build(); err != nil {
+		return err
+	}
+	if no.urls == "" {
+		return fmt.Errorf("%w: --nats-url is required (wahook serve runs an embedded server)", errUsage)
+	}
+	if err := no.validate(); err != nil {
+		return err
+	}
+	log, err := newLogger(logo, stderr)
+	if err != nil {
+		return err
+	}
+	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+	if f.Check {
+		fmt.Fprintln(stdout, "configuration ok")
+		return nil
+	}
+	nc, err := connectExternal(no, "wahook-ingest")
+	if err != nil {
+		return err
+	}
+	reg := newRegistry()
+	e, err := startEndpoint(ctx, log, nc, &io_, reg)
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case err = <-e.errc:
+		log.Error("http server stopped", zap.Error(err))
+	}
+	e.stop(log)
+	drainNATS(log, nc)
+	return err
+}

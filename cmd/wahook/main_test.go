@@ -1,0 +1,216 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wahook/wahook/schema"
+	"github.com/wahook/wahook/schema/schematest"
+)
+
+// syncBuffer is a bytes.Buffer safe for a goroutine writing and a test
+// reading.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code = run(context.Background(), args, &o, &e)
+	return code, o.String(), e.String()
+}
+
+func TestUsageAndVersion(t *testing.T) {
+	if code, out, _ := runCmd(t); code != 2 || !strings.Contains(out, "serve") {
+		t.Fatalf("no command: code %d, usage %q", code, out)
+	}
+	if code, _, errOut := runCmd(t, "nosuch"); code != 2 || !strings.Contains(errOut, `unknown command "nosuch"`) {
+		t.Fatalf("unknown command: code %d, %q", code, errOut)
+	}
+	if code, out, _ := runCmd(t, "version"); code != 0 || !strings.HasPrefix(out, "wahook ") {
+		t.Fatalf("version: code %d, %q", code, out)
+	}
+}
+
+func TestCheckAndEnvironment(t *testing.T) {
+	t.Setenv("WAHOOK_APP_SECRET", "")
+	if code, _, errOut := runCmd(t, "serve", "--check"); code != 2 || !strings.Contains(errOut, "no app secret") {
+		t.Fatalf("no secret: code %d, %q; want 2 naming the missing secret", code, errOut)
+	}
+	t.Setenv("WAHOOK_APP_SECRET", "s1,shop=s2")
+	if code, out, errOut := runCmd(t, "serve", "--check"); code != 0 || !strings.Contains(out, "configuration ok") {
+		t.Fatalf("valid config: code %d, %q %q", code, out, errOut)
+	}
+	if code, _, errOut := runCmd(t, "serve", "--check", "--app-secret", "bad name!=x=y", "--ack-timeout", "0s"); code != 2 || !strings.Contains(errOut, "ack timeout") {
+		t.Fatalf("bad ack timeout: code %d, %q", code, errOut)
+	}
+	if code, _, errOut := runCmd(t, "serve", "--check", "--raw-replicas", "9"); code != 2 || !strings.Contains(errOut, "replicas") {
+		t.Fatalf("bad replicas: code %d, %q", code, errOut)
+	}
+	if code, _, errOut := runCmd(t, "ingest", "--check"); code != 2 || !strings.Contains(errOut, "--nats-url is required") {
+		t.Fatalf("ingest without nats: code %d, %q", code, errOut)
+	}
+	if code, _, errOut := runCmd(t, "serve", "--check", "--jetstream-sync", "sometimes"); code != 2 || !strings.Contains(errOut, "jetstream-sync") {
+		t.Fatalf("bad sync: code %d, %q", code, errOut)
+	}
+}
+
+func TestConfigDumpRedactsSecrets(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("verify-me-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	secretFile := filepath.Join(dir, "secrets")
+	if err := os.WriteFile(secretFile, []byte("topsecret-a\nshop=topsecret-b\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("WAHOOK_APP_SECRET", "")
+	os.Unsetenv("WAHOOK_APP_SECRET")
+	t.Setenv("WAHOOK_APP_SECRET_FILE", secretFile)
+	t.Setenv("WAHOOK_VERIFY_TOKEN_FILE", tokenFile)
+	t.Setenv("WAHOOK_LISTEN", "127.0.0.1:9999")
+	code, out, errOut := runCmd(t, "serve", "--config-dump", "--data-dir", "/srv/wahook")
+	if code != 0 {
+		t.Fatalf("code %d: %s", code, errOut)
+	}
+	for _, secret := range []string{"verify-me-secret", "topsecret-a", "topsecret-b"} {
+		if strings.Contains(out, secret) {
+			t.Fatalf("dump shows secret %q:\n%s", secret, out)
+		}
+	}
+	for _, want := range []string{
+		"listen=127.0.0.1:9999\n",                 // from the environment
+		"data-dir=/srv/wahook\n",                  // from the flag
+		"verify-token=(redacted)\n",               // from the _FILE variable
+		"app-secret=(redacted),shop=(redacted)\n", // app names kept
+	} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("dump lacks %q:\n%s", want, out)
+		}
+	}
+	// The flag wins over the environment.
+	_, out, _ = runCmd(t, "serve", "--config-dump", "--listen", ":7000")
+	if !strings.Contains(out, "listen=:7000\n") {
+		t.Fatalf("flag did not win over WAHOOK_LISTEN:\n%s", out)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	return fmt.Sprintf("127.0.0.1:%d", schematest.FreePort(t))
+}
+
+// TestServeLifecycle runs "wahook serve" in-process: embedded JetStream, a
+// signed fixture stored, readiness, and an ordered shutdown on cancel.
+func TestServeLifecycle(t *testing.T) {
+	dataDir := t.TempDir()
+	listen, natsListen := freeAddr(t), freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--listen", listen, "--nats-listen", natsListen, "--data-dir", dataDir,
+			"--app-secret", "wahook-fixture-app-secret", "--verify-token", "tok", "--log-format", "console"}, io.Discard, &stderr)
+	}()
+	base := "http://" + listen
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve not ready in 20s: %v\n%s", err, stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b, err := os.ReadFile("../../../shared/meta/fixtures/status_failed_131048.json")
+	if err != nil {
+		t.Fatalf("shared fixtures: %v", err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, base+"/webhook", bytes.NewReader(b))
+	req.Header.Set(schema.SignatureHeader, "sha256=b07d013d8a99ad3c79987b328274a4bc0fc21f52c767bb7c22e9afbb6373869c")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("post fixture: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	// Another client reaches the embedded server on --nats-listen and finds
+	// the body in the RAW stream.
+	nc, err := nats.Connect("nats://" + natsListen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+	var m *jetstream.RawStreamMsg
+	s, err := js.Stream(cctx, schema.StreamRaw)
+	if err == nil {
+		m, err = s.GetLastMsgForSubject(cctx, schema.RawSubject(schema.DefaultApp))
+	}
+	ccancel()
+	nc.Close()
+	if err != nil || !bytes.Equal(m.Data, b) {
+		t.Fatalf("fixture not in %s: %v", schema.StreamRaw, err)
+	}
+
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("serve exited %d:\n%s", code, stderr.String())
+		}
+	case <-time.After(40 * time.Second):
+		t.Fatal("serve did not stop within 40s of cancel")
+	}
+	log := stderr.String()
+	order := []string{"http stopped, in-flight requests answered", "pending publishes acknowledged", "nats connection drained", "embedded nats-server stopped"}
+	last := -1
+	for _, s := range order {
+		i := strings.Index(log, s)
+		if i < 0 || i < last {
+			t.Fatalf("shutdown step %q missing or out of order:\n%s", s, log)
+		}
+		last = i
+	}
+	if _, err := net.DialTimeout("tcp", listen, 200*time.Millisecond); err == nil {
+		t.Fatal("listener still open after serve returned")
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "jetstream")); err != nil {
+		t.Fatalf("store not under --data-dir: %v", err)
+	}
+
+	// migrate provisions against the same store without a server running.
+	code, out, errOut := runCmd(t, "migrate", "--data-dir", dataDir, "--log-level", "error")
+	if code != 0 || !strings.Contains(out, "stream WAHOOK_RAW: 1 messages") {
+		t.Fatalf("migrate: code %d, %q %q", code, out, errOut)
+	}
+}

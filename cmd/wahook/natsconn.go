@@ -1,0 +1,108 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+
+	"github.com/wahook/wahook/ingest"
+)
+
+// embeddedOptions are the flags of the embedded nats-server of serve.
+type embeddedOptions struct {
+	dataDir, listen, sync string
+	maxStore              int64
+}
+
+func (o *embeddedOptions) register(f *flags) {
+	f.StringVar(&o.dataDir, "data-dir", "./data", "directory of the embedded JetStream store")
+	f.StringVar(&o.listen, "nats-listen", "127.0.0.1:4222", "where the embedded NATS server accepts other clients (empty: none)")
+	f.StringVar(&o.sync, "jetstream-sync", "default", "embedded JetStream fsync: default (every 2 min), always (survives power loss, ~10x slower), or a duration")
+	f.Int64Var(&o.maxStore, "jetstream-max-store", 0, "embedded JetStream file store limit in bytes (0: the server's default)")
+}
+
+// startEmbedded starts the embedded nats-server with JetStream.
+func startEmbedded(o embeddedOptions, log *zap.Logger) (*server.Server, error) {
+	syncEvery, syncAlways, err := durationOrAlways(o.sync)
+	if err != nil {
+		return nil, err
+	}
+	opts := &server.Options{
+		ServerName:             "wahook",
+		JetStream:              true,
+		StoreDir:               o.dataDir, // the server adds jetstream/ below it
+		SyncInterval:           syncEvery,
+		SyncAlways:             syncAlways,
+		JetStreamMaxStore:      o.maxStore,
+		NoSigs:                 true,
+		MaxPayload:             8 << 20, // Meta sends bodies of up to 3 MB.
+		DisableJetStreamBanner: true,
+	}
+	if o.listen == "" {
+		opts.DontListen = true
+	} else {
+		host, port, err := net.SplitHostPort(o.listen)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --nats-listen %q: %v", errUsage, o.listen, err)
+		}
+		opts.Host = host
+		if opts.Port, err = strconv.Atoi(port); err != nil {
+			return nil, fmt.Errorf("%w: --nats-listen %q: bad port", errUsage, o.listen)
+		}
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats-server: %w", err)
+	}
+	srv.SetLoggerV2(&natsLogger{log.Named("nats").Sugar()}, false, false, false)
+	srv.Start()
+	if !srv.ReadyForConnections(30 * time.Second) {
+		srv.Shutdown()
+		return nil, fmt.Errorf("embedded nats-server not ready within 30s (store %s)", opts.StoreDir)
+	}
+	return srv, nil
+}
+
+// connectEmbedded opens an in-process connection to srv: no TCP hop.
+func connectEmbedded(srv *server.Server, name string) (*nats.Conn, error) {
+	opts := append(ingest.NATSOptions(name), nats.InProcessServer(srv))
+	nc, err := nats.Connect("", opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to embedded nats-server: %w", err)
+	}
+	return nc, nil
+}
+
+// connectExternal connects to the NATS servers of o.urls.
+func connectExternal(o natsOptions, name string) (*nats.Conn, error) {
+	opts := ingest.NATSOptions(name)
+	if o.creds != "" {
+		opts = append(opts, nats.UserCredentials(o.creds))
+	}
+	if o.tlsCA != "" {
+		opts = append(opts, nats.RootCAs(o.tlsCA))
+	}
+	if o.tlsCert != "" {
+		opts = append(opts, nats.ClientCert(o.tlsCert, o.tlsKey))
+	}
+	nc, err := nats.Connect(o.urls, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to nats %s: %w", o.urls, err)
+	}
+	return nc, nil
+}
+
+// natsLogger sends the embedded server's log lines to zap.
+type natsLogger struct{ l *zap.SugaredLogger }
+
+func (n *natsLogger) Noticef(format string, v ...any) { n.l.Infof(format, v...) }
+func (n *natsLogger) Warnf(format string, v ...any)   { n.l.Warnf(format, v...) }
+func (n *natsLogger) Fatalf(format string, v ...any)  { n.l.Errorf(format, v...) }
+func (n *natsLogger) Errorf(format string, v ...any)  { n.l.Errorf(format, v...) }
+func (n *natsLogger) Debugf(format string, v ...any)  { n.l.Debugf(format, v...) }
+func (n *natsLogger) Tracef(format string, v ...any)  {}

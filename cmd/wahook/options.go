@@ -1,0 +1,116 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/wahook/wahook/ingest"
+	"github.com/wahook/wahook/schema"
+)
+
+// ingestOptions are the flags of the webhook endpoint and the RAW stream.
+type ingestOptions struct {
+	cfg        ingest.Config
+	stream     ingest.StreamConfig
+	appSecrets stringList
+	provision  bool
+}
+
+func (o *ingestOptions) register(f *flags) {
+	o.cfg = ingest.DefaultConfig()
+	o.stream = ingest.DefaultStreamConfig()
+	f.StringVar(&o.cfg.Listen, "listen", o.cfg.Listen, "address of /webhook, /healthz, /readyz and /metrics")
+	f.StringVar(&o.cfg.VerifyToken, "verify-token", "", "token Meta's verification handshake must present (secret)")
+	f.Secret("verify-token")
+	f.ListVar(&o.appSecrets, "app-secret", "Meta app secret: SECRET for /webhook, NAME=SECRET for /webhook/NAME; repeat for several apps or to rotate (secret)")
+	f.Secret("app-secret")
+	f.IntVar(&o.cfg.BodyLimit, "body-limit", o.cfg.BodyLimit, "largest webhook body accepted, in bytes (413 above)")
+	f.DurationVar(&o.cfg.AckTimeout, "ack-timeout", o.cfg.AckTimeout, "longest wait for JetStream's ack before answering 503")
+	f.IntVar(&o.cfg.MaxInflight, "max-inflight", o.cfg.MaxInflight, "most publishes awaiting an ack at once")
+	f.DurationVar(&o.cfg.ShutdownDelay, "shutdown-delay", o.cfg.ShutdownDelay, "how long /readyz fails before the listener closes on shutdown")
+	f.IntVar(&o.stream.Replicas, "raw-replicas", o.stream.Replicas, "replicas of the RAW stream (1 on one machine, 3 on a cluster)")
+	f.DurationVar(&o.stream.MaxAge, "raw-max-age", o.stream.MaxAge, "how long the RAW stream keeps bodies")
+	f.Int64Var(&o.stream.MaxBytes, "raw-max-bytes", o.stream.MaxBytes, "size cap of the RAW stream in bytes (-1: none)")
+	f.DurationVar(&o.stream.DuplicateWindow, "raw-duplicate-window", o.stream.DuplicateWindow, "how long a body's id is remembered to store Meta's retries once")
+	f.BoolVar(&o.provision, "provision", true, "create or update streams at start-up")
+}
+
+// build turns the flags into validated configuration.
+func (o *ingestOptions) build() error {
+	apps, err := parseAppSecrets(o.appSecrets)
+	if err != nil {
+		return err
+	}
+	o.cfg.Apps = apps
+	if err := o.cfg.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if err := o.stream.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return nil
+}
+
+// parseAppSecrets reads --app-secret values: "SECRET" is a secret of the
+// default app (/webhook), "NAME=SECRET" one of app NAME (/webhook/NAME).
+func parseAppSecrets(values []string) (map[string][][]byte, error) {
+	apps := map[string][][]byte{}
+	for _, v := range values {
+		app, secret := schema.DefaultApp, v
+		if name, s, ok := strings.Cut(v, "="); ok && schema.ValidAppName(name) {
+			app, secret = name, s
+		}
+		if secret == "" {
+			return nil, fmt.Errorf("%w: app %q: empty secret", errUsage, app)
+		}
+		apps[app] = append(apps[app], []byte(secret))
+	}
+	if len(apps) == 0 {
+		return nil, fmt.Errorf("%w: no app secret: set --app-secret or %s", errUsage, EnvName("app-secret"))
+	}
+	return apps, nil
+}
+
+// natsOptions are the flags of a connection to external NATS.
+type natsOptions struct {
+	urls, creds, tlsCA, tlsCert, tlsKey string
+}
+
+func (o *natsOptions) register(f *flags, urlUsage string) {
+	f.StringVar(&o.urls, "nats-url", "", urlUsage)
+	f.StringVar(&o.creds, "nats-creds", "", "NATS credentials file")
+	f.StringVar(&o.tlsCA, "nats-tls-ca", "", "CA certificate file to verify the NATS servers")
+	f.StringVar(&o.tlsCert, "nats-tls-cert", "", "client certificate file for NATS (mutual TLS)")
+	f.StringVar(&o.tlsKey, "nats-tls-key", "", "client key file for NATS (mutual TLS)")
+}
+
+func (o *natsOptions) validate() error {
+	if (o.tlsCert == "") != (o.tlsKey == "") {
+		return fmt.Errorf("%w: --nats-tls-cert and --nats-tls-key go together", errUsage)
+	}
+	return nil
+}
+
+// logOptions are the logging flags.
+type logOptions struct{ level, format string }
+
+func (o *logOptions) register(f *flags) {
+	f.StringVar(&o.level, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&o.format, "log-format", "json", "json or console")
+}
+
+// durationOrAlways parses "always" or a duration, for --jetstream-sync.
+func durationOrAlways(s string) (d time.Duration, always bool, err error) {
+	switch s {
+	case "", "default":
+		return 0, false, nil
+	case "always":
+		return 0, true, nil
+	}
+	d, err = time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, false, fmt.Errorf("%w: --jetstream-sync %q: use always, default or a positive duration", errUsage, s)
+	}
+	return d, false, nil
+}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+)
+
+// runServe runs the whole system in one process: an embedded nats-server
+// with JetStream (unless --nats-url names external servers) and the webhook
+// endpoint.
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newFlags("serve", stderr)
+	var (
+		io_  ingestOptions
+		no   natsOptions
+		eo   embeddedOptions
+		logo logOptions
+	)
+	io_.register(f)
+	no.register(f, "external NATS server URLs, comma-separated (empty: the embedded server)")
+	eo.register(f)
+	logo.register(f)
+	if err := f.Parse(args); err != nil {
+		return err
+	}
+	if f.Dump {
+		f.WriteDump(stdout)
+		return nil
+	}
+	if err := io_.build(); err != nil {
+		return err
+	}
+	if err := no.validate(); err != nil {
+		return err
+	}
+	if _, _, err := durationOrAlways(eo.sync); err != nil {
+		return err
+	}
+	log, err := newLogger(logo, stderr)
+	if err != nil {
+		return err
+	}
+	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+	if f.Check {
+		fmt.Fprintln(stdout, "configuration ok")
+		return nil
+	}
+
+	var nc *nats.Conn
+	stopEmbedded := func() {}
+	if no.urls == "" {
+		srv, err := startEmbedded(eo, log)
+		if err != nil {
+			return err
+		}
+		stopEmbedded = func() {
+			step(log, "embedded nats-server stopped", func() error { srv.Shutdown(); srv.WaitForShutdown(); return nil })
+		}
+		log.Info("embedded nats-server ready", zap.String("store", eo.dataDir), zap.String("client_url", srv.ClientURL()))
+		if nc, err = connectEmbedded(srv, "wahook-serve"); err != nil {
+			stopEmbedded()
+			return err
+		}
+	} else if nc, err = connectExternal(no, "wahook-serve"); err != nil {
+		return err
+	}
+
+	reg := newRegistry()
+	e, err := startEndpoint(ctx, log, nc, &io_, reg)
+	if err != nil {
+		nc.Close()
+		stopEmbedded()
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case err = <-e.errc:
+		log.Error("http server stopped", zap.Error(err))
+	}
+	e.stop(log)
+	drainNATS(log, nc)
+	stopEmbedded()
+	return err
+}

@@ -1,0 +1,17 @@
+// Package ingest is the endpoint that Meta calls: the verification handshake,
+// the signature check, the publish of the raw body to the RAW stream, and the
+// answer, which is 200 only after JetStream has acknowledged the body. It also
+// serves /healthz, /readyz and /metrics.
+//
+// ingest never parses a webhook body: all understanding of payloads belongs to
+// the processor (DESIGN.md). It does as little as possible on the hot path:
+// read the body, check the signature, publish, wait for the ack, answer.
+//
+// Answers to POST /webhook[/:app]:
+//
+//	200  the body is stored in the RAW stream (or was already, a Meta retry)
+//	401  signature missing, malformed or wrong (counted by app and reason)
+//	404  no app of that name is configured
+//	413  body over the configured limit
+//	503  JetStream did not acknowledge in time, or is unreachable; Meta retries
+package ingest

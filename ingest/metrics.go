@@ -1,0 +1,88 @@
+package ingest
+
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Results of a webhook request, the values of the result label.
+const (
+	resultOK           = "ok"            // 200 after the ack
+	resultDuplicate    = "duplicate"     // 200; JetStream already held the body
+	resultBadSignature = "bad_signature" // 401
+	resultUnknownApp   = "unknown_app"   // 404
+	resultTooLarge     = "too_large"     // 413
+	resultUnavailable  = "unavailable"   // 503: publish failed or timed out
+)
+
+type metrics struct {
+	requests     *prometheus.CounterVec
+	sigFailures  *prometheus.CounterVec
+	latency      prometheus.Histogram
+	publish      prometheus.Histogram
+	bytes        prometheus.Counter
+	handshakes   *prometheus.CounterVec
+	inflight     atomic.Int64
+	readyFailure prometheus.Counter
+}
+
+// appMetrics holds the counters of one app resolved once, so that the hot
+// path does no label look-ups.
+type appMetrics struct {
+	ok, duplicate, badSignature, unavailable prometheus.Counter
+	sigMissing, sigMalformed, sigMismatch    prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wahook_ingest_requests_total",
+			Help: "Webhook POSTs by app and result (ok, duplicate, bad_signature, unknown_app, too_large, unavailable).",
+		}, []string{"app", "result"}),
+		sigFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wahook_ingest_signature_failures_total",
+			Help: "Webhook POSTs refused for their signature, by app and reason (missing, malformed, mismatch).",
+		}, []string{"app", "reason"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "wahook_ingest_request_duration_seconds",
+			Help:    "Time from reading a webhook POST to its answer.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}),
+		publish: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "wahook_ingest_publish_duration_seconds",
+			Help:    "Time from publishing a body to JetStream's ack.",
+			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}),
+		bytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wahook_ingest_bytes_total",
+			Help: "Bytes of webhook bodies stored.",
+		}),
+		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wahook_ingest_handshakes_total",
+			Help: "Verification handshakes by result (ok, refused).",
+		}, []string{"result"}),
+		readyFailure: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wahook_ingest_readiness_failures_total",
+			Help: "Readiness checks that failed.",
+		}),
+	}
+	inflight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "wahook_ingest_inflight_publishes",
+		Help: "Bodies published and awaiting JetStream's ack.",
+	}, func() float64 { return float64(m.inflight.Load()) })
+	reg.MustRegister(m.requests, m.sigFailures, m.latency, m.publish, m.bytes, m.handshakes, m.readyFailure, inflight)
+	return m
+}
+
+func (m *metrics) forApp(app string) *appMetrics {
+	return &appMetrics{
+		ok:           m.requests.WithLabelValues(app, resultOK),
+		duplicate:    m.requests.WithLabelValues(app, resultDuplicate),
+		badSignature: m.requests.WithLabelValues(app, resultBadSignature),
+		unavailable:  m.requests.WithLabelValues(app, resultUnavailable),
+		sigMissing:   m.sigFailures.WithLabelValues(app, "missing"),
+		sigMalformed: m.sigFailures.WithLabelValues(app, "malformed"),
+		sigMismatch:  m.sigFailures.WithLabelValues(app, "mismatch"),
+	}
+}

@@ -1,0 +1,107 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wahook/wahook/schema"
+)
+
+// Publisher stores a raw body durably. Publish blocks until the body is
+// stored (nil; duplicate tells whether it was already), or the store failed
+// or did not answer before deadline (an error). The body must not be changed
+// or reused by the caller after Publish is called: an unanswered publish may
+// still hold it.
+type Publisher interface {
+	Publish(app string, body []byte, receivedAt, deadline time.Time) (duplicate bool, err error)
+}
+
+// JetStreamPublisher publishes to the RAW stream asynchronously, so that
+// concurrent requests share broker round trips, with a bounded window of
+// publishes awaiting their ack.
+type JetStreamPublisher struct {
+	js jetstream.JetStream
+}
+
+// NATSOptions are the connection options ingest needs: reconnect forever, and
+// no buffering while disconnected, so that a publish during an outage fails at
+// once (503, Meta retries) instead of waiting in a buffer.
+func NATSOptions(name string) []nats.Option {
+	return []nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectJitter(100*time.Millisecond, time.Second),
+		nats.ReconnectBufSize(-1),
+		nats.RetryOnFailedConnect(true),
+	}
+}
+
+// NewJetStreamPublisher returns a publisher on nc with at most maxInflight
+// publishes awaiting an ack; a pending ack is given up after ackTimeout.
+func NewJetStreamPublisher(nc *nats.Conn, maxInflight int, ackTimeout time.Duration) (*JetStreamPublisher, error) {
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(maxInflight),
+		jetstream.WithPublishAsyncTimeout(ackTimeout),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return &JetStreamPublisher{js: js}, nil
+}
+
+// JetStream returns the JetStream context the publisher uses.
+func (p *JetStreamPublisher) JetStream() jetstream.JetStream { return p.js }
+
+// Publish implements Publisher. The message carries Nats-Msg-Id = the body's
+// hash, so a Meta retry of the same body is stored once within the stream's
+// duplicate window, and headers for the receive time and the app.
+func (p *JetStreamPublisher) Publish(app string, body []byte, receivedAt, deadline time.Time) (bool, error) {
+	wait := time.Until(deadline)
+	if wait <= 0 {
+		return false, ErrAckTimeout
+	}
+	msg := &nats.Msg{
+		Subject: schema.RawSubject(app),
+		Data:    body,
+		Header: nats.Header{
+			schema.HeaderMsgID:      []string{schema.RawMsgID(body)},
+			schema.HeaderReceivedAt: []string{schema.FormatReceivedAt(receivedAt)},
+			schema.HeaderApp:        []string{app},
+		},
+	}
+	// A full window makes the publish wait for a slot, at most until the
+	// request's deadline.
+	paf, err := p.js.PublishMsgAsync(msg, jetstream.WithStallWait(wait))
+	if err != nil {
+		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			return false, fmt.Errorf("publish %s: in-flight window full: %w", msg.Subject, ErrAckTimeout)
+		}
+		return false, fmt.Errorf("publish %s: %w", msg.Subject, err)
+	}
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case ack := <-paf.Ok():
+		return ack.Duplicate, nil
+	case err := <-paf.Err():
+		return false, fmt.Errorf("publish %s: %w", msg.Subject, err)
+	case <-timer.C:
+		return false, ErrAckTimeout
+	}
+}
+
+// Drain waits until every publish awaiting an ack is answered or ctx ends.
+func (p *JetStreamPublisher) Drain(ctx context.Context) error {
+	select {
+	case <-p.js.PublishAsyncComplete():
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("drain publishes: %d still pending: %w", p.js.PublishAsyncPending(), ctx.Err())
+	}
+}

@@ -1,0 +1,242 @@
+package ingest
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+
+	"github.com/wahook/wahook/schema"
+)
+
+// ReadyFunc reports whether the store behind the publisher can take bodies:
+// JetStream reachable and the RAW stream present.
+type ReadyFunc func(ctx context.Context) error
+
+// Server is the webhook endpoint.
+type Server struct {
+	cfg     Config
+	app     *fiber.App
+	pub     Publisher
+	ready   ReadyFunc
+	log     *zap.Logger
+	metrics *metrics
+	apps    map[string]*appRoute
+
+	shuttingDown atomic.Bool
+}
+
+// appRoute is what the hot path needs of one configured app.
+type appRoute struct {
+	name     string // owned by the server, safe to keep past a request
+	verifier *Verifier
+	metrics  *appMetrics
+}
+
+// New builds the endpoint. reg receives the metrics and is served at
+// /metrics; log may be nil.
+func New(cfg Config, pub Publisher, ready ReadyFunc, reg *prometheus.Registry, log *zap.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("ingest config: %w", err)
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	s := &Server{
+		cfg:     cfg,
+		pub:     pub,
+		ready:   ready,
+		log:     log,
+		metrics: newMetrics(reg),
+		apps:    make(map[string]*appRoute, len(cfg.Apps)),
+	}
+	for name, secrets := range cfg.Apps {
+		s.apps[name] = &appRoute{name: name, verifier: NewVerifier(secrets...), metrics: s.metrics.forApp(name)}
+	}
+	s.app = fiber.New(fiber.Config{
+		DisableStartupMessage: true,
+		BodyLimit:             cfg.BodyLimit,
+		ReadTimeout:           30 * time.Second,
+		WriteTimeout:          30 * time.Second,
+		IdleTimeout:           2 * time.Minute,
+		ErrorHandler:          s.handleError,
+		AppName:               "wahook",
+	})
+	s.app.Get("/webhook", s.handleHandshake)
+	s.app.Get("/webhook/:app", s.handleHandshake)
+	s.app.Post("/webhook", s.handleNotification)
+	s.app.Post("/webhook/:app", s.handleNotification)
+	s.app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok") })
+	s.app.Get("/readyz", s.handleReady)
+	s.app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})))
+	return s, nil
+}
+
+// App returns the Fiber app, for tests (app.Test) and benchmarks.
+func (s *Server) App() *fiber.App { return s.app }
+
+// AppNames returns the configured app names, sorted.
+func (s *Server) AppNames() []string {
+	names := make([]string, 0, len(s.apps))
+	for n := range s.apps {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Serve answers requests on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error { return s.app.Listener(ln) }
+
+// Shutdown fails readiness, waits ShutdownDelay so that load balancers stop
+// sending, then stops accepting connections and waits for the requests in
+// flight to finish, each with its ack or its 503.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.shuttingDown.Store(true)
+	if d := s.cfg.ShutdownDelay; d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+	if err := s.app.ShutdownWithContext(ctx); err != nil {
+		return fmt.Errorf("stop http: %w", err)
+	}
+	return nil
+}
+
+func (s *Server) route(c *fiber.Ctx) *appRoute {
+	name := c.Params("app")
+	if name == "" {
+		name = schema.DefaultApp
+	}
+	return s.apps[name]
+}
+
+// handleHandshake answers Meta's verification GET (WEBHOOKS.md 1.1): 200 with
+// hub.challenge as the plain-text body when hub.mode is subscribe and the
+// token matches, 403 otherwise.
+func (s *Server) handleHandshake(c *fiber.Ctx) error {
+	if s.route(c) == nil {
+		return c.Status(fiber.StatusNotFound).SendString("unknown app")
+	}
+	token := c.Query("hub.verify_token")
+	ok := s.cfg.VerifyToken != "" &&
+		c.Query("hub.mode") == "subscribe" &&
+		subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.VerifyToken)) == 1
+	if !ok {
+		s.metrics.handshakes.WithLabelValues("refused").Inc()
+		return c.Status(fiber.StatusForbidden).SendString("verification refused")
+	}
+	s.metrics.handshakes.WithLabelValues("ok").Inc()
+	c.Set(fiber.HeaderContentType, fiber.MIMETextPlainCharsetUTF8)
+	return c.SendString(c.Query("hub.challenge"))
+}
+
+// handleNotification verifies, publishes and answers a webhook POST.
+func (s *Server) handleNotification(c *fiber.Ctx) error {
+	start := time.Now()
+	r := s.route(c)
+	if r == nil {
+		s.metrics.requests.WithLabelValues("", resultUnknownApp).Inc()
+		return c.Status(fiber.StatusNotFound).SendString("unknown app")
+	}
+	body := c.Body()
+	if err := r.verifier.Verify(c.Request().Header.Peek(schema.SignatureHeader), body); err != nil {
+		r.metrics.badSignature.Inc()
+		switch {
+		case errors.Is(err, ErrSignatureMissing):
+			r.metrics.sigMissing.Inc()
+		case errors.Is(err, ErrSignatureMalformed):
+			r.metrics.sigMalformed.Inc()
+		default:
+			r.metrics.sigMismatch.Inc()
+		}
+		s.metrics.latency.Observe(time.Since(start).Seconds())
+		return c.Status(fiber.StatusUnauthorized).SendString(err.Error())
+	}
+	// The body is copied: Fiber reuses c.Body()'s buffer once the handler
+	// returns, and a publish that times out can still hold it after that.
+	data := make([]byte, len(body))
+	copy(data, body)
+
+	s.metrics.inflight.Add(1)
+	pubStart := time.Now()
+	dup, err := s.pub.Publish(r.name, data, start, start.Add(s.cfg.AckTimeout))
+	s.metrics.inflight.Add(-1)
+	if err != nil {
+		r.metrics.unavailable.Inc()
+		if ce := s.log.Check(zap.WarnLevel, "publish failed, answering 503"); ce != nil {
+			ce.Write(zap.String("app", r.name), zap.Int("bytes", len(data)), zap.Error(err))
+		}
+		s.metrics.latency.Observe(time.Since(start).Seconds())
+		c.Set(fiber.HeaderRetryAfter, "1")
+		return c.Status(fiber.StatusServiceUnavailable).SendString("not stored, retry")
+	}
+	now := time.Now()
+	s.metrics.publish.Observe(now.Sub(pubStart).Seconds())
+	s.metrics.latency.Observe(now.Sub(start).Seconds())
+	s.metrics.bytes.Add(float64(len(data)))
+	if dup {
+		r.metrics.duplicate.Inc()
+	} else {
+		r.metrics.ok.Inc()
+	}
+	return c.SendStatus(fiber.StatusOK)
+}
+
+// handleReady is 200 while the publisher's store can take bodies, and 503
+// from the start of a shutdown on.
+func (s *Server) handleReady(c *fiber.Ctx) error {
+	if s.shuttingDown.Load() {
+		s.metrics.readyFailure.Inc()
+		return c.Status(fiber.StatusServiceUnavailable).SendString("shutting down")
+	}
+	if s.ready != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := s.ready(ctx); err != nil {
+			s.metrics.readyFailure.Inc()
+			return c.Status(fiber.StatusServiceUnavailable).SendString("not ready: " + err.Error())
+		}
+	}
+	return c.SendString("ready")
+}
+
+// handleError answers errors raised outside the handlers, such as a body over
+// the limit (413), and counts them.
+func (s *Server) handleError(c *fiber.Ctx, err error) error {
+	code := fiber.StatusInternalServerError
+	var fe *fiber.Error
+	if errors.As(err, &fe) {
+		code = fe.Code
+	}
+	if code == fiber.StatusRequestEntityTooLarge {
+		s.metrics.requests.WithLabelValues("", resultTooLarge).Inc()
+		return c.Status(code).SendString(fmt.Sprintf("body over the limit of %d bytes", s.cfg.BodyLimit))
+	}
+	return c.Status(code).SendString(err.Error())
+}
+
+// JetStreamReady returns a ReadyFunc that checks that JetStream answers and
+// the RAW stream exists.
+func JetStreamReady(p *JetStreamPublisher) ReadyFunc {
+	return func(ctx context.Context) error {
+		if _, err := p.js.Stream(ctx, schema.StreamRaw); err != nil {
+			return fmt.Errorf("stream %s: %w", schema.StreamRaw, err)
+		}
+		return nil
+	}
+}

@@ -1,0 +1,73 @@
+package ingest
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"hash"
+	"sync"
+
+	"github.com/wahook/wahook/schema"
+)
+
+const signaturePrefix = schema.SignaturePrefix
+
+// Verifier checks X-Hub-Signature-256 against one app's secrets. Several
+// secrets are accepted so that a secret can be rotated without refusing
+// deliveries signed with the old one. It is safe for concurrent use.
+type Verifier struct {
+	keys []*hmacPool
+}
+
+type hmacPool struct{ pool sync.Pool }
+
+func newHMACPool(secret []byte) *hmacPool {
+	key := append([]byte(nil), secret...)
+	p := &hmacPool{}
+	p.pool.New = func() any { return hmac.New(sha256.New, key) }
+	return p
+}
+
+// NewVerifier returns a Verifier accepting a signature by any of secrets.
+func NewVerifier(secrets ...[]byte) *Verifier {
+	v := &Verifier{}
+	for _, s := range secrets {
+		v.keys = append(v.keys, newHMACPool(s))
+	}
+	return v
+}
+
+// Verify checks header, the value of X-Hub-Signature-256, against body, the
+// raw bytes as received. Meta signs its own serialisation (with \uXXXX
+// escapes), so the body must never be decoded or re-encoded before this
+// (WEBHOOKS.md 1.2). The comparison is constant-time. It returns nil,
+// ErrSignatureMissing, ErrSignatureMalformed or ErrBadSignature.
+func (v *Verifier) Verify(header, body []byte) error {
+	if len(header) == 0 {
+		return ErrSignatureMissing
+	}
+	if len(header) != len(signaturePrefix)+2*sha256.Size || string(header[:len(signaturePrefix)]) != signaturePrefix {
+		return ErrSignatureMalformed
+	}
+	var want [sha256.Size]byte
+	if _, err := hex.Decode(want[:], header[len(signaturePrefix):]); err != nil {
+		return ErrSignatureMalformed
+	}
+	var got [sha256.Size]byte
+	ok := 0
+	// Every secret is tried, so that the time taken does not tell which one
+	// matched.
+	for _, k := range v.keys {
+		h := k.pool.Get().(hash.Hash)
+		h.Reset()
+		h.Write(body)
+		h.Sum(got[:0])
+		k.pool.Put(h)
+		ok |= subtle.ConstantTimeCompare(got[:], want[:])
+	}
+	if ok != 1 {
+		return ErrBadSignature
+	}
+	return nil
+}

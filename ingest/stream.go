@@ -1,0 +1,78 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wahook/wahook/schema"
+)
+
+// StreamConfig sizes the RAW stream.
+type StreamConfig struct {
+	// Replicas is 1 on one machine and 3 on a cluster (DESIGN.md, "Bus").
+	Replicas int
+	// MaxAge is how long bodies are kept; 7 days covers Meta's retries.
+	MaxAge time.Duration
+	// MaxBytes caps the stream's size; -1 is unlimited.
+	MaxBytes int64
+	// DuplicateWindow is how long a body's id is remembered, so that a Meta
+	// retry of the same body within it is stored once. Each remembered id
+	// costs server memory, so it is kept short; stage 1 deduplicates events
+	// by their own ids beyond it.
+	DuplicateWindow time.Duration
+}
+
+// DefaultStreamConfig returns the one-machine defaults.
+func DefaultStreamConfig() StreamConfig {
+	return StreamConfig{Replicas: 1, MaxAge: 7 * 24 * time.Hour, MaxBytes: -1, DuplicateWindow: 2 * time.Minute}
+}
+
+// Validate reports the first problem of c.
+func (c StreamConfig) Validate() error {
+	switch {
+	case c.Replicas < 1 || c.Replicas > 5:
+		return fmt.Errorf("raw stream replicas %d: use 1 to 5", c.Replicas)
+	case c.MaxAge < time.Hour:
+		return fmt.Errorf("raw stream max age %s: keep at least an hour (Meta retries for 7 days)", c.MaxAge)
+	case c.DuplicateWindow <= 0 || c.DuplicateWindow > c.MaxAge:
+		return fmt.Errorf("raw stream duplicate window %s: must be positive and within the max age", c.DuplicateWindow)
+	}
+	return nil
+}
+
+// RawStreamConfig returns the JetStream configuration of the RAW stream.
+func (c StreamConfig) RawStreamConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        schema.StreamRaw,
+		Description: "wahook: raw Meta webhook bodies as received",
+		Subjects:    []string{schema.SubjectRawAll},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		MaxAge:      c.MaxAge,
+		MaxBytes:    c.MaxBytes,
+		MaxMsgs:     -1,
+		Replicas:    c.Replicas,
+		Duplicates:  c.DuplicateWindow,
+	}
+}
+
+// EnsureRawStream creates the RAW stream, or updates it to c.
+func EnsureRawStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) (*jetstream.StreamInfo, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	cfg := c.RawStreamConfig()
+	s, err := js.CreateOrUpdateStream(ctx, cfg)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("provision stream %s: JetStream did not answer: %w", cfg.Name, err)
+		}
+		return nil, fmt.Errorf("provision stream %s: %w", cfg.Name, err)
+	}
+	return s.CachedInfo(), nil
+}

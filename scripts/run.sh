@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Runs the whole system on this machine: builds wahook and starts "wahook
+# serve" with an embedded NATS JetStream under ./data. Settings come from
+# WAHOOK_* variables (see the README); for a first look it uses a demo app
+# secret and verify token, which it prints.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/go/bin"
+
+if [ -z "${WAHOOK_APP_SECRET:-}${WAHOOK_APP_SECRET_FILE:-}" ]; then
+	export WAHOOK_APP_SECRET=demo-app-secret
+	echo "run.sh: WAHOOK_APP_SECRET not set; using the demo secret 'demo-app-secret'" >&2
+fi
+if [ -z "${WAHOOK_VERIFY_TOKEN:-}${WAHOOK_VERIFY_TOKEN_FILE:-}" ]; then
+	export WAHOOK_VERIFY_TOKEN=demo-verify-token
+	echo "run.sh: WAHOOK_VERIFY_TOKEN not set; using 'demo-verify-token'" >&2
+fi
+mkdir -p bin
+go build -o bin/wahook ./cmd/wahook
+exec bin/wahook serve "$@"
