@@ -25,7 +25,8 @@ type Publisher interface {
 // concurrent requests share broker round trips, with a bounded window of
 // publishes awaiting their ack.
 type JetStreamPublisher struct {
-	js jetstream.JetStream
+	js         jetstream.JetStream
+	ackTimeout time.Duration
 }
 
 // NATSOptions are the connection options ingest needs: reconnect forever, and
@@ -52,7 +53,7 @@ func NewJetStreamPublisher(nc *nats.Conn, maxInflight int, ackTimeout time.Durat
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	return &JetStreamPublisher{js: js}, nil
+	return &JetStreamPublisher{js: js, ackTimeout: ackTimeout}, nil
 }
 
 // JetStream returns the JetStream context the publisher uses.
@@ -84,14 +85,26 @@ func (p *JetStreamPublisher) Publish(app string, body []byte, receivedAt, deadli
 		}
 		return false, fmt.Errorf("publish %s: %w", msg.Subject, err)
 	}
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
+	// The library fails the ack after its own ack timeout (the AckTimeout
+	// given to NewJetStreamPublisher, armed at publish) and at once on a
+	// disconnect, so a second timer is needed only when the publish waited
+	// for a slot and the request's deadline now comes first by more than a
+	// millisecond.
+	var expired <-chan time.Time
+	if time.Until(deadline) < p.ackTimeout-time.Millisecond {
+		timer := time.NewTimer(time.Until(deadline))
+		defer timer.Stop()
+		expired = timer.C
+	}
 	select {
 	case ack := <-paf.Ok():
 		return ack.Duplicate, nil
 	case err := <-paf.Err():
+		if errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
+			return false, ErrAckTimeout
+		}
 		return false, fmt.Errorf("publish %s: %w", msg.Subject, err)
-	case <-timer.C:
+	case <-expired:
 		return false, ErrAckTimeout
 	}
 }

@@ -17,10 +17,11 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"serve":   {"run everything in one process on an embedded NATS JetStream", runServe},
-		"ingest":  {"run only the webhook endpoint, against external NATS", runIngest},
-		"migrate": {"create or update the JetStream streams and the ClickHouse schema, then exit", runMigrate},
-		"version": {"print the version", runVersion},
+		"serve":    {"run everything in one process on an embedded NATS JetStream", runServe},
+		"ingest":   {"run only the webhook endpoint, against external NATS", runIngest},
+		"migrate":  {"create or update the JetStream streams and the ClickHouse schema, then exit", runMigrate},
+		"version":  {"print the version", runVersion},
+		"loadtest": {"send signed webhook traffic to an endpoint on this machine and report latency and Meta's verdict", runLoadtest},
 	}
 }
 
