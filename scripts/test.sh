@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 
 go version
+# The ClickHouse tests start their own clickhouse-server processes from
+# Debian's package; install it if this machine lacks it.
+scripts/clickhouse.sh install
 gofmt_out=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$gofmt_out" ]; then
 	echo "gofmt would change:"; echo "$gofmt_out"; exit 1

@@ -1,0 +1,58 @@
+package processor
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	bodies      prometheus.Counter
+	rows        *prometheus.CounterVec
+	batches     prometheus.Counter
+	batchRows   prometheus.Histogram
+	flush       prometheus.Histogram
+	failures    prometheus.Counter
+	deadLetters prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		bodies: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wahook_processor_bodies_total", Help: "RAW bodies normalized by stage 1.",
+		}),
+		rows: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wahook_processor_rows_total", Help: "Rows written by stage 1, by table.",
+		}, []string{"table"}),
+		batches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wahook_processor_batches_total", Help: "Batches written and acked by stage 1.",
+		}),
+		batchRows: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "wahook_processor_batch_rows", Help: "Rows per written batch.",
+			Buckets: prometheus.ExponentialBuckets(10, 4, 8),
+		}),
+		flush: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "wahook_processor_flush_duration_seconds", Help: "Time to write a batch, publish its events and ack it.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
+		}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wahook_processor_write_failures_total", Help: "Batches not stored (ClickHouse or NATS down), nak'ed for a retry.",
+		}),
+		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wahook_processor_dead_letters_total", Help: "Bodies or items kept as dead letters.",
+		}),
+	}
+	reg.MustRegister(m.bodies, m.rows, m.batches, m.batchRows, m.flush, m.failures, m.deadLetters)
+	return m
+}
+
+func (m *metrics) observe(b *batch, took time.Duration) {
+	m.batches.Inc()
+	m.batchRows.Observe(float64(b.rows.Len()))
+	m.flush.Observe(took.Seconds())
+	m.rows.WithLabelValues("status_events").Add(float64(len(b.rows.Statuses)))
+	m.rows.WithLabelValues("errors").Add(float64(len(b.rows.Errors)))
+	m.rows.WithLabelValues("inbound_messages").Add(float64(len(b.rows.Inbound)))
+	m.rows.WithLabelValues("management_events").Add(float64(len(b.rows.Management)))
+	m.rows.WithLabelValues("dead_letters").Add(float64(len(b.rows.DeadLetters)))
+}

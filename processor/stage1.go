@@ -1,0 +1,211 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/wahook/wahook/schema"
+)
+
+// Writer stores rows. Write returns nil only once every row is stored; after
+// an error some rows may be stored and the caller writes the whole batch
+// again later. Rows carry deterministic ids and every query deduplicates on
+// them, so a row written twice counts once. Write must not keep rows after it
+// returns.
+type Writer interface {
+	Write(ctx context.Context, rows *schema.Rows) error
+}
+
+// Normalizer appends the rows of one RAW body to rows. A body, or an item of
+// it, that cannot be decoded becomes a DeadLetter row with its reason: Normalize
+// never fails, so one bad item never costs the others of the same POST.
+type Normalizer interface {
+	Normalize(body []byte, src schema.Source, rawMsgID string, rows *schema.Rows)
+}
+
+// Stage1 is the RAW consumer.
+type Stage1 struct {
+	cfg     Config
+	js      jetstream.JetStream
+	w       Writer
+	n       Normalizer
+	log     *zap.Logger
+	metrics *metrics
+	backoff time.Duration
+}
+
+// NewStage1 returns a stage 1 consumer; log may be nil.
+func NewStage1(cfg Config, js jetstream.JetStream, w Writer, n Normalizer, reg prometheus.Registerer, log *zap.Logger) (*Stage1, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("processor config: %w", err)
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Stage1{cfg: cfg, js: js, w: w, n: n, log: log, metrics: newMetrics(reg), backoff: cfg.BackoffMin}, nil
+}
+
+// batch is the RAW messages being gathered and their rows.
+type batch struct {
+	msgs  []jetstream.Msg
+	rows  schema.Rows
+	bytes int
+	first time.Time
+}
+
+func (b *batch) reset() {
+	clear(b.msgs)
+	b.msgs = b.msgs[:0]
+	b.rows.Reset()
+	b.bytes = 0
+}
+
+// ConsumerConfig is the durable consumer of stage 1 on WAHOOK_RAW.
+func (s *Stage1) ConsumerConfig() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       s.cfg.Consumer,
+		Description:   "wahook stage 1: RAW bodies to ClickHouse rows and EVENTS",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       s.cfg.AckWait,
+		MaxAckPending: s.cfg.MaxAckPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		FilterSubject: schema.SubjectRawAll,
+		MaxDeliver:    -1,
+	}
+}
+
+// Run consumes until ctx ends, then writes the batch in hand once more and
+// returns. It returns an error only when the consumer cannot be set up.
+func (s *Stage1) Run(ctx context.Context) error {
+	cons, err := s.js.CreateOrUpdateConsumer(ctx, schema.StreamRaw, s.ConsumerConfig())
+	if err != nil {
+		return fmt.Errorf("consumer %s on %s: %w", s.cfg.Consumer, schema.StreamRaw, err)
+	}
+	pull := min(s.cfg.MaxAckPending/2, 5000)
+	it, err := cons.Messages(jetstream.PullMaxMessages(pull))
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", schema.StreamRaw, err)
+	}
+	defer it.Stop()
+	b := &batch{}
+	for ctx.Err() == nil {
+		wait := s.cfg.FlushInterval
+		if len(b.msgs) > 0 {
+			wait = time.Until(b.first.Add(s.cfg.FlushInterval))
+			if wait <= 0 {
+				s.flush(ctx, b)
+				continue
+			}
+		}
+		nctx, cancel := context.WithTimeout(ctx, wait)
+		msg, err := it.Next(jetstream.NextContext(nctx))
+		cancel()
+		if err != nil {
+			switch {
+			case ctx.Err() != nil:
+			case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+				if len(b.msgs) > 0 {
+					s.flush(ctx, b)
+				}
+			case errors.Is(err, jetstream.ErrMsgIteratorClosed):
+				return fmt.Errorf("consume %s: %w", schema.StreamRaw, err)
+			default:
+				s.log.Warn("fetch from raw stream", zap.Error(err))
+				sleep(ctx, s.cfg.BackoffMin)
+			}
+			continue
+		}
+		s.add(b, msg)
+		if b.rows.Len() >= s.cfg.BatchRows || b.bytes >= s.cfg.BatchBytes {
+			s.flush(ctx, b)
+		}
+	}
+	if len(b.msgs) > 0 {
+		// The last flush gets a context of its own: ctx is done.
+		fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		s.flush(fctx, b)
+		cancel()
+	}
+	return nil
+}
+
+// add normalizes one RAW message into the batch.
+func (s *Stage1) add(b *batch, msg jetstream.Msg) {
+	if len(b.msgs) == 0 {
+		b.first = time.Now()
+	}
+	b.msgs = append(b.msgs, msg)
+	b.bytes += len(msg.Data())
+	src := SourceOf(msg)
+	before := len(b.rows.DeadLetters)
+	s.n.Normalize(msg.Data(), src, msg.Headers().Get(schema.HeaderMsgID), &b.rows)
+	if n := len(b.rows.DeadLetters) - before; n > 0 {
+		s.metrics.deadLetters.Add(float64(n))
+	}
+	s.metrics.bodies.Inc()
+}
+
+// SourceOf reads the source of a RAW message from its headers and metadata.
+func SourceOf(msg jetstream.Msg) schema.Source {
+	src := schema.Source{App: msg.Headers().Get(schema.HeaderApp)}
+	if t, err := schema.ParseReceivedAt(msg.Headers().Get(schema.HeaderReceivedAt)); err == nil {
+		src.ReceivedAt = t
+	}
+	if md, err := msg.Metadata(); err == nil {
+		src.RawSeq = md.Sequence.Stream
+		if src.ReceivedAt.IsZero() {
+			src.ReceivedAt = md.Timestamp
+		}
+	}
+	return src
+}
+
+// flush writes the batch, publishes its events and acks its messages; when
+// either store fails, it naks them with a growing delay instead, so they
+// come back, and waits that delay before fetching more.
+func (s *Stage1) flush(ctx context.Context, b *batch) {
+	start := time.Now()
+	err := s.w.Write(ctx, &b.rows)
+	if err == nil && s.cfg.PublishEvents {
+		err = PublishEvents(ctx, s.js, &b.rows)
+	}
+	if err != nil {
+		delay := s.backoff
+		s.backoff = min(2*s.backoff, s.cfg.BackoffMax)
+		for _, m := range b.msgs {
+			_ = m.NakWithDelay(delay) // lost naks come back after AckWait
+		}
+		s.metrics.failures.Inc()
+		s.log.Warn("batch not stored, will retry", zap.Int("batch_bodies", len(b.msgs)), zap.Int("batch_rows", b.rows.Len()),
+			zap.Duration("retry_in", delay), zap.Error(err))
+		b.reset()
+		sleep(ctx, delay)
+		return
+	}
+	s.backoff = s.cfg.BackoffMin
+	for _, m := range b.msgs {
+		if err := m.Ack(); err != nil {
+			// The body comes back after AckWait and is written again under
+			// the same ids: delayed, not counted twice.
+			s.log.Debug("ack", zap.Error(err))
+		}
+	}
+	s.metrics.observe(b, time.Since(start))
+	b.reset()
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,231 @@
+package schema
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"time"
+)
+
+// Kind is the kind of a normalized event: the last token of its EVENTS
+// subject (DESIGN.md, "Names").
+type Kind string
+
+// Kinds of events.
+const (
+	KindStatus     Kind = "status"      // a message status (sent, delivered, read, played, failed, ...)
+	KindInbound    Kind = "inbound"     // an inbound message
+	KindCall       Kind = "call"        // a call status or call event (field calls)
+	KindNumber     Kind = "number"      // phone_number_quality_update, phone_number_name_update, ...
+	KindAccount    Kind = "account"     // account_update, business_capability_update, account_alerts, ...
+	KindTemplate   Kind = "template"    // message_template_*, template_category_update
+	KindPreference Kind = "preference"  // user_preferences
+	KindSendResult Kind = "send_result" // a send result reported by a sending service
+	KindOther      Kind = "other"       // any other field, kept raw
+)
+
+// EventsSubject returns the EVENTS subject of an event:
+// wahook.events.<phone_number_id>.<kind>, with NoNumber where there is none.
+func EventsSubject(phoneNumberID string, k Kind) string {
+	if phoneNumberID == "" {
+		phoneNumberID = NoNumber
+	}
+	return SubjectEventsPrefix + phoneNumberID + "." + string(k)
+}
+
+// EventID returns the deterministic id of an event: the first 16 bytes of
+// SHA-256 over its kind and the parts that make it what it is, in hex. The
+// same event decoded again (a replay, a redelivery, a Meta retry in another
+// POST) gets the same id, so it never counts twice (DESIGN.md, "Identity").
+//
+// The parts of each kind are fixed in schema/README.md; changing them
+// changes every id, so they are versioned by the "v1" below.
+func EventID(k Kind, parts ...string) string {
+	h := sha256.New()
+	h.Write([]byte("v1\x1f"))
+	h.Write([]byte(k))
+	for _, p := range parts {
+		h.Write([]byte{0x1f})
+		h.Write([]byte(p))
+	}
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0])[:16])
+}
+
+// CodesPart joins error codes for EventID.
+func CodesPart(codes []int32) string {
+	b := make([]byte, 0, 8*len(codes))
+	for i, c := range codes {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(c), 10)
+	}
+	return string(b)
+}
+
+// Hasher turns end users' phone numbers and BSUIDs into keyed hashes
+// (HMAC-SHA256 under the operator's key, first 16 bytes, hex), so that the
+// same user can be counted and joined without the number being stored
+// (DESIGN.md, "ClickHouse"). An empty input hashes to "".
+type Hasher struct{ key []byte }
+
+// NewHasher returns a Hasher with key; the key must stay the same for hashes
+// to stay comparable.
+func NewHasher(key []byte) *Hasher { return &Hasher{key: append([]byte(nil), key...)} }
+
+// Hash returns the keyed hash of s.
+func (h *Hasher) Hash(s string) string {
+	if s == "" {
+		return ""
+	}
+	m := hmac.New(sha256.New, h.key)
+	m.Write([]byte(s))
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(m.Sum(sum[:0])[:16])
+}
+
+// Source tells where a row came from, for replay and audit.
+type Source struct {
+	App        string    `json:"app,omitempty"`         // the app the body came in for
+	ReceivedAt time.Time `json:"received_at,omitempty"` // when ingest received the body
+	RawSeq     uint64    `json:"raw_seq,omitempty"`     // the body's sequence in WAHOOK_RAW (0 for send results)
+}
+
+// StatusRow is one message status (WEBHOOKS.md 5). Id parts: phone number
+// id, message id, recipient hash, participant hash, status, timestamp, codes.
+type StatusRow struct {
+	Source
+	EventID            string    `json:"event_id,omitempty"`
+	EventTime          time.Time `json:"event_time,omitempty"` // Meta's timestamp
+	WabaID             string    `json:"waba_id,omitempty"`
+	PhoneNumberID      string    `json:"phone_number_id,omitempty"`
+	DisplayPhoneNumber string    `json:"display_phone_number,omitempty"`
+	MessageID          string    `json:"message_id,omitempty"`
+	Status             string    `json:"status,omitempty"`              // lower case; unknown values kept
+	RecipientHash      string    `json:"recipient_hash,omitempty"`      // keyed hash of recipient_id (a group id is kept as is in GroupID)
+	RecipientUserHash  string    `json:"recipient_user_hash,omitempty"` // keyed hash of recipient_user_id (BSUID)
+	RecipientType      string    `json:"recipient_type,omitempty"`      // "group" for group sends, else ""
+	GroupID            string    `json:"group_id,omitempty"`
+	ParticipantHash    string    `json:"participant_hash,omitempty"` // keyed hash of recipient_participant_id
+	ErrorCodes         []int32   `json:"error_codes,omitempty"`
+	PricingBillable    int8      `json:"pricing_billable,omitempty"` // 1 true, 0 false, -1 absent
+	PricingModel       string    `json:"pricing_model,omitempty"`
+	PricingType        string    `json:"pricing_type,omitempty"`
+	PricingCategory    string    `json:"pricing_category,omitempty"`
+	ConversationID     string    `json:"conversation_id,omitempty"`
+	ConversationOrigin string    `json:"conversation_origin,omitempty"`
+	ConversationExpiry time.Time `json:"conversation_expiry,omitempty"` // zero when absent
+	Campaign           string    `json:"campaign,omitempty"`            // biz_opaque_callback_data
+	Template           string    `json:"template,omitempty"`            // template name where known (send results)
+	Extra              string    `json:"extra,omitempty"`               // unknown keys as a JSON object, "" when none
+}
+
+// ErrorRow is one error occurrence: of a status, of a value, of an inbound
+// message, or of a send result (WEBHOOKS.md 6.2). Its id is the owner's
+// EventID and the error's index within it.
+type ErrorRow struct {
+	Source
+	EventID       string    `json:"event_id,omitempty"` // the owning event's id
+	Index         uint16    `json:"index,omitempty"`
+	Origin        string    `json:"origin,omitempty"` // status, value, inbound, history, send_result
+	EventTime     time.Time `json:"event_time,omitempty"`
+	WabaID        string    `json:"waba_id,omitempty"`
+	PhoneNumberID string    `json:"phone_number_id,omitempty"`
+	MessageID     string    `json:"message_id,omitempty"`
+	RecipientHash string    `json:"recipient_hash,omitempty"`
+	Code          int32     `json:"code,omitempty"`
+	Title         string    `json:"title,omitempty"`
+	Message       string    `json:"message,omitempty"`
+	Details       string    `json:"details,omitempty"`
+	Href          string    `json:"href,omitempty"`
+	Campaign      string    `json:"campaign,omitempty"`
+	Template      string    `json:"template,omitempty"`
+}
+
+// InboundRow is one inbound message (WEBHOOKS.md 7). Id parts: phone number
+// id, message id. Message text is never stored.
+type InboundRow struct {
+	Source
+	EventID            string    `json:"event_id,omitempty"`
+	EventTime          time.Time `json:"event_time,omitempty"`
+	WabaID             string    `json:"waba_id,omitempty"`
+	PhoneNumberID      string    `json:"phone_number_id,omitempty"`
+	DisplayPhoneNumber string    `json:"display_phone_number,omitempty"`
+	MessageID          string    `json:"message_id,omitempty"`
+	Type               string    `json:"type,omitempty"`
+	FromHash           string    `json:"from_hash,omitempty"`      // keyed hash of from
+	FromUserHash       string    `json:"from_user_hash,omitempty"` // keyed hash of from_user_id (BSUID)
+	GroupID            string    `json:"group_id,omitempty"`
+	ContextMessageID   string    `json:"context_message_id,omitempty"`
+	ContextForwarded   bool      `json:"context_forwarded,omitempty"`
+	InteractiveType    string    `json:"interactive_type,omitempty"`
+	ReferralSourceType string    `json:"referral_source_type,omitempty"`
+	ReferralSourceID   string    `json:"referral_source_id,omitempty"`
+	ReferralCtwaClid   string    `json:"referral_ctwa_clid,omitempty"`
+	ErrorCodes         []int32   `json:"error_codes,omitempty"`
+	Extra              string    `json:"extra,omitempty"`
+}
+
+// ManagementRow is one event of any field other than message statuses and
+// inbound messages: quality and limits, names, account, templates, user
+// preferences, calls, and fields not known yet (kept raw). Id parts: kind,
+// field, WABA id, number, subject, event, event time, and the raw value's
+// hash where nothing else tells two events apart.
+type ManagementRow struct {
+	Source
+	EventID            string    `json:"event_id,omitempty"`
+	Kind               Kind      `json:"kind,omitempty"`
+	Field              string    `json:"field,omitempty"`
+	EventTime          time.Time `json:"event_time,omitempty"` // entry.time or the item's timestamp
+	WabaID             string    `json:"waba_id,omitempty"`
+	PhoneNumberID      string    `json:"phone_number_id,omitempty"` // resolved from the display number where needed
+	DisplayPhoneNumber string    `json:"display_phone_number,omitempty"`
+	Event              string    `json:"event,omitempty"`        // e.g. THROUGHPUT_UPGRADE, REJECTED, stop, RINGING
+	SubjectID          string    `json:"subject_id,omitempty"`   // template id, call id, user hash, ...
+	SubjectName        string    `json:"subject_name,omitempty"` // template name, ...
+	OldValue           string    `json:"old_value,omitempty"`    // old limit, previous quality or category, ...
+	NewValue           string    `json:"new_value,omitempty"`    // current limit, new quality or category, ...
+	Reason             string    `json:"reason,omitempty"`
+	Raw                string    `json:"raw,omitempty"` // the change's value as received (JSON)
+}
+
+// DeadLetter is a body, or one item of it, that could not be decoded.
+type DeadLetter struct {
+	Source
+	RawMsgID string `json:"raw_msg_id,omitempty"` // Nats-Msg-Id of the body
+	Item     string `json:"item,omitempty"`       // path of the bad item, e.g. entry[0].changes[1].value.statuses[2]; "" for the whole body
+	Reason   string `json:"reason,omitempty"`     // a stable, short reason code, e.g. "not_json"
+	Error    string `json:"error,omitempty"`      // the decoder's message
+	Body     string `json:"body,omitempty"`       // the body as received
+}
+
+// Rows are the rows of one or more bodies, by table.
+type Rows struct {
+	Statuses    []StatusRow
+	Errors      []ErrorRow
+	Inbound     []InboundRow
+	Management  []ManagementRow
+	DeadLetters []DeadLetter
+}
+
+// Len is the number of rows.
+func (r *Rows) Len() int {
+	return len(r.Statuses) + len(r.Errors) + len(r.Inbound) + len(r.Management) + len(r.DeadLetters)
+}
+
+// Append adds o's rows to r.
+func (r *Rows) Append(o *Rows) {
+	r.Statuses = append(r.Statuses, o.Statuses...)
+	r.Errors = append(r.Errors, o.Errors...)
+	r.Inbound = append(r.Inbound, o.Inbound...)
+	r.Management = append(r.Management, o.Management...)
+	r.DeadLetters = append(r.DeadLetters, o.DeadLetters...)
+}
+
+// Reset empties r, keeping its memory for reuse.
+func (r *Rows) Reset() {
+	r.Statuses, r.Errors, r.Inbound = r.Statuses[:0], r.Errors[:0], r.Inbound[:0]
+	r.Management, r.DeadLetters = r.Management[:0], r.DeadLetters[:0]
+}
