@@ -36,6 +36,10 @@ const (
 const (
 	BucketPacing       = "wahook_pacing"
 	BucketPairCooldown = "wahook_pair_cooldown"
+	// BucketNumbers maps a display phone number (digits) to its phone number
+	// id, learned from the metadata of message webhooks, for the number-level
+	// webhooks that carry only the display number (DESIGN.md, "Bus").
+	BucketNumbers = "wahook_numbers"
 )
 
 // Headers on RAW messages.
