@@ -37,7 +37,8 @@ func TestApplyFreshDatabase(t *testing.T) {
 		t.Errorf("ServerVersion = %v, want the server's", res.ServerVersion)
 	}
 	t.Logf("server %v, features {%v}", res.ServerVersion, res.Features)
-	for _, table := range []string{"schema_migrations", "dead_letters"} {
+	for _, table := range []string{"schema_migrations", "dead_letters", "status_events", "errors", "inbound_messages",
+		"management_events", "failures_by_minute", "message_lifecycle", "status_counts_by_minute"} {
 		if !tableExists(t, ch, db, table) {
 			t.Errorf("table %s.%s missing after Apply", db, table)
 		}
@@ -186,7 +187,7 @@ type deadLetter struct {
 	receivedAt time.Time
 	app        string
 	rawMsgID   string
-	streamSeq  uint64
+	rawSeq     uint64
 	reason     string
 	error      string
 	body       string
@@ -206,12 +207,12 @@ func TestDeadLettersInsertAndRead(t *testing.T) {
 		{at, "default", "h1", 7, "malformed_json", "unexpected end of JSON input (again)", `{"object":`},
 	}
 	batch, err := ch.Conn.PrepareBatch(ctx, "INSERT INTO "+ch.Database+
-		".dead_letters (received_at, app, raw_msg_id, stream_seq, reason, error, body)")
+		".dead_letters (received_at, app, raw_msg_id, raw_seq, reason, error, body)")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range rows {
-		if err := batch.Append(r.receivedAt, r.app, r.rawMsgID, r.streamSeq, r.reason, r.error, r.body); err != nil {
+		if err := batch.Append(r.receivedAt, r.app, r.rawMsgID, r.rawSeq, r.reason, r.error, r.body); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -220,7 +221,7 @@ func TestDeadLettersInsertAndRead(t *testing.T) {
 	}
 
 	// FINAL collapses rows with the same sorting key at read time.
-	got := readDeadLetters(t, ch, "SELECT received_at, app, raw_msg_id, stream_seq, reason, error, body FROM "+
+	got := readDeadLetters(t, ch, "SELECT received_at, app, raw_msg_id, raw_seq, reason, error, body FROM "+
 		ch.Database+".dead_letters FINAL ORDER BY received_at, raw_msg_id")
 	want := []deadLetter{rows[2], rows[1]} // the last inserted copy of h1 wins
 	if len(got) != len(want) {
@@ -247,7 +248,7 @@ func readDeadLetters(t *testing.T, ch *schematest.ClickHouseDB, query string) []
 	var out []deadLetter
 	for rows.Next() {
 		var d deadLetter
-		if err := rows.Scan(&d.receivedAt, &d.app, &d.rawMsgID, &d.streamSeq, &d.reason, &d.error, &d.body); err != nil {
+		if err := rows.Scan(&d.receivedAt, &d.app, &d.rawMsgID, &d.rawSeq, &d.reason, &d.error, &d.body); err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, d)

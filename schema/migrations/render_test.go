@@ -47,7 +47,7 @@ func TestRenderDeadLetters1816(t *testing.T) {
 		"app         String,",
 		"reason      String,",
 		"ENGINE = ReplacingMergeTree",
-		"ORDER BY (received_at, raw_msg_id)",
+		"ORDER BY (received_at, raw_msg_id, item)",
 	} {
 		if !strings.Contains(sql, want) {
 			t.Errorf("18.16 rendering lacks %q:\n%s", want, sql)

@@ -1,25 +1,310 @@
 -- 0001_dead_letters.sql
--- dead_letters: raw bodies that stage 1 could not decode, with the reason,
--- kept so that they can be looked at and replayed once the decoder is fixed.
+-- dead_letters: bodies, or items of them, that stage 1 could not decode, with
+-- the reason, kept so that they can be looked at and replayed once the
+-- decoder is fixed. One row per bad item: item is the path of the item
+-- (entry[0].changes[1].value.statuses[2]), "" when the whole body is bad, so
+-- several bad items of one body stay apart.
 --
 -- ReplacingMergeTree, not MergeTree: the same body can be dead-lettered again
 -- (a JetStream redelivery after a crash between insert and ack, a replay of
 -- RAW after a deploy). Such a row has the same received_at (taken from the RAW
--- message, not the clock) and raw_msg_id (the body's hash), so it shares the
--- sorting key and merges collapse the copies, keeping the last one inserted,
--- whose reason and error come from the newest decoder. Merges happen in the
--- background: an exact count uses FINAL or counts distinct raw_msg_id.
+-- message, not the clock), raw_msg_id (the body's hash) and item, so it shares
+-- the sorting key and merges collapse the copies, keeping the last one
+-- inserted, whose reason and error come from the newest decoder. Merges happen
+-- in the background: an exact count uses FINAL (README.md).
 CREATE TABLE IF NOT EXISTS wahook.dead_letters
 (
     received_at DateTime,
     app         String,
+    raw_seq     UInt64,
     raw_msg_id  String,
-    stream_seq  UInt64,
+    item        String,
     reason      String,
     error       String,
     body        String
 )
 ENGINE = ReplacingMergeTree
 PARTITION BY toYYYYMM(received_at)
-ORDER BY (received_at, raw_msg_id);
+ORDER BY (received_at, raw_msg_id, item);
+
+-- 0002_status_events.sql
+-- status_events: one row per message status (schema.StatusRow): sent,
+-- delivered, read, played, failed, and any other value Meta sends, plus the
+-- send results that sending services report (accepted, failed).
+--
+-- The same status can be inserted more than once (a redelivery, a replay of
+-- RAW, a Meta retry in another POST): every copy has the same event_id
+-- (schema.EventID). ReplacingMergeTree collapses rows with the same sorting
+-- key in background merges, keeping the last inserted. The sorting key holds
+-- only event_id and columns that are parts of it (phone_number_id,
+-- event_time), so that all copies of an event share it; received_at, app and
+-- raw_seq may differ between copies and stay out of it. Until merges have run,
+-- count with uniqExact(event_id) or FINAL (README.md).
+--
+-- error_codes lists the codes of the status's errors; their details are in
+-- errors. conversation_expiry is 1970-01-01 00:00:00 when absent.
+CREATE TABLE IF NOT EXISTS wahook.status_events
+(
+    event_id             String,
+    event_time           DateTime,
+    waba_id              String,
+    phone_number_id      String,
+    display_phone_number String,
+    message_id           String,
+    status               String,
+    recipient_hash       String,
+    recipient_user_hash  String,
+    recipient_type       String,
+    group_id             String,
+    participant_hash     String,
+    error_codes          Array(Int32),
+    pricing_billable     Int8,
+    pricing_model        String,
+    pricing_type         String,
+    pricing_category     String,
+    conversation_id      String,
+    conversation_origin  String,
+    conversation_expiry  DateTime,
+    campaign             String,
+    template             String,
+    extra                String,
+    received_at          DateTime,
+    app                  String,
+    raw_seq              UInt64
+)
+ENGINE = ReplacingMergeTree
+PARTITION BY toYYYYMM(event_time)
+ORDER BY (phone_number_id, event_time, event_id);
+
+-- 0003_errors.sql
+-- errors: one row per error occurrence (schema.ErrorRow): of a status, of a
+-- webhook value, of an inbound message, or of a send result (origin). An
+-- occurrence is identified by its owner's event_id and its index within it.
+--
+-- ReplacingMergeTree for the same reason as status_events: copies of an
+-- occurrence share (event_id, error_index) and the columns before them in the
+-- sorting key, which come from the owning event. Count occurrences with
+-- uniqExact(event_id, error_index) or FINAL, or read failures_by_minute.
+CREATE TABLE IF NOT EXISTS wahook.errors
+(
+    event_id        String,
+    error_index     UInt16,
+    origin          String,
+    event_time      DateTime,
+    waba_id         String,
+    phone_number_id String,
+    message_id      String,
+    recipient_hash  String,
+    code            Int32,
+    title           String,
+    message         String,
+    details         String,
+    href            String,
+    campaign        String,
+    template        String,
+    received_at     DateTime,
+    app             String,
+    raw_seq         UInt64
+)
+ENGINE = ReplacingMergeTree
+PARTITION BY toYYYYMM(event_time)
+ORDER BY (phone_number_id, event_time, event_id, error_index);
+
+-- 0004_inbound_messages.sql
+-- inbound_messages: one row per inbound message (schema.InboundRow); the
+-- message text is never stored, senders are keyed hashes. Deduplicated like
+-- status_events: count with uniqExact(event_id) or FINAL.
+CREATE TABLE IF NOT EXISTS wahook.inbound_messages
+(
+    event_id             String,
+    event_time           DateTime,
+    waba_id              String,
+    phone_number_id      String,
+    display_phone_number String,
+    message_id           String,
+    type                 String,
+    from_hash            String,
+    from_user_hash       String,
+    group_id             String,
+    context_message_id   String,
+    context_forwarded    UInt8,
+    interactive_type     String,
+    referral_source_type String,
+    referral_source_id   String,
+    referral_ctwa_clid   String,
+    error_codes          Array(Int32),
+    extra                String,
+    received_at          DateTime,
+    app                  String,
+    raw_seq              UInt64
+)
+ENGINE = ReplacingMergeTree
+PARTITION BY toYYYYMM(event_time)
+ORDER BY (phone_number_id, event_time, event_id);
+
+-- 0005_management_events.sql
+-- management_events: one row per event of every other field
+-- (schema.ManagementRow): number quality and limits, names, account,
+-- templates, user preferences, calls, and unknown fields kept raw.
+--
+-- Deduplicated like status_events. phone_number_id stays out of the sorting
+-- key: it may be resolved from the display number, so two copies of one
+-- event could disagree on it; kind, waba_id and event_time are parts of the
+-- event id.
+CREATE TABLE IF NOT EXISTS wahook.management_events
+(
+    event_id             String,
+    kind                 String,
+    field                String,
+    event_time           DateTime,
+    waba_id              String,
+    phone_number_id      String,
+    display_phone_number String,
+    event                String,
+    subject_id           String,
+    subject_name         String,
+    old_value            String,
+    new_value            String,
+    reason               String,
+    raw                  String,
+    received_at          DateTime,
+    app                  String,
+    raw_seq              UInt64
+)
+ENGINE = ReplacingMergeTree
+PARTITION BY toYYYYMM(event_time)
+ORDER BY (kind, waba_id, event_time, event_id);
+
+-- 0006_failures_by_minute.sql
+-- failures_by_minute: error occurrences by minute, number, code, origin,
+-- WABA, template and campaign, fed from errors by failures_by_minute_mv.
+--
+-- error_keys holds the set of (event_id, error_index) of the occurrences, not
+-- a count: an occurrence inserted twice (redelivery, replay, Meta retry) is
+-- the same element twice, so uniqExactMerge(error_keys) counts it once, before
+-- and after merges. Query it with GROUP BY and uniqExactMerge (README.md).
+-- Every column but error_keys is in the sorting key, so merges combine the
+-- states of equal keys; the key starts with the number and the minute like
+-- the tables it summarizes.
+CREATE TABLE IF NOT EXISTS wahook.failures_by_minute
+(
+    phone_number_id String,
+    minute          DateTime,
+    code            Int32,
+    origin          String,
+    waba_id         String,
+    template        String,
+    campaign        String,
+    error_keys      AggregateFunction(uniqExact, String, UInt16)
+)
+ENGINE = AggregatingMergeTree
+PARTITION BY toYYYYMM(minute)
+ORDER BY (phone_number_id, minute, code, origin, waba_id, template, campaign);
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS wahook.failures_by_minute_mv
+TO wahook.failures_by_minute
+AS SELECT
+    phone_number_id,
+    toStartOfMinute(event_time) AS minute,
+    code,
+    origin,
+    waba_id,
+    template,
+    campaign,
+    uniqExactState(event_id, error_index) AS error_keys
+FROM wahook.errors
+GROUP BY phone_number_id, minute, code, origin, waba_id, template, campaign;
+
+-- 0007_message_lifecycle.sql
+-- message_lifecycle: one row per sent message and recipient (after merges),
+-- fed from status_events by message_lifecycle_mv: when it was first sent,
+-- delivered, read, played and failed, and whether it ever failed.
+--
+-- recipient_key is participant_hash for a group send and recipient_hash
+-- otherwise, so each member of a group has a lifecycle of its own. Statuses
+-- without a message id (a send rejected by the API) have no lifecycle.
+--
+-- Every aggregate is order-free: the earliest time of each status
+-- (minIfState; 1970-01-01 00:00:00 when the status never came), failed as the
+-- maximum of status = 'failed' (once failed, always failed), and the maximum
+-- of waba_id, campaign and template, which all statuses of a message share
+-- or leave empty. A status inserted twice changes nothing. month (of the
+-- status's event time) partitions the table: the statuses of one message may
+-- fall in two months and then sit in two rows until a query merges them, so
+-- queries always GROUP BY phone_number_id, message_id, recipient_key
+-- (README.md).
+--
+-- CAST drops the LowCardinality that current releases give to status = '...'
+-- and to template, so that the states have the declared argument types.
+CREATE TABLE IF NOT EXISTS wahook.message_lifecycle
+(
+    phone_number_id String,
+    message_id      String,
+    recipient_key   String,
+    month           Date,
+    waba_id         AggregateFunction(max, String),
+    campaign        AggregateFunction(max, String),
+    template        AggregateFunction(max, String),
+    sent_at         AggregateFunction(minIf, DateTime, UInt8),
+    delivered_at    AggregateFunction(minIf, DateTime, UInt8),
+    read_at         AggregateFunction(minIf, DateTime, UInt8),
+    played_at       AggregateFunction(minIf, DateTime, UInt8),
+    failed_at       AggregateFunction(minIf, DateTime, UInt8),
+    failed          AggregateFunction(max, UInt8)
+)
+ENGINE = AggregatingMergeTree
+PARTITION BY toYYYYMM(month)
+ORDER BY (phone_number_id, message_id, recipient_key);
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS wahook.message_lifecycle_mv
+TO wahook.message_lifecycle
+AS SELECT
+    phone_number_id,
+    message_id,
+    if(participant_hash != '', participant_hash, recipient_hash) AS recipient_key,
+    toStartOfMonth(event_time) AS month,
+    maxState(waba_id) AS waba_id,
+    maxState(campaign) AS campaign,
+    maxState(CAST(template AS String)) AS template,
+    minIfState(event_time, CAST(status = 'sent' AS UInt8)) AS sent_at,
+    minIfState(event_time, CAST(status = 'delivered' AS UInt8)) AS delivered_at,
+    minIfState(event_time, CAST(status = 'read' AS UInt8)) AS read_at,
+    minIfState(event_time, CAST(status = 'played' AS UInt8)) AS played_at,
+    minIfState(event_time, CAST(status = 'failed' AS UInt8)) AS failed_at,
+    maxState(CAST(status = 'failed' AS UInt8)) AS failed
+FROM wahook.status_events
+WHERE message_id != ''
+GROUP BY phone_number_id, message_id, recipient_key, month;
+
+-- 0008_status_counts_by_minute.sql
+-- status_counts_by_minute: statuses by minute, number, WABA, status, pricing
+-- category and campaign, fed from status_events by
+-- status_counts_by_minute_mv. events holds the set of event ids, so
+-- uniqExactMerge(events) counts a status inserted twice once.
+CREATE TABLE IF NOT EXISTS wahook.status_counts_by_minute
+(
+    phone_number_id  String,
+    minute           DateTime,
+    status           String,
+    pricing_category String,
+    waba_id          String,
+    campaign         String,
+    events           AggregateFunction(uniqExact, String)
+)
+ENGINE = AggregatingMergeTree
+PARTITION BY toYYYYMM(minute)
+ORDER BY (phone_number_id, minute, status, pricing_category, waba_id, campaign);
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS wahook.status_counts_by_minute_mv
+TO wahook.status_counts_by_minute
+AS SELECT
+    phone_number_id,
+    toStartOfMinute(event_time) AS minute,
+    status,
+    pricing_category,
+    waba_id,
+    campaign,
+    uniqExactState(event_id) AS events
+FROM wahook.status_events
+GROUP BY phone_number_id, minute, status, pricing_category, waba_id, campaign;
 

@@ -1,0 +1,102 @@
+package chwriter
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/wahook/wahook/schema"
+)
+
+// Writer inserts schema.Rows into the tables of schema/migrations. It is safe
+// for concurrent use.
+type Writer struct {
+	conn driver.Conn
+	cfg  Config
+	err  error // a bad database or config, returned by every call
+
+	statuses, errors, inbound, management, deadLetters string // INSERT queries
+
+	scratch sync.Pool // *scratch
+}
+
+// New returns a Writer that inserts into the tables of database over conn, a
+// native-protocol connection. A bad database name or option does not fail
+// here: Write and Ping return the error.
+func New(conn driver.Conn, database string, opts ...Option) *Writer {
+	cfg := DefaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	w := &Writer{conn: conn, cfg: cfg}
+	w.scratch.New = func() any { return new(scratch) }
+	if w.err = checkDatabase(database); w.err == nil {
+		w.err = cfg.Validate()
+	}
+	w.statuses = insertQuery(database, &statusEvents)
+	w.errors = insertQuery(database, &errorEvents)
+	w.inbound = insertQuery(database, &inboundMessages)
+	w.management = insertQuery(database, &managementEvents)
+	w.deadLetters = insertQuery(database, &deadLetters)
+	return w
+}
+
+// Write inserts each table's rows of rows: status_events, errors,
+// inbound_messages, management_events and dead_letters, in that order, one
+// INSERT per table that has rows. Empty Rows are a no-op.
+//
+// Write returns nil only when every insert succeeded. After an error, the
+// tables before the failing one hold their rows, and the failing one may hold
+// some: the caller writes the whole batch again, and the deduplicating tables
+// and queries count each row once (README.md of schema/migrations). Write
+// blocks until the server has answered, or ctx is done. It keeps no reference
+// to rows after it returns.
+func (w *Writer) Write(ctx context.Context, rows *schema.Rows) error {
+	if w.err != nil {
+		return w.err
+	}
+	if rows == nil || rows.Len() == 0 {
+		return nil
+	}
+	s := w.scratch.Get().(*scratch)
+	defer func() {
+		s.clear()
+		w.scratch.Put(s)
+	}()
+	if err := writeTable(ctx, w, w.statuses, &statusEvents, rows.Statuses, s); err != nil {
+		return err
+	}
+	if err := writeTable(ctx, w, w.errors, &errorEvents, rows.Errors, s); err != nil {
+		return err
+	}
+	if err := writeTable(ctx, w, w.inbound, &inboundMessages, rows.Inbound, s); err != nil {
+		return err
+	}
+	if err := writeTable(ctx, w, w.management, &managementEvents, rows.Management, s); err != nil {
+		return err
+	}
+	return writeTable(ctx, w, w.deadLetters, &deadLetters, rows.DeadLetters, s)
+}
+
+func writeTable[T any](ctx context.Context, w *Writer, query string, t *table[T], rows []T, s *scratch) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	if err := insert(ctx, w.conn, query, t, rows, w.cfg.BlockRows, s); err != nil {
+		return fmt.Errorf("chwriter: insert %d rows into %s: %w", len(rows), t.name, err)
+	}
+	return nil
+}
+
+// Ping reports whether the server answers, for readiness checks.
+func (w *Writer) Ping(ctx context.Context) error {
+	if w.err != nil {
+		return w.err
+	}
+	if err := w.conn.Ping(ctx); err != nil {
+		return fmt.Errorf("chwriter: ping: %w", err)
+	}
+	return nil
+}

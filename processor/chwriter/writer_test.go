@@ -1,0 +1,211 @@
+package chwriter
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wahook/wahook/schema"
+	"github.com/wahook/wahook/schema/schematest"
+)
+
+func TestWriteReadsBackEveryColumn(t *testing.T) {
+	w, ch := newWriter(t)
+	rows := fixture()
+	if err := w.Write(context.Background(), rows); err != nil {
+		t.Fatal(err)
+	}
+	checkRows(t, "status_events", readStatuses(t, ch),
+		sorted(rows.Statuses, func(a, b schema.StatusRow) int { return cmp.Compare(a.EventID, b.EventID) }))
+	checkRows(t, "errors", readErrors(t, ch), sorted(rows.Errors, func(a, b schema.ErrorRow) int {
+		return cmp.Or(cmp.Compare(a.EventID, b.EventID), cmp.Compare(a.Index, b.Index))
+	}))
+	checkRows(t, "inbound_messages", readInbound(t, ch),
+		sorted(rows.Inbound, func(a, b schema.InboundRow) int { return cmp.Compare(a.EventID, b.EventID) }))
+	checkRows(t, "management_events", readManagement(t, ch),
+		sorted(rows.Management, func(a, b schema.ManagementRow) int { return cmp.Compare(a.EventID, b.EventID) }))
+	checkRows(t, "dead_letters", readDeadLetters(t, ch), sorted(rows.DeadLetters, func(a, b schema.DeadLetter) int {
+		return cmp.Or(a.ReceivedAt.Compare(b.ReceivedAt), cmp.Compare(a.RawMsgID, b.RawMsgID), cmp.Compare(a.Item, b.Item))
+	}))
+}
+
+func TestWriteEmptyIsNoOp(t *testing.T) {
+	// No server: an empty Write must not touch the connection.
+	w := New(nil, "wahook")
+	for _, rows := range []*schema.Rows{nil, {}, {Statuses: []schema.StatusRow{}}} {
+		if err := w.Write(context.Background(), rows); err != nil {
+			t.Errorf("Write(%+v) = %v, want nil", rows, err)
+		}
+	}
+}
+
+func TestWriteKeepsNoRows(t *testing.T) {
+	w, _ := newWriter(t)
+	rows := fixture()
+	if err := w.Write(context.Background(), rows); err != nil {
+		t.Fatal(err)
+	}
+	// The pooled scratch must not hold the strings just written. The pool
+	// may drop it (a GC between Put and Get): then write again.
+	var s *scratch
+	for try := 0; try < 10 && (s == nil || cap(s.strs) == 0); try++ {
+		if err := w.Write(context.Background(), rows); err != nil {
+			t.Fatal(err)
+		}
+		s = w.scratch.Get().(*scratch)
+	}
+	if cap(s.strs) == 0 {
+		t.Fatal("got no used scratch from the pool after 10 writes")
+	}
+	for i, v := range s.strs[:cap(s.strs)] {
+		if v != "" {
+			t.Fatalf("scratch.strs[%d] = %q after Write, want it cleared", i, v)
+		}
+	}
+	for i, v := range s.times[:cap(s.times)] {
+		if !v.IsZero() {
+			t.Fatalf("scratch.times[%d] = %v after Write, want it cleared", i, v)
+		}
+	}
+}
+
+func TestWriteLargeBatchInBlocks(t *testing.T) {
+	const n, block = 25_000, 10_000 // three blocks of one INSERT
+	w, ch := newWriter(t, WithBlockRows(block))
+	rows := &schema.Rows{Statuses: make([]schema.StatusRow, n)}
+	for i := range rows.Statuses {
+		rows.Statuses[i] = status(fmt.Sprintf("wamid.%d", i), "r", "", "sent", base.Add(time.Duration(i)*time.Millisecond))
+	}
+	// With merges stopped, the parts show what the INSERT made.
+	if err := ch.Conn.Exec(context.Background(), "SYSTEM STOP MERGES "+ch.Database+".status_events"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(context.Background(), rows); err != nil {
+		t.Fatal(err)
+	}
+	var count, ids, lifecycles, parts uint64
+	if err := ch.Conn.QueryRow(context.Background(), "SELECT count() FROM system.parts "+
+		"WHERE database = ? AND table = 'status_events' AND active", ch.Database).Scan(&parts); err != nil {
+		t.Fatal(err)
+	}
+	// The server squashes the blocks of one INSERT (min_insert_block_size_rows),
+	// so small blocks cost no extra parts.
+	if parts != 1 {
+		t.Errorf("status_events has %d parts after one INSERT of %d blocks, want 1", parts, (n+block-1)/block)
+	}
+	if err := ch.Conn.QueryRow(context.Background(),
+		"SELECT count(), uniqExact(event_id) FROM status_events").Scan(&count, &ids); err != nil {
+		t.Fatal(err)
+	}
+	if count != n || ids != n {
+		t.Errorf("got %d rows with %d ids, want %d", count, ids, n)
+	}
+	if err := ch.Conn.QueryRow(context.Background(),
+		"SELECT uniqExact(message_id) FROM message_lifecycle").Scan(&lifecycles); err != nil {
+		t.Fatal(err)
+	}
+	if lifecycles != n {
+		t.Errorf("message_lifecycle has %d messages, want %d", lifecycles, n)
+	}
+}
+
+func TestColumnsMatchTables(t *testing.T) {
+	_, ch := newWriter(t)
+	for _, tc := range []struct {
+		table string
+		cols  []string
+	}{
+		{statusEvents.name, names(statusEvents.cols)},
+		{errorEvents.name, names(errorEvents.cols)},
+		{inboundMessages.name, names(inboundMessages.cols)},
+		{managementEvents.name, names(managementEvents.cols)},
+		{deadLetters.name, names(deadLetters.cols)},
+	} {
+		rows, err := ch.Conn.Query(context.Background(),
+			"SELECT name FROM system.columns WHERE database = ? AND table = ? ORDER BY name", ch.Database, tc.table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for rows.Next() {
+			var name string
+			if err := rows.Scan(&name); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, name)
+		}
+		rows.Close()
+		want := slices.Sorted(slices.Values(tc.cols))
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: table has columns %v, writer writes %v", tc.table, got, want)
+		}
+	}
+}
+
+func names[T any](cols []column[T]) []string {
+	out := make([]string, len(cols))
+	for i, c := range cols {
+		out[i] = c.name
+	}
+	return out
+}
+
+func TestNewRejectsBadSettings(t *testing.T) {
+	tests := []struct {
+		name     string
+		database string
+		opts     []Option
+		want     string
+	}{
+		{"database with a dash", "wa-hook", nil, "bad database name"},
+		{"empty database", "", nil, "bad database name"},
+		{"injection", "x; DROP TABLE y", nil, "bad database name"},
+		{"zero block rows", "wahook", []Option{WithBlockRows(0)}, "block rows must be positive"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := New(nil, tt.database, tt.opts...)
+			for call, err := range map[string]error{
+				"Write": w.Write(context.Background(), fixture()),
+				"Ping":  w.Ping(context.Background()),
+			} {
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Errorf("%s: got %v, want an error with %q", call, err, tt.want)
+				}
+			}
+		})
+	}
+	if err := New(nil, "x-y").Ping(context.Background()); !errors.Is(err, ErrBadDatabase) {
+		t.Errorf("got %v, want ErrBadDatabase", err)
+	}
+}
+
+func TestPing(t *testing.T) {
+	w, _ := newWriter(t)
+	if err := w.Ping(context.Background()); err != nil {
+		t.Errorf("Ping: %v", err)
+	}
+}
+
+func TestPingAndWriteFailWhenServerDown(t *testing.T) {
+	srv := schematest.StartClickHouse(t)
+	db := srv.Database(t)
+	w := New(db.Conn, db.Database) // no tables: the insert itself fails
+	if err := w.Write(context.Background(), fixture()); err == nil || !strings.Contains(err.Error(), "status_events") {
+		t.Errorf("Write without tables: got %v, want an error naming status_events", err)
+	}
+	srv.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.Ping(ctx); err == nil {
+		t.Error("Ping with the server stopped: got nil, want an error")
+	}
+	if err := w.Write(ctx, fixture()); err == nil {
+		t.Error("Write with the server stopped: got nil, want an error")
+	}
+}
