@@ -23,10 +23,10 @@ type Writer interface {
 	Write(ctx context.Context, rows *schema.Rows) error
 }
 
-// Normalizer appends the rows of one RAW body to rows. A body, or an item of
+// BodyNormalizer appends the rows of one RAW body to rows. A body, or an item of
 // it, that cannot be decoded becomes a DeadLetter row with its reason: Normalize
 // never fails, so one bad item never costs the others of the same POST.
-type Normalizer interface {
+type BodyNormalizer interface {
 	Normalize(body []byte, src schema.Source, rawMsgID string, rows *schema.Rows)
 }
 
@@ -35,14 +35,14 @@ type Stage1 struct {
 	cfg     Config
 	js      jetstream.JetStream
 	w       Writer
-	n       Normalizer
+	n       BodyNormalizer
 	log     *zap.Logger
 	metrics *metrics
 	backoff time.Duration
 }
 
 // NewStage1 returns a stage 1 consumer; log may be nil.
-func NewStage1(cfg Config, js jetstream.JetStream, w Writer, n Normalizer, reg prometheus.Registerer, log *zap.Logger) (*Stage1, error) {
+func NewStage1(cfg Config, js jetstream.JetStream, w Writer, n BodyNormalizer, reg prometheus.Registerer, log *zap.Logger) (*Stage1, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("processor config: %w", err)
 	}
@@ -83,6 +83,10 @@ func (s *Stage1) ConsumerConfig() jetstream.ConsumerConfig {
 
 // Run consumes until ctx ends, then writes the batch in hand once more and
 // returns. It returns an error only when the consumer cannot be set up.
+//
+// Gathering and writing overlap: while one batch is written (ClickHouse,
+// then EVENTS, then the acks), the next is fetched and normalized. At most
+// one batch is written at a time, so batches stay large and in order.
 func (s *Stage1) Run(ctx context.Context) error {
 	cons, err := s.js.CreateOrUpdateConsumer(ctx, schema.StreamRaw, s.ConsumerConfig())
 	if err != nil {
@@ -94,13 +98,37 @@ func (s *Stage1) Run(ctx context.Context) error {
 		return fmt.Errorf("consume %s: %w", schema.StreamRaw, err)
 	}
 	defer it.Stop()
-	b := &batch{}
+
+	// The writer goroutine takes full batches and gives them back empty;
+	// two batches take turns.
+	full, empty := make(chan *batch), make(chan *batch, 2)
+	empty <- &batch{}
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		for b := range full {
+			s.flush(ctx, b)
+			empty <- b
+		}
+	}()
+	b := <-empty
+	handOff := func() {
+		full <- b
+		b = <-empty
+	}
+	defer func() {
+		if len(b.msgs) > 0 {
+			handOff()
+		}
+		close(full)
+		<-writerDone
+	}()
 	for ctx.Err() == nil {
 		wait := s.cfg.FlushInterval
 		if len(b.msgs) > 0 {
 			wait = time.Until(b.first.Add(s.cfg.FlushInterval))
 			if wait <= 0 {
-				s.flush(ctx, b)
+				handOff()
 				continue
 			}
 		}
@@ -112,7 +140,7 @@ func (s *Stage1) Run(ctx context.Context) error {
 			case ctx.Err() != nil:
 			case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 				if len(b.msgs) > 0 {
-					s.flush(ctx, b)
+					handOff()
 				}
 			case errors.Is(err, jetstream.ErrMsgIteratorClosed):
 				return fmt.Errorf("consume %s: %w", schema.StreamRaw, err)
@@ -124,14 +152,8 @@ func (s *Stage1) Run(ctx context.Context) error {
 		}
 		s.add(b, msg)
 		if b.rows.Len() >= s.cfg.BatchRows || b.bytes >= s.cfg.BatchBytes {
-			s.flush(ctx, b)
+			handOff()
 		}
-	}
-	if len(b.msgs) > 0 {
-		// The last flush gets a context of its own: ctx is done.
-		fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		s.flush(fctx, b)
-		cancel()
 	}
 	return nil
 }
@@ -171,6 +193,12 @@ func SourceOf(msg jetstream.Msg) schema.Source {
 // either store fails, it naks them with a growing delay instead, so they
 // come back, and waits that delay before fetching more.
 func (s *Stage1) flush(ctx context.Context, b *batch) {
+	if ctx.Err() != nil {
+		// The last batch after a stop gets a context of its own.
+		fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		ctx = fctx
+	}
 	start := time.Now()
 	err := s.w.Write(ctx, &b.rows)
 	if err == nil && s.cfg.PublishEvents {

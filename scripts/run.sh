@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs the whole system on this machine: builds wahook and starts "wahook
-# serve" with an embedded NATS JetStream under ./data. Settings come from
-# WAHOOK_* variables (see the README); for a first look it uses a demo app
-# secret and verify token, which it prints.
+# serve" with an embedded NATS JetStream under ./data, writing to a local
+# ClickHouse, which it installs from Debian's packages and starts (data under
+# ./data/clickhouse, port 9000) when none answers. Settings come from WAHOOK_*
+# variables (see the README); for a first look it uses a demo app secret and
+# verify token, which it prints.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -14,6 +16,11 @@ fi
 if [ -z "${WAHOOK_VERIFY_TOKEN:-}${WAHOOK_VERIFY_TOKEN_FILE:-}" ]; then
 	export WAHOOK_VERIFY_TOKEN=demo-verify-token
 	echo "run.sh: WAHOOK_VERIFY_TOKEN not set; using 'demo-verify-token'" >&2
+fi
+if [ -z "${WAHOOK_CLICKHOUSE_DSN:-}" ]; then
+	scripts/clickhouse.sh install
+	scripts/clickhouse.sh start "$PWD/data/clickhouse" 9000
+	export WAHOOK_CLICKHOUSE_DSN=clickhouse://127.0.0.1:9000/wahook
 fi
 mkdir -p bin
 go build -o bin/wahook ./cmd/wahook

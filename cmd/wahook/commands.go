@@ -19,6 +19,8 @@ func commands() map[string]command {
 	return map[string]command{
 		"serve":    {"run everything in one process on an embedded NATS JetStream", runServe},
 		"ingest":   {"run only the webhook endpoint, against external NATS", runIngest},
+		"process":  {"run stage 1 alone against external NATS: RAW bodies to ClickHouse rows and EVENTS", runProcess},
+		"replay":   {"feed RAW history through stage 1 again (--since); counts come out as if never replayed", runReplay},
 		"migrate":  {"create or update the JetStream streams and the ClickHouse schema, then exit", runMigrate},
 		"version":  {"print the version", runVersion},
 		"loadtest": {"send signed webhook traffic to an endpoint on this machine and report latency and Meta's verdict", runLoadtest},

@@ -49,6 +49,11 @@ func TestUsageAndVersion(t *testing.T) {
 	if code, _, errOut := runCmd(t, "nosuch"); code != 2 || !strings.Contains(errOut, `unknown command "nosuch"`) {
 		t.Fatalf("unknown command: code %d, %q", code, errOut)
 	}
+	for _, name := range []string{"serve", "ingest", "process", "migrate", "replay", "loadtest", "version"} {
+		if code, _, errOut := runCmd(t, name, "-h"); code != 0 {
+			t.Errorf("%s -h: code %d, %s", name, code, errOut)
+		}
+	}
 	if code, out, _ := runCmd(t, "version"); code != 0 || !strings.HasPrefix(out, "wahook ") {
 		t.Fatalf("version: code %d, %q", code, out)
 	}
@@ -126,6 +131,7 @@ func freeAddr(t *testing.T) string {
 // TestServeLifecycle runs "wahook serve" in-process: embedded JetStream, a
 // signed fixture stored, readiness, and an ordered shutdown on cancel.
 func TestServeLifecycle(t *testing.T) {
+	ch := schematest.ClickHouse(t)
 	dataDir := t.TempDir()
 	listen, natsListen := freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -134,7 +140,8 @@ func TestServeLifecycle(t *testing.T) {
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--listen", listen, "--nats-listen", natsListen, "--data-dir", dataDir,
-			"--app-secret", "wahook-fixture-app-secret", "--verify-token", "tok", "--log-format", "console"}, io.Discard, &stderr)
+			"--app-secret", "wahook-fixture-app-secret", "--verify-token", "tok", "--log-format", "console",
+			"--clickhouse-dsn", ch.DSN, "--flush-interval", "100ms"}, io.Discard, &stderr)
 	}()
 	base := "http://" + listen
 	deadline := time.Now().Add(20 * time.Second)
@@ -182,6 +189,21 @@ func TestServeLifecycle(t *testing.T) {
 		t.Fatalf("fixture not in %s: %v", schema.StreamRaw, err)
 	}
 
+	// Stage 1 writes the fixture's failed status to ClickHouse: HTTP -> RAW
+	// -> stage 1 -> ClickHouse in one process.
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		var n uint64
+		err := ch.Conn.QueryRow(ctx, "SELECT count() FROM "+ch.Database+".errors WHERE code = 131048 AND origin = 'status'").Scan(&n)
+		if err == nil && n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the fixture's 131048 is not in ClickHouse after 20s (%d rows, %v):\n%s", n, err, stderr.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
 	cancel()
 	select {
 	case code := <-done:
@@ -192,7 +214,8 @@ func TestServeLifecycle(t *testing.T) {
 		t.Fatal("serve did not stop within 40s of cancel")
 	}
 	log := stderr.String()
-	order := []string{"http stopped, in-flight requests answered", "pending publishes acknowledged", "nats connection drained", "embedded nats-server stopped"}
+	order := []string{"http stopped, in-flight requests answered", "pending publishes acknowledged",
+		"stage 1 stopped, last batch written", "nats connection drained", "embedded nats-server stopped"}
 	last := -1
 	for _, s := range order {
 		i := strings.Index(log, s)
@@ -209,8 +232,8 @@ func TestServeLifecycle(t *testing.T) {
 	}
 
 	// migrate provisions against the same store without a server running.
-	code, out, errOut := runCmd(t, "migrate", "--data-dir", dataDir, "--log-level", "error")
-	if code != 0 || !strings.Contains(out, "stream WAHOOK_RAW: 1 messages") {
+	code, out, errOut := runCmd(t, "migrate", "--data-dir", dataDir, "--log-level", "error", "--clickhouse-dsn", ch.DSN)
+	if code != 0 || !strings.Contains(out, "stream WAHOOK_RAW: 1 messages") || !strings.Contains(out, "clickhouse database "+ch.Database+" migrated") {
 		t.Fatalf("migrate: code %d, %q %q", code, out, errOut)
 	}
 }

@@ -4,27 +4,31 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/nats-io/nats.go"
-	"go.uber.org/zap"
 
 	"github.com/wahook/wahook/ingest"
+	"github.com/wahook/wahook/processor"
 )
 
 // runMigrate creates or updates everything the product needs, then exits:
-// the RAW stream on NATS (the embedded store under --data-dir when
-// --nats-url is empty).
+// the RAW and EVENTS streams and the numbers bucket on NATS (the embedded
+// store under --data-dir when --nats-url is empty), and the ClickHouse
+// schema (skipped with an empty --clickhouse-dsn).
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := newFlags("migrate", stderr)
 	var (
 		io_  ingestOptions
 		no   natsOptions
 		eo   embeddedOptions
+		po   processOptions
 		logo logOptions
 	)
 	io_.register(f)
 	no.register(f, "external NATS server URLs, comma-separated (empty: the embedded store under --data-dir)")
 	eo.register(f)
+	po.register(f, false)
 	logo.register(f)
 	if err := f.Parse(args); err != nil {
 		return err
@@ -35,6 +39,11 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if err := io_.stream.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if po.dsn != "" {
+		if err := po.validate(); err != nil {
+			return err
+		}
 	}
 	log, err := newLogger(logo, stderr)
 	if err != nil {
@@ -64,12 +73,31 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	info, err := ingest.EnsureRawStream(ctx, pub.JetStream(), io_.stream)
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	info, err := ingest.EnsureRawStream(cctx, pub.JetStream(), io_.stream)
 	if err != nil {
 		return err
 	}
-	log.Info("migrated", zap.String("stream", info.Config.Name))
 	fmt.Fprintf(stdout, "stream %s: %d messages, max age %s, replicas %d, duplicate window %s\n",
 		info.Config.Name, info.State.Msgs, info.Config.MaxAge, info.Config.Replicas, info.Config.Duplicates)
+	if err := processor.EnsureEventsStream(cctx, pub.JetStream(), po.events); err != nil {
+		return err
+	}
+	if _, err := processor.NewNumberMap(cctx, pub.JetStream(), io_.stream.Replicas); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "stream WAHOOK_EVENTS and bucket wahook_numbers ready")
+	if po.dsn == "" {
+		fmt.Fprintln(stdout, "clickhouse skipped (empty --clickhouse-dsn)")
+		return nil
+	}
+	po.migrate = true
+	conn, db, err := openClickHouse(cctx, &po, log)
+	if err != nil {
+		return err
+	}
+	conn.Close()
+	fmt.Fprintf(stdout, "clickhouse database %s migrated\n", db)
 	return nil
 }

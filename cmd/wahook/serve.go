@@ -10,17 +10,19 @@ import (
 )
 
 // runServe runs the whole system in one process: an embedded nats-server
-// with JetStream (unless --nats-url names external servers) and the webhook
-// endpoint.
+// with JetStream (unless --nats-url names external servers), the webhook
+// endpoint and stage 1.
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := newFlags("serve", stderr)
 	var (
 		io_  ingestOptions
 		no   natsOptions
 		eo   embeddedOptions
+		po   processOptions
 		logo logOptions
 	)
 	io_.register(f)
+	po.register(f, true)
 	no.register(f, "external NATS server URLs, comma-separated (empty: the embedded server)")
 	eo.register(f)
 	logo.register(f)
@@ -38,6 +40,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if _, _, err := durationOrAlways(eo.sync); err != nil {
+		return err
+	}
+	if err := po.validate(); err != nil {
 		return err
 	}
 	log, err := newLogger(logo, stderr)
@@ -76,13 +81,26 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		stopEmbedded()
 		return err
 	}
+	pctx, stopProcessing := context.WithCancel(context.Background())
+	defer stopProcessing()
+	processing := make(chan error, 1)
+	if !po.disabled {
+		go runStage1(pctx, log, nc, &po, eo.dataDir, io_.stream.Replicas, reg, processing)
+	}
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")
 	case err = <-e.errc:
 		log.Error("http server stopped", zap.Error(err))
+	case err = <-processing:
+		log.Error("stage 1 stopped", zap.Error(err))
+		processing <- nil
 	}
 	e.stop(log)
+	if !po.disabled {
+		stopProcessing()
+		step(log, "stage 1 stopped, last batch written", func() error { return <-processing })
+	}
 	drainNATS(log, nc)
 	stopEmbedded()
 	return err

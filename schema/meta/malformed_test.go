@@ -19,6 +19,8 @@ func TestMalformed(t *testing.T) {
 		{"empty", ``, "empty body at offset 0", ReasonEmptyBody},
 		{"only spaces", " \n\t", "empty body", ReasonEmptyBody},
 		{"not JSON", `hello`, `invalid character 'h' looking for value at offset 0`, ReasonNotJSON},
+		{"text that starts like a literal", `this is not json`, "body is not valid JSON (it starts like a bool)", ReasonNotJSON},
+		{"number then text", `42 is the answer`, "body is not valid JSON (it starts like a number)", ReasonNotJSON},
 		{"top level array", `[{"entry":[]}]`, "top level is array, want object", ReasonNotObject},
 		{"top level string", `"x"`, "top level is string, want object", ReasonNotObject},
 		{"top level null", `null`, "top level is null, want object", ReasonNotObject},

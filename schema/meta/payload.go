@@ -133,6 +133,12 @@ func (p *Payload) decode(d *decoder) error {
 		}
 		err := d.wrongType("object")
 		if te, ok := err.(*TypeError); ok {
+			// Text that starts like a JSON literal ("this is not json" starts
+			// like true) is no JSON at all, not JSON of the wrong shape; the
+			// check runs only on this error path.
+			if !json.Valid(d.data) {
+				return d.fail(ReasonNotJSON, "body is not valid JSON (it starts like a "+te.Got+")")
+			}
 			return d.fail(ReasonNotObject, "top level is "+te.Got+", want object")
 		}
 		return err

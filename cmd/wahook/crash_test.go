@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wahook/wahook/schema"
+	"github.com/wahook/wahook/schema/schematest"
+)
+
+// TestMain lets the test binary stand in for the wahook binary: with
+// WAHOOK_TEST_MAIN_ARGS set it runs those arguments and exits, so tests can
+// start wahook as a process of its own and kill it.
+func TestMain(m *testing.M) {
+	if args := os.Getenv("WAHOOK_TEST_MAIN_ARGS"); args != "" {
+		os.Args = append([]string{"wahook"}, strings.Fields(args)...)
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// startWahook runs "wahook args..." as a child process.
+func startWahook(t *testing.T, logs *syncBuffer, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "WAHOOK_TEST_MAIN_ARGS="+strings.Join(args, " "))
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	return cmd
+}
+
+// TestProcessKilledMidBatch kills "wahook process" with SIGKILL while bodies
+// flow, starts it again, and finds every event in ClickHouse exactly once.
+func TestProcessKilledMidBatch(t *testing.T) {
+	js := schematest.StartJetStream(t)
+	ch := schematest.ClickHouse(t)
+	if code, out, errOut := runCmd(t, "migrate", "--nats-url", js.URL(), "--clickhouse-dsn", ch.DSN, "--log-level", "error"); code != 0 {
+		t.Fatalf("migrate: %d %s %s", code, out, errOut)
+	}
+	args := []string{"process", "--nats-url", js.URL(), "--clickhouse-dsn", ch.DSN, "--data-dir", t.TempDir(),
+		"--phone-hash-key", "k", "--flush-interval", "200ms", "--batch-rows", "500", "--ack-wait", "3s", "--log-format", "console"}
+	var logs syncBuffer
+	proc := startWahook(t, &logs, args...)
+
+	nc, err := nats.Connect(js.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	jsc, _ := jetstream.New(nc)
+	const n = 3000
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; i < n; i++ {
+			body := []byte(fmt.Sprintf(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","changes":[{"field":"messages","value":{"messaging_product":"whatsapp","metadata":{"display_phone_number":"15557810001","phone_number_id":"107655290331184"},"statuses":[{"id":"wamid.kill-%d","status":"failed","timestamp":"%d","recipient_id":"4915155500734","errors":[{"code":131056,"title":"pair rate"}]},{"id":"wamid.kill-%d","status":"sent","timestamp":"%d","recipient_id":"4915155500734"}]}}]}]}`, i, 1781514312+i, i, 1781514311+i))
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := jsc.PublishMsg(ctx, &nats.Msg{Subject: schema.RawSubject("default"), Data: body,
+				Header: nats.Header{schema.HeaderMsgID: []string{schema.RawMsgID(body)}, schema.HeaderApp: []string{"default"}}})
+			cancel()
+			if err != nil {
+				t.Errorf("publish %d: %v", i, err)
+				return
+			}
+			time.Sleep(500 * time.Microsecond)
+		}
+	}()
+	// Kill it mid-stream, once rows are being written.
+	deadline := time.Now().Add(20 * time.Second)
+	for count(t, ch, "SELECT count() FROM {db}.status_events") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no rows within 20s:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := proc.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = proc.Process.Wait()
+	killedAt := count(t, ch, "SELECT uniqExact(event_id) FROM {db}.status_events")
+	time.Sleep(300 * time.Millisecond)
+	proc = startWahook(t, &logs, args...)
+	wg.Wait()
+
+	deadline = time.Now().Add(60 * time.Second)
+	// A batch is written table by table, so wait for both counts.
+	for {
+		got := count(t, ch, "SELECT uniqExact(event_id) FROM {db}.status_events")
+		failures := count(t, ch, "SELECT toUInt64(uniqExactMerge(error_keys)) FROM {db}.failures_by_minute WHERE code = 131056")
+		if got == 2*n && failures == n {
+			break
+		}
+		if got > 2*n || failures > n || time.Now().After(deadline) {
+			t.Fatalf("status events: got %d, want %d; 131056 failures: got %d, want %d\n%s", got, 2*n, failures, n, logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if killedAt == 0 || killedAt >= 2*n {
+		t.Fatalf("the kill did not land mid-stream (%d of %d events stored at the kill)", killedAt, 2*n)
+	}
+	_ = proc.Process.Signal(syscall.SIGTERM)
+	_, _ = proc.Process.Wait()
+	t.Logf("killed with %d of %d events stored; after the restart all %d once", killedAt, 2*n, 2*n)
+}
+
+func count(t *testing.T, ch *schematest.ClickHouseDB, q string) uint64 {
+	t.Helper()
+	var n uint64
+	if err := ch.Conn.QueryRow(context.Background(), strings.ReplaceAll(q, "{db}", ch.Database)).Scan(&n); err != nil {
+		return 0 // the table may not exist yet
+	}
+	return n
+}

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"go.uber.org/zap"
+)
+
+// runProcess runs stage 1 alone, against external NATS: several instances
+// share the work through one durable consumer.
+func runProcess(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newFlags("process", stderr)
+	var (
+		no      natsOptions
+		po      processOptions
+		logo    logOptions
+		dataDir string
+	)
+	no.register(f, "NATS server URLs, comma-separated (required)")
+	po.register(f, false)
+	logo.register(f)
+	f.StringVar(&dataDir, "data-dir", "./data", "where the phone hash key is kept when --phone-hash-key is not set")
+	replicas := f.Int("replicas", 1, "replicas of the streams and buckets stage 1 creates")
+	if err := f.Parse(args); err != nil {
+		return err
+	}
+	if f.Dump {
+		f.WriteDump(stdout)
+		return nil
+	}
+	if no.urls == "" {
+		return fmt.Errorf("%w: --nats-url is required (wahook serve runs stage 1 on its embedded server)", errUsage)
+	}
+	if err := no.validate(); err != nil {
+		return err
+	}
+	if err := po.validate(); err != nil {
+		return err
+	}
+	log, err := newLogger(logo, stderr)
+	if err != nil {
+		return err
+	}
+	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+	if f.Check {
+		fmt.Fprintln(stdout, "configuration ok")
+		return nil
+	}
+	nc, err := connectExternal(no, "wahook-process")
+	if err != nil {
+		return err
+	}
+	reg := newRegistry()
+	done := make(chan error, 1)
+	pctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go runStage1(pctx, log, nc, &po, dataDir, *replicas, reg, done)
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+		stop()
+		step(log, "stage 1 stopped, last batch written", func() error { return <-done })
+	case err = <-done:
+		log.Error("stage 1 stopped", zap.Error(err))
+	}
+	drainNATS(log, nc)
+	return err
+}

@@ -1,0 +1,217 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/wahook/wahook/processor"
+	"github.com/wahook/wahook/processor/chwriter"
+	"github.com/wahook/wahook/schema"
+	"github.com/wahook/wahook/schema/migrations"
+)
+
+// processOptions are the flags of stage 1 and its ClickHouse.
+type processOptions struct {
+	dsn      string
+	hashKey  string
+	cfg      processor.Config
+	events   processor.EventsConfig
+	migrate  bool
+	disabled bool
+}
+
+func (o *processOptions) register(f *flags, withSwitch bool) {
+	o.cfg = processor.DefaultConfig()
+	o.events = processor.DefaultEventsConfig()
+	f.StringVar(&o.dsn, "clickhouse-dsn", "clickhouse://127.0.0.1:9000/wahook", "ClickHouse, native protocol: clickhouse://user:password@host:9000/database (secret)")
+	f.Secret("clickhouse-dsn")
+	f.StringVar(&o.hashKey, "phone-hash-key", "", "key of the keyed hash that stands for end users' numbers (secret; empty: a key kept in <data-dir>/phone-hash-key, made on first start)")
+	f.Secret("phone-hash-key")
+	f.IntVar(&o.cfg.BatchRows, "batch-rows", o.cfg.BatchRows, "rows per ClickHouse insert at most")
+	f.DurationVar(&o.cfg.FlushInterval, "flush-interval", o.cfg.FlushInterval, "longest a row waits for its batch")
+	f.DurationVar(&o.cfg.AckWait, "ack-wait", o.cfg.AckWait, "how long JetStream waits for stage 1's ack before redelivering")
+	f.BoolVar(&o.cfg.PublishEvents, "publish-events", o.cfg.PublishEvents, "publish every normalized event on WAHOOK_EVENTS")
+	f.DurationVar(&o.events.MaxAge, "events-max-age", o.events.MaxAge, "how long WAHOOK_EVENTS keeps events (it can be rebuilt from RAW)")
+	f.BoolVar(&o.migrate, "migrate", true, "apply ClickHouse migrations at start-up")
+	if withSwitch {
+		f.BoolVar(&o.disabled, "no-process", false, "run without stage 1 (webhooks are stored; nothing is written to ClickHouse)")
+	}
+}
+
+func (o *processOptions) validate() error {
+	if err := o.cfg.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if _, _, err := parseClickHouseDSN(o.dsn); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return nil
+}
+
+// parseClickHouseDSN returns the driver options, connecting to the server's
+// default database, and the database that wahook's tables live in (the
+// DSN's path, "wahook" when empty): migrations create it if absent.
+func parseClickHouseDSN(dsn string) (*clickhouse.Options, string, error) {
+	opts, err := clickhouse.ParseDSN(dsn)
+	if err != nil {
+		return nil, "", fmt.Errorf("--clickhouse-dsn: %w", err)
+	}
+	db := opts.Auth.Database
+	if db == "" {
+		db = "wahook"
+	}
+	opts.Auth.Database = "default"
+	opts.DialTimeout = 5 * time.Second
+	opts.ReadTimeout = 60 * time.Second
+	return opts, db, nil
+}
+
+// phoneHashKey returns the configured key, or the one kept under dataDir,
+// made on first use. Several instances must share one key: set it.
+func phoneHashKey(configured, dataDir string) ([]byte, error) {
+	if configured != "" {
+		return []byte(configured), nil
+	}
+	path := filepath.Join(dataDir, "phone-hash-key")
+	if b, err := os.ReadFile(path); err == nil {
+		if k := strings.TrimSpace(string(b)); k != "" {
+			return []byte(k), nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("phone hash key: %w", err)
+	}
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("phone hash key: %w", err)
+	}
+	k := hex.EncodeToString(raw[:])
+	if err := os.WriteFile(path, []byte(k+"\n"), 0o600); err != nil {
+		return nil, fmt.Errorf("phone hash key: %w", err)
+	}
+	return []byte(k), nil
+}
+
+// openClickHouse connects and, unless told not to, applies the migrations.
+func openClickHouse(ctx context.Context, o *processOptions, log *zap.Logger) (driver.Conn, string, error) {
+	opts, db, err := parseClickHouseDSN(o.dsn)
+	if err != nil {
+		return nil, "", err
+	}
+	conn, err := clickhouse.Open(opts)
+	if err != nil {
+		return nil, "", fmt.Errorf("clickhouse: %w", err)
+	}
+	if err := conn.Ping(ctx); err != nil {
+		conn.Close()
+		return nil, "", fmt.Errorf("clickhouse %v: %w", opts.Addr, err)
+	}
+	if o.migrate {
+		res, err := migrations.Apply(ctx, conn, db)
+		if err != nil {
+			conn.Close()
+			return nil, "", fmt.Errorf("migrate clickhouse: %w", err)
+		}
+		log.Info("clickhouse migrated", zap.String("database", db), zap.String("server", res.ServerVersion.String()),
+			zap.Strings("applied", res.Applied))
+	}
+	return conn, db, nil
+}
+
+// stage1Deps are what stage 1 and replay need, set up in order.
+type stage1Deps struct {
+	js     jetstream.JetStream
+	conn   driver.Conn
+	writer *chwriter.Writer
+	norm   *processor.Normalizer
+}
+
+// setupStage1 connects to ClickHouse (retrying until it answers or ctx
+// ends: an outage delays work, it loses none, since RAW keeps every body),
+// migrates, and provisions EVENTS and the numbers bucket.
+func setupStage1(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *processOptions, dataDir string, replicas int) (*stage1Deps, error) {
+	key, err := phoneHashKey(o.hashKey, dataDir)
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second), jetstream.WithPublishAsyncMaxPending(20000))
+	if err != nil {
+		return nil, err
+	}
+	wait := time.Second
+	var conn driver.Conn
+	var db string
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		conn, db, err = openClickHouse(cctx, o, log)
+		cancel()
+		if err == nil {
+			break
+		}
+		log.Warn("clickhouse not ready; webhooks are kept in RAW meanwhile", zap.Error(err), zap.Duration("retry_in", wait))
+		sleepCtx(ctx, wait)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		wait = min(2*wait, 30*time.Second)
+	}
+	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := processor.EnsureEventsStream(ectx, js, o.events); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	numbers, err := processor.NewNumberMap(ectx, js, replicas)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return &stage1Deps{
+		js:     js,
+		conn:   conn,
+		writer: chwriter.New(conn, db),
+		norm:   processor.NewNormalizer(schema.NewHasher(key), numbers),
+	}, nil
+}
+
+// runStage1 sets stage 1 up and runs it until ctx ends; it reports on done.
+func runStage1(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *processOptions, dataDir string, replicas int, reg prometheus.Registerer, done chan<- error) {
+	deps, err := setupStage1(ctx, log, nc, o, dataDir, replicas)
+	if err != nil {
+		done <- err
+		return
+	}
+	defer deps.conn.Close()
+	s1, err := processor.NewStage1(o.cfg, deps.js, deps.writer, deps.norm, reg, log.Named("stage1"))
+	if err != nil {
+		done <- err
+		return
+	}
+	log.Info("stage 1 consuming", zap.String("stream", schema.StreamRaw), zap.String("consumer", o.cfg.Consumer))
+	done <- s1.Run(ctx)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,1307 @@
+package processor
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wahook/wahook/schema"
+	"github.com/wahook/wahook/schema/meta"
+)
+
+// The shared fixtures (shared/meta/fixtures beside the repository) with their
+// expected facts, and the decoder's own test bodies for the shapes they do
+// not cover.
+const (
+	normFixtures = "../../shared/meta/fixtures"
+	normTestdata = "../schema/meta/testdata"
+)
+
+var normKey = []byte("normalize-test-key")
+
+// memNumbers is an in-memory NumberResolver.
+type memNumbers map[string]string
+
+func (m memNumbers) Learn(display, id string) {
+	if display != "" && id != "" {
+		m[display] = id
+	}
+}
+
+func (m memNumbers) Resolve(display string) string { return m[display] }
+
+func normSource(sec int) schema.Source {
+	return schema.Source{App: "test", ReceivedAt: time.Date(2026, 3, 14, 12, 0, sec, 0, time.UTC), RawSeq: uint64(sec + 1)}
+}
+
+func normalizeBody(n *Normalizer, body []byte, src schema.Source) schema.Rows {
+	var rows schema.Rows
+	n.Normalize(body, src, schema.RawMsgID(body), &rows)
+	return rows
+}
+
+func newTestNormalizer() (*Normalizer, *schema.Hasher, memNumbers) {
+	h, m := schema.NewHasher(normKey), memNumbers{}
+	return NewNormalizer(h, m), h, m
+}
+
+func readBody(t testing.TB, dir, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatalf("read %s (the shared fixtures live in ../shared beside the repository): %v", name, err)
+	}
+	return b
+}
+
+// normFacts are the facts of one fixture in expected.json.
+type normFacts struct {
+	Entries             int                 `json:"entries"`
+	WabaIDs             []string            `json:"waba_ids"`
+	Fields              map[string]int      `json:"fields"`
+	PhoneNumberIDs      []string            `json:"phone_number_ids"`
+	StatusEvents        int                 `json:"status_events"`
+	Statuses            map[string]int      `json:"statuses"`
+	StatusErrorCodes    map[string]int      `json:"status_error_codes"`
+	StatusesWithPricing int                 `json:"statuses_with_pricing"`
+	PricingTypes        map[string]int      `json:"pricing_types"`
+	PricingCategories   map[string]int      `json:"pricing_categories"`
+	GroupStatuses       int                 `json:"group_statuses"`
+	ValueErrorCodes     map[string]int      `json:"value_error_codes"`
+	InboundMessages     int                 `json:"inbound_messages"`
+	InboundTypes        map[string]int      `json:"inbound_types"`
+	InboundErrorCodes   map[string]int      `json:"inbound_error_codes"`
+	InteractiveTypes    map[string]int      `json:"interactive_types"`
+	CallStatuses        int                 `json:"call_statuses"`
+	CallEvents          int                 `json:"call_events"`
+	Echoes              int                 `json:"echoes"`
+	HistoryMessages     int                 `json:"history_messages"`
+	UserPreferences     [][2]string         `json:"user_preferences"`
+	QualityEvents       []map[string]string `json:"quality_events"`
+	ManagementEvents    []string            `json:"management_events"`
+	Signature           string              `json:"x_hub_signature_256"`
+}
+
+func loadFacts(t testing.TB) map[string]normFacts {
+	t.Helper()
+	var facts map[string]normFacts
+	if err := json.Unmarshal(readBody(t, normFixtures, "expected.json"), &facts); err != nil {
+		t.Fatal(err)
+	}
+	if len(facts) != 40 {
+		t.Fatalf("expected.json has %d fixtures, want the 40 of the shared set", len(facts))
+	}
+	return facts
+}
+
+func sortedNames[V any](m map[string]V) []string {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// testdataNames lists the decoder's test bodies.
+func testdataNames(t testing.TB) []string {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(normTestdata, "*.json"))
+	if err != nil || len(names) == 0 {
+		t.Fatalf("decoder test bodies: %v (%d)", err, len(names))
+	}
+	for i := range names {
+		names[i] = filepath.Base(names[i])
+	}
+	return names
+}
+
+// multiset counts strings.
+type multiset map[string]int
+
+func countOf[T any](rows []T, key func(*T) (string, bool)) multiset {
+	c := multiset{}
+	for i := range rows {
+		if k, ok := key(&rows[i]); ok {
+			c[k]++
+		}
+	}
+	return c
+}
+
+func sameCount(t *testing.T, what string, got multiset, want map[string]int) {
+	t.Helper()
+	if len(got) == 0 && len(want) == 0 {
+		return
+	}
+	if !reflect.DeepEqual(map[string]int(got), want) {
+		t.Errorf("%s: got %v, want %v", what, got, want)
+	}
+}
+
+func codesByOrigin(rows []schema.ErrorRow, origins ...string) multiset {
+	return countOf(rows, func(e *schema.ErrorRow) (string, bool) {
+		return fmt.Sprint(e.Code), slices.Contains(origins, e.Origin)
+	})
+}
+
+func hasPricing(r *schema.StatusRow) bool {
+	return r.PricingBillable != -1 || r.PricingModel != "" || r.PricingType != "" || r.PricingCategory != ""
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "None"
+	}
+	return s
+}
+
+// TestNormalizeFixtures checks the rows of every shared fixture against
+// every fact of expected.json that rows can show.
+func TestNormalizeFixtures(t *testing.T) {
+	facts := loadFacts(t)
+	for _, name := range sortedNames(facts) {
+		f := facts[name]
+		t.Run(strings.TrimSuffix(name, ".json"), func(t *testing.T) {
+			body := readBody(t, normFixtures, name)
+			n, h, _ := newTestNormalizer()
+			rows := normalizeBody(n, body, normSource(0))
+			if len(rows.DeadLetters) != 0 {
+				t.Fatalf("dead letters: %+v", rows.DeadLetters)
+			}
+
+			// Statuses: count, values, pricing, groups, errors.
+			if len(rows.Statuses) != f.StatusEvents {
+				t.Errorf("status rows: got %d, want %d", len(rows.Statuses), f.StatusEvents)
+			}
+			sameCount(t, "statuses", countOf(rows.Statuses, func(r *schema.StatusRow) (string, bool) { return r.Status, true }), f.Statuses)
+			sameCount(t, "pricing types", countOf(rows.Statuses, func(r *schema.StatusRow) (string, bool) {
+				return orNone(r.PricingType), hasPricing(r)
+			}), f.PricingTypes)
+			sameCount(t, "pricing categories", countOf(rows.Statuses, func(r *schema.StatusRow) (string, bool) {
+				return orNone(r.PricingCategory), hasPricing(r)
+			}), f.PricingCategories)
+			if got := len(countRows(rows.Statuses, hasPricing)); got != f.StatusesWithPricing {
+				t.Errorf("statuses with pricing: got %d, want %d", got, f.StatusesWithPricing)
+			}
+			group := countRows(rows.Statuses, func(r *schema.StatusRow) bool { return r.RecipientType == meta.RecipientTypeGroup })
+			if len(group) != f.GroupStatuses {
+				t.Errorf("group statuses: got %d, want %d", len(group), f.GroupStatuses)
+			}
+			participants := map[string]bool{}
+			for _, r := range group {
+				if r.GroupID == "" || r.ParticipantHash == "" || r.RecipientHash != "" {
+					t.Errorf("group status %s: group %q participant %q recipient %q", r.MessageID, r.GroupID, r.ParticipantHash, r.RecipientHash)
+				}
+				participants[r.ParticipantHash] = true
+			}
+			for _, r := range rows.Statuses {
+				if r.RecipientType == "" && r.RecipientHash == "" {
+					t.Errorf("status %s has no recipient hash", r.MessageID)
+				}
+			}
+			sameCount(t, "status error codes", codesByOrigin(rows.Errors, originStatus), f.StatusErrorCodes)
+			sameCount(t, "status rows' error codes", statusCodes(rows.Statuses), f.StatusErrorCodes)
+			sameCount(t, "value error codes", codesByOrigin(rows.Errors, originValue, originHistory), f.ValueErrorCodes)
+			sameCount(t, "inbound error codes", codesByOrigin(rows.Errors, originInbound), f.InboundErrorCodes)
+			if c := codesByOrigin(rows.Errors, originCall); len(c) != 0 {
+				t.Errorf("call errors in a fixture without any: %v", c)
+			}
+
+			// Inbound messages.
+			if len(rows.Inbound) != f.InboundMessages {
+				t.Errorf("inbound rows: got %d, want %d", len(rows.Inbound), f.InboundMessages)
+			}
+			sameCount(t, "inbound types", countOf(rows.Inbound, func(r *schema.InboundRow) (string, bool) { return r.Type, true }), f.InboundTypes)
+			sameCount(t, "interactive types", countOf(rows.Inbound, func(r *schema.InboundRow) (string, bool) {
+				return r.InteractiveType, r.Type == "interactive"
+			}), f.InteractiveTypes)
+			for _, r := range rows.Inbound {
+				if r.FromHash == "" {
+					t.Errorf("inbound %s has no sender hash", r.MessageID)
+				}
+			}
+
+			// Quality events: kind number, display number, event, limits.
+			quality := countRows(rows.Management, func(r *schema.ManagementRow) bool { return r.Field == meta.FieldPhoneNumberQualityUpdate })
+			if len(quality) != len(f.QualityEvents) {
+				t.Errorf("quality rows: got %d, want %d", len(quality), len(f.QualityEvents))
+			} else {
+				for i, q := range f.QualityEvents {
+					checkQuality(t, quality[i], q)
+				}
+			}
+
+			// Template, account and unknown-field events, in the README's words.
+			var events []string
+			for _, r := range rows.Management {
+				switch r.Field {
+				case meta.FieldPhoneNumberQualityUpdate, meta.FieldCalls, meta.FieldUserPreferences, FieldUnknownKeys:
+					continue
+				}
+				events = append(events, mgmtSummary(t, r))
+			}
+			if !equalSorted(events, f.ManagementEvents) {
+				t.Errorf("management events:\n got %q\nwant %q", events, f.ManagementEvents)
+			}
+			checkRawFields(t, body, rows.Management)
+
+			// User preferences, as (user hash, value).
+			var prefs [][2]string
+			for _, r := range rows.Management {
+				if r.Kind == schema.KindPreference {
+					prefs = append(prefs, [2]string{r.SubjectID, r.Event})
+				}
+			}
+			var wantPrefs [][2]string
+			for _, p := range f.UserPreferences {
+				wantPrefs = append(wantPrefs, [2]string{h.Hash(p[0]), p[1]})
+			}
+			if !reflect.DeepEqual(prefs, wantPrefs) {
+				t.Errorf("user preferences: got %v, want %v", prefs, wantPrefs)
+			}
+
+			// Calls: rows of kind call, never status rows.
+			var callStatuses, callEvents int
+			for _, r := range rows.Management {
+				if r.Kind != schema.KindCall {
+					continue
+				}
+				if r.Event == "connect" || r.Event == "terminate" {
+					callEvents++
+				} else {
+					callStatuses++
+				}
+			}
+			if callStatuses != f.CallStatuses || callEvents != f.CallEvents {
+				t.Errorf("call rows: %d statuses and %d events, want %d and %d", callStatuses, callEvents, f.CallStatuses, f.CallEvents)
+			}
+			if n := len(countRows(rows.Management, func(r *schema.ManagementRow) bool { return r.Field == meta.FieldSMBMessageEchoes })); n != f.Echoes {
+				t.Errorf("echo rows: got %d, want %d", n, f.Echoes)
+			}
+
+			// Fields that are one event per change.
+			for field, want := range f.Fields {
+				switch field {
+				case meta.FieldMessages, meta.FieldCalls, meta.FieldUserPreferences:
+					continue
+				}
+				if got := len(countRows(rows.Management, func(r *schema.ManagementRow) bool { return r.Field == field })); got != want {
+					t.Errorf("rows of field %s: got %d, want %d", field, got, want)
+				}
+			}
+
+			// Numbers and WABAs the rows carry.
+			pn, wabas := map[string]bool{}, map[string]bool{}
+			forEachRow(&rows, func(number, waba string) {
+				if number != "" {
+					pn[number] = true
+				}
+				if waba != "" {
+					wabas[waba] = true
+				}
+			})
+			if !sameSet(pn, f.PhoneNumberIDs) {
+				t.Errorf("phone number ids: got %v, want %v", setKeys(pn), f.PhoneNumberIDs)
+			}
+			if !sameSet(wabas, f.WabaIDs) {
+				t.Errorf("WABA ids: got %v, want %v", setKeys(wabas), f.WabaIDs)
+			}
+
+			checkUnknownKeysKept(t, body, &rows)
+			checkDistinctIDs(t, &rows)
+			checkPrivacy(t, body, &rows, false)
+		})
+	}
+}
+
+func countRows[T any](rows []T, keep func(*T) bool) []*T {
+	var out []*T
+	for i := range rows {
+		if keep(&rows[i]) {
+			out = append(out, &rows[i])
+		}
+	}
+	return out
+}
+
+func statusCodes(rows []schema.StatusRow) multiset {
+	c := multiset{}
+	for _, r := range rows {
+		for _, code := range r.ErrorCodes {
+			c[fmt.Sprint(code)]++
+		}
+	}
+	return c
+}
+
+func equalSorted(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	sort.Strings(a)
+	sort.Strings(b)
+	return len(a) == len(b) && (len(a) == 0 || reflect.DeepEqual(a, b))
+}
+
+func sameSet(got map[string]bool, want []string) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for _, w := range want {
+		if !got[w] {
+			return false
+		}
+	}
+	return true
+}
+
+func setKeys(m map[string]bool) []string { return sortedNames(m) }
+
+// forEachRow calls f with the number and WABA of every event row.
+func forEachRow(rows *schema.Rows, f func(number, waba string)) {
+	for _, r := range rows.Statuses {
+		f(r.PhoneNumberID, r.WabaID)
+	}
+	for _, r := range rows.Inbound {
+		f(r.PhoneNumberID, r.WabaID)
+	}
+	for _, r := range rows.Errors {
+		f(r.PhoneNumberID, r.WabaID)
+	}
+	for _, r := range rows.Management {
+		f(r.PhoneNumberID, r.WabaID)
+	}
+}
+
+func checkQuality(t *testing.T, r *schema.ManagementRow, q map[string]string) {
+	t.Helper()
+	if r.Kind != schema.KindNumber || r.DisplayPhoneNumber != q["display_phone_number"] || r.Event != q["event"] {
+		t.Errorf("quality row: kind %s number %s event %s, want number %s event %s", r.Kind, r.DisplayPhoneNumber, r.Event,
+			q["display_phone_number"], q["event"])
+	}
+	current := q["current_limit"]
+	if current == "" {
+		current = q["max_daily_conversations_per_business"]
+	}
+	if r.OldValue != q["old_limit"] || r.NewValue != current || r.SubjectName != q["max_daily_conversations_per_business"] {
+		t.Errorf("quality %s limits: old %q new %q business %q, want %v", r.Event, r.OldValue, r.NewValue, r.SubjectName, q)
+	}
+	// The limit keys present in the kept value are exactly those expected.
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(r.Raw), &raw); err != nil {
+		t.Fatalf("quality raw: %v", err)
+	}
+	for _, k := range []string{"current_limit", "old_limit", "max_daily_conversations_per_business"} {
+		got, _ := raw[k].(string)
+		if got != q[k] {
+			t.Errorf("quality %s raw %s: got %q, want %q", r.Event, k, got, q[k])
+		}
+	}
+}
+
+// mgmtSummary renders a management row as the fixture README's
+// "management lines" do.
+func mgmtSummary(t *testing.T, r schema.ManagementRow) string {
+	t.Helper()
+	var raw map[string]any
+	if r.Raw != "" {
+		dec := json.NewDecoder(strings.NewReader(r.Raw))
+		dec.UseNumber()
+		if err := dec.Decode(&raw); err != nil {
+			t.Errorf("%s raw: %v", r.Field, err)
+		}
+	}
+	want := func(k schema.Kind) {
+		if r.Kind != k {
+			t.Errorf("%s: kind %s, want %s", r.Field, r.Kind, k)
+		}
+	}
+	switch r.Field {
+	case meta.FieldMessageTemplateStatusUpdate:
+		want(schema.KindTemplate)
+		return fmt.Sprintf("%s: %s template %s `%s` (%s)", r.Field, r.Event, r.SubjectID, r.SubjectName, raw["message_template_language"])
+	case meta.FieldMessageTemplateQualityUpdate:
+		want(schema.KindTemplate)
+		return fmt.Sprintf("%s: template %s %s -> %s", r.Field, r.SubjectID, r.OldValue, r.NewValue)
+	case meta.FieldTemplateCategoryUpdate:
+		want(schema.KindTemplate)
+		if r.Event == "CATEGORY_UPDATE_IMPENDING" {
+			return fmt.Sprintf("%s: template %s impending %s -> %s at %s", r.Field, r.SubjectID, r.OldValue, r.NewValue, raw["category_update_timestamp"])
+		}
+		return fmt.Sprintf("%s: template %s %s -> %s", r.Field, r.SubjectID, r.OldValue, r.NewValue)
+	case meta.FieldAccountUpdate:
+		want(schema.KindAccount)
+		return fmt.Sprintf("%s: %s", r.Field, r.Event)
+	case meta.FieldBusinessCapabilityUpdate:
+		want(schema.KindAccount)
+		return r.Field + ": " + orderedPairs(t, r.Raw)
+	}
+	if r.Kind == schema.KindOther && r.Event == "RAW" {
+		return r.Field + ": unknown field, kept raw"
+	}
+	return fmt.Sprintf("%s: unexpected row %+v", r.Field, r)
+}
+
+// orderedPairs renders a JSON object as k=v, ... in its order, values as
+// JSON.
+func orderedPairs(t *testing.T, raw string) string {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(raw))
+	if _, err := dec.Token(); err != nil {
+		t.Fatal(err)
+	}
+	var parts []string
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			t.Fatal(err)
+		}
+		parts = append(parts, fmt.Sprintf("%s=%s", k, v))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// changeValues returns the values of a body's changes by field, as bytes
+// taken by encoding/json, not by the decoder under test.
+func changeValues(t *testing.T, body []byte) map[string][]json.RawMessage {
+	t.Helper()
+	var env struct {
+		Entry []struct {
+			Changes []struct {
+				Field string          `json:"field"`
+				Value json.RawMessage `json:"value"`
+			} `json:"changes"`
+		} `json:"entry"`
+	}
+	if err := json.Unmarshal(body, &env); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]json.RawMessage{}
+	for _, e := range env.Entry {
+		for _, c := range e.Changes {
+			out[c.Field] = append(out[c.Field], c.Value)
+		}
+	}
+	return out
+}
+
+// checkRawFields: a field kept raw is kept byte for byte.
+func checkRawFields(t *testing.T, body []byte, rows []schema.ManagementRow) {
+	t.Helper()
+	values := changeValues(t, body)
+	for _, r := range rows {
+		if r.Event != "RAW" {
+			continue
+		}
+		found := false
+		for _, v := range values[r.Field] {
+			found = found || string(v) == r.Raw
+		}
+		if !found {
+			t.Errorf("field %s: raw %q is not the value as received", r.Field, r.Raw)
+		}
+	}
+}
+
+// checkUnknownKeysKept: every unknown key of the body is in a row: in a
+// status's or inbound message's Extra, in the body's unknown-keys row, or
+// inside the raw value of a management row.
+func checkUnknownKeysKept(t *testing.T, body []byte, rows *schema.Rows) {
+	t.Helper()
+	p, err := meta.Decode(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	envelope := map[string]json.RawMessage{}
+	var extras []map[string]json.RawMessage
+	var withheld []map[string]json.RawMessage // inbound: content keys kept as null
+	var raws []string
+	for _, r := range rows.Management {
+		if r.Field == FieldUnknownKeys {
+			if err := json.Unmarshal([]byte(r.Raw), &envelope); err != nil {
+				t.Fatalf("unknown keys row: %v", err)
+			}
+			continue
+		}
+		raws = append(raws, r.Raw)
+	}
+	parse := func(s string) map[string]json.RawMessage {
+		var m map[string]json.RawMessage
+		if s != "" {
+			if err := json.Unmarshal([]byte(s), &m); err != nil {
+				t.Fatalf("extra %q: %v", s, err)
+			}
+		}
+		return m
+	}
+	for _, r := range rows.Statuses {
+		extras = append(extras, parse(r.Extra))
+	}
+	for _, r := range rows.Inbound {
+		extras = append(extras, parse(r.Extra))
+		withheld = append(withheld, parse(r.Extra))
+	}
+	for _, u := range p.Unknown {
+		if v, ok := envelope[u.Path]; ok && bytes.Equal(v, u.Value) {
+			continue
+		}
+		found := false
+		for _, m := range extras {
+			for k, v := range m {
+				if strings.HasSuffix(u.Path, "."+k) && bytes.Equal(v, u.Value) {
+					found = true
+				}
+			}
+		}
+		for _, m := range withheld {
+			for k, v := range m {
+				if strings.HasSuffix(u.Path, "."+k) && string(v) == "null" && strings.Contains(u.Path, ".messages[") {
+					found = true
+				}
+			}
+		}
+		for _, raw := range raws {
+			found = found || strings.Contains(raw, string(u.Value)) && strings.Contains(raw, `"`+lastKey(u.Path)+`"`)
+		}
+		if !found {
+			t.Errorf("unknown key %s = %s is in no row", u.Path, u.Value)
+		}
+	}
+}
+
+func lastKey(path string) string {
+	if i := strings.LastIndexByte(path, '.'); i >= 0 {
+		return path[i+1:]
+	}
+	return path
+}
+
+// TestNormalizeUnknownKeys: the forward-compatibility fixture's unknown keys
+// at root, entry, value, status and pricing level each land where the
+// Normalizer's doc says, verbatim.
+func TestNormalizeUnknownKeys(t *testing.T) {
+	n, _, _ := newTestNormalizer()
+	rows := normalizeBody(n, readBody(t, normFixtures, "unknown_field_and_extra_keys.json"), normSource(0))
+	var envelope map[string]json.RawMessage
+	for _, r := range rows.Management {
+		if r.Field == FieldUnknownKeys {
+			if err := json.Unmarshal([]byte(r.Raw), &envelope); err != nil {
+				t.Fatal(err)
+			}
+			if r.Kind != schema.KindOther {
+				t.Errorf("unknown keys row kind %s", r.Kind)
+			}
+		}
+	}
+	want := map[string]string{
+		"delivery_attempt":                      `2`,
+		"entry[0].region_hint":                  `"eu-west"`,
+		"entry[0].changes[1].value.api_version": `"v27.0"`,
+	}
+	for k, v := range want {
+		if string(envelope[k]) != v {
+			t.Errorf("unknown keys row %s: got %s, want %s (row %v)", k, envelope[k], v, envelope)
+		}
+	}
+	if len(envelope) != len(want) {
+		t.Errorf("unknown keys row holds %v, want only the envelope's keys %v", envelope, want)
+	}
+	if len(rows.Statuses) != 1 {
+		t.Fatalf("statuses: %d", len(rows.Statuses))
+	}
+	var extra map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(rows.Statuses[0].Extra), &extra); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{
+		"recipient_logical_id": `"lg.771203"`, "delivery_channel": `"primary"`, "pricing.pricing_tier": `"0:250000"`,
+	} {
+		if string(extra[k]) != v {
+			t.Errorf("status extra %s: got %s, want %s", k, extra[k], v)
+		}
+	}
+	// The unknown field: verbatim, and its display number reaches the id
+	// learned from the messages change of the same body.
+	for _, r := range rows.Management {
+		if r.Field == "conversation_health_update" {
+			if r.DisplayPhoneNumber != "15557810001" || r.PhoneNumberID != "107655290331184" {
+				t.Errorf("unknown field number: display %q id %q", r.DisplayPhoneNumber, r.PhoneNumberID)
+			}
+			if !strings.Contains(r.Raw, `"health_score": 0.82`) || !strings.Contains(r.Raw, `"end": 1781517600`) {
+				t.Errorf("unknown field raw not verbatim: %s", r.Raw)
+			}
+		}
+	}
+}
+
+// eventIDs returns the ids of the event rows of rows (errors apart).
+func eventIDs(rows *schema.Rows) []string {
+	var ids []string
+	for _, r := range rows.Statuses {
+		ids = append(ids, r.EventID)
+	}
+	for _, r := range rows.Inbound {
+		ids = append(ids, r.EventID)
+	}
+	for _, r := range rows.Management {
+		ids = append(ids, r.EventID)
+	}
+	return ids
+}
+
+// checkDistinctIDs: within a body every event has its own id, every error
+// occurrence its own (id, index), and an error's id is its owner's: a row
+// of the body, or for value-level errors an owner of their own.
+func checkDistinctIDs(t testing.TB, rows *schema.Rows) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, id := range eventIDs(rows) {
+		if len(id) != 32 {
+			t.Errorf("event id %q is not 16 bytes of hex", id)
+		}
+		if seen[id] {
+			t.Errorf("event id %s twice in one body", id)
+		}
+		seen[id] = true
+	}
+	type occ struct {
+		id string
+		i  uint16
+	}
+	errs := map[occ]bool{}
+	for _, e := range rows.Errors {
+		k := occ{e.EventID, e.Index}
+		if errs[k] {
+			t.Errorf("error %s[%d] twice in one body", e.EventID, e.Index)
+		}
+		errs[k] = true
+		if !seen[e.EventID] && e.Origin != originValue {
+			t.Errorf("error %s[%d] (origin %s) has no owner row", e.EventID, e.Index, e.Origin)
+		}
+		if seen[e.EventID] && e.Origin == originValue {
+			t.Errorf("value-level error %s shares an event's id", e.EventID)
+		}
+	}
+}
+
+// TestNormalizeIDsStable: ids come from what the events are. The same body
+// normalized twice, received at another time by another app, gives the same
+// ids; so does each event inside another POST (other bytes, other
+// neighbours, another place in the body).
+func TestNormalizeIDsStable(t *testing.T) {
+	facts := loadFacts(t)
+	names := sortedNames(facts)
+	idsOf := func(body []byte, src schema.Source) []string {
+		n, _, _ := newTestNormalizer()
+		rows := normalizeBody(n, body, src)
+		ids := eventIDs(&rows)
+		for _, e := range rows.Errors {
+			ids = append(ids, fmt.Sprintf("%s[%d]", e.EventID, e.Index))
+		}
+		// The unknown-keys row is about the POST itself.
+		for _, r := range rows.Management {
+			if r.Field == FieldUnknownKeys {
+				ids = slices.DeleteFunc(ids, func(id string) bool { return id == r.EventID })
+			}
+		}
+		sort.Strings(ids)
+		return ids
+	}
+	other := schema.Source{App: "other", ReceivedAt: time.Date(2026, 9, 1, 8, 30, 15, 0, time.UTC), RawSeq: 999}
+	for i, name := range names {
+		body := readBody(t, normFixtures, name)
+		a := idsOf(body, normSource(0))
+		if len(a) == 0 {
+			t.Errorf("%s: no ids", name)
+			continue
+		}
+		if b := idsOf(body, other); !reflect.DeepEqual(a, b) {
+			t.Errorf("%s: ids differ between two runs:\n%v\n%v", name, a, b)
+		}
+		// Another POST: other bytes (compacted, a trailing newline).
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, body); err != nil {
+			t.Fatal(err)
+		}
+		compact.WriteByte('\n')
+		if b := idsOf(compact.Bytes(), other); !reflect.DeepEqual(a, b) {
+			t.Errorf("%s: ids differ inside a compacted POST:\n%v\n%v", name, a, b)
+		}
+		// Another POST that batches it after the entries of the next
+		// fixture: every id of both is in it.
+		next := readBody(t, normFixtures, names[(i+1)%len(names)])
+		batch := batchBodies(t, next, body)
+		got := idsOf(batch, other)
+		for _, id := range append(a, idsOf(next, other)...) {
+			if _, ok := slices.BinarySearch(got, id); !ok {
+				t.Errorf("%s: id %s is not in a POST that batches it with %s", name, id, names[(i+1)%len(names)])
+			}
+		}
+	}
+}
+
+// batchBodies returns one body holding the entries of every body, in order.
+func batchBodies(t testing.TB, bodies ...[]byte) []byte {
+	t.Helper()
+	var entries []json.RawMessage
+	for _, b := range bodies {
+		var env struct {
+			Entry []json.RawMessage `json:"entry"`
+		}
+		if err := json.Unmarshal(b, &env); err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, env.Entry...)
+	}
+	out, err := json.Marshal(map[string]any{"object": meta.ObjectWhatsAppBusinessAccount, "entry": entries})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestNormalizeGroupStatuses: the three statuses of one group message stay
+// three events; the two delivered ones share wamid and status.
+func TestNormalizeGroupStatuses(t *testing.T) {
+	n, h, _ := newTestNormalizer()
+	rows := normalizeBody(n, readBody(t, normFixtures, "group_message_and_statuses.json"), normSource(0))
+	ids := map[string]bool{}
+	byParticipant := map[string][]string{}
+	for _, r := range rows.Statuses {
+		ids[r.EventID] = true
+		byParticipant[r.ParticipantHash] = append(byParticipant[r.ParticipantHash], r.Status)
+	}
+	if len(ids) != 3 {
+		t.Errorf("group statuses: %d distinct ids, want 3", len(ids))
+	}
+	want := map[string][]string{h.Hash("16505550142"): {"delivered", "read"}, h.Hash("16505550187"): {"delivered"}}
+	if !reflect.DeepEqual(byParticipant, want) {
+		t.Errorf("statuses by participant: got %v, want %v", byParticipant, want)
+	}
+	// Statuses to participants known by BSUID only stay apart as well.
+	rows = normalizeBody(n, readBody(t, normTestdata, "status_variants.json"), normSource(0))
+	for _, r := range rows.Statuses {
+		if r.MessageID == "wamid.S2" && (r.RecipientType != "group" || r.ParticipantHash != h.Hash("16505550142") ||
+			r.RecipientUserHash != h.Hash("US.1") || r.GroupID != "Y2FwaV9ncm91cDox" || r.Status != "delivered") {
+			t.Errorf("group status S2: %+v", r)
+		}
+	}
+	// Participants known only by BSUID, same wamid, status and second, and
+	// recipient_type in another case.
+	body := []byte(`{"entry":[{"id":"1","changes":[{"field":"messages","value":{"metadata":{"display_phone_number":"1","phone_number_id":"2"},"statuses":[
+		{"id":"wamid.g","status":"delivered","timestamp":"1781514312","recipient_id":"grp","recipient_type":"group","recipient_participant_user_id":"US.111"},
+		{"id":"wamid.g","status":"delivered","timestamp":"1781514312","recipient_id":"grp","recipient_type":"Group","recipient_participant_user_id":"US.222"},
+		{"id":"wamid.g","status":"delivered","timestamp":"1781514312","recipient_id":"grp","recipient_type":"group","recipient_participant_parent_user_id":"US.ENT.333"}]}}]}]}`)
+	rows = normalizeBody(n, body, normSource(0))
+	got := map[string]string{}
+	for _, r := range rows.Statuses {
+		got[r.ParticipantHash] = r.EventID
+		if r.GroupID != "grp" || r.RecipientType != "group" || r.RecipientHash != "" {
+			t.Errorf("BSUID group status: %+v", r)
+		}
+	}
+	wantP := []string{h.Hash("US.111"), h.Hash("US.222"), h.Hash("US.ENT.333")}
+	if len(rows.Statuses) != 3 || !sameSet(boolSet(keysOf(got)), wantP) {
+		t.Errorf("BSUID participants: rows %d, participants %v, want %v", len(rows.Statuses), keysOf(got), wantP)
+	}
+	checkDistinctIDs(t, &rows)
+}
+
+func keysOf(m map[string]string) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func boolSet(s []string) map[string]bool {
+	m := map[string]bool{}
+	for _, x := range s {
+		m[x] = true
+	}
+	return m
+}
+
+// TestNormalizeBSUID: users known only by their BSUID are still keyed, as
+// hashes: a status to a BSUID and an inbound message from one.
+func TestNormalizeBSUID(t *testing.T) {
+	n, h, _ := newTestNormalizer()
+	rows := normalizeBody(n, readBody(t, normTestdata, "status_variants.json"), normSource(0))
+	found := false
+	for _, r := range rows.Statuses {
+		if r.MessageID == "wamid.S1" {
+			found = true
+			if r.RecipientHash != h.Hash("US.98231074456120938811") || r.RecipientUserHash != r.RecipientHash {
+				t.Errorf("BSUID status: recipient %q user %q", r.RecipientHash, r.RecipientUserHash)
+			}
+		}
+		if r.MessageID == "wamid.S4" && r.RecipientHash != h.Hash("16505550142") {
+			t.Errorf("numeric recipient id: %q", r.RecipientHash)
+		}
+	}
+	if !found {
+		t.Fatal("no row for wamid.S1")
+	}
+	rows = normalizeBody(n, readBody(t, normTestdata, "inbound_more_types.json"), normSource(0))
+	for _, r := range rows.Inbound {
+		switch r.MessageID {
+		case "wamid.M1":
+			if r.FromHash != h.Hash("US.13920457718820365147") || r.FromUserHash != r.FromHash {
+				t.Errorf("BSUID sender: from %q user %q", r.FromHash, r.FromUserHash)
+			}
+		case "wamid.M7":
+			// A type not known yet: recorded, its payload withheld.
+			if r.Type != "poll_vote" || r.Extra != `{"poll_vote":null}` {
+				t.Errorf("unknown type: type %q extra %q", r.Type, r.Extra)
+			}
+		}
+	}
+}
+
+// TestNormalizeStatusValues: legacy statuses are kept as they came, upper
+// case folded; call statuses never become status rows.
+func TestNormalizeStatusValues(t *testing.T) {
+	n, _, _ := newTestNormalizer()
+	rows := normalizeBody(n, readBody(t, normFixtures, "status_legacy_deleted_warning.json"), normSource(0))
+	got := countOf(rows.Statuses, func(r *schema.StatusRow) (string, bool) { return r.Status, true })
+	sameCount(t, "legacy statuses", got, map[string]int{"deleted": 1, "warning": 1})
+
+	rows = normalizeBody(n, readBody(t, normFixtures, "calls_field_statuses.json"), normSource(0))
+	if len(rows.Statuses) != 0 {
+		t.Errorf("calls field: %d status rows, want none", len(rows.Statuses))
+	}
+	calls := countOf(rows.Management, func(r *schema.ManagementRow) (string, bool) { return r.Event, r.Kind == schema.KindCall })
+	sameCount(t, "call rows", calls, map[string]int{"RINGING": 1, "ACCEPTED": 1, "terminate": 1})
+	for _, r := range rows.Management {
+		if r.PhoneNumberID != "131870552904416" || r.SubjectID == "" {
+			t.Errorf("call row: number %q subject %q", r.PhoneNumberID, r.SubjectID)
+		}
+	}
+}
+
+// TestNormalizeCallErrors: errors of call statuses are error rows of origin
+// call owned by the call's row; value-level errors under calls are value
+// errors.
+func TestNormalizeCallErrors(t *testing.T) {
+	n, _, _ := newTestNormalizer()
+	rows := normalizeBody(n, readBody(t, normTestdata, "calls_connect.json"), normSource(0))
+	sameCount(t, "call errors", codesByOrigin(rows.Errors, originCall), map[string]int{"138006": 1})
+	sameCount(t, "value errors", codesByOrigin(rows.Errors, originValue), map[string]int{"138000": 1})
+	if len(rows.Statuses) != 0 {
+		t.Errorf("status rows under calls: %d", len(rows.Statuses))
+	}
+	checkDistinctIDs(t, &rows)
+}
+
+// TestNormalizeCoexistence: echoes and history are not inbound traffic;
+// history errors are errors of origin history.
+func TestNormalizeCoexistence(t *testing.T) {
+	n, _, _ := newTestNormalizer()
+	rows := normalizeBody(n, readBody(t, normTestdata, "coexistence_fields.json"), normSource(0))
+	if len(rows.Inbound) != 0 || len(rows.Statuses) != 0 {
+		t.Errorf("coexistence fields: %d inbound and %d status rows, want none", len(rows.Inbound), len(rows.Statuses))
+	}
+	sameCount(t, "history errors", codesByOrigin(rows.Errors, originHistory), map[string]int{"2593109": 1})
+	echoes := countOf(rows.Management, func(r *schema.ManagementRow) (string, bool) {
+		return r.SubjectID, r.Field == meta.FieldSMBMessageEchoes
+	})
+	sameCount(t, "echo rows", echoes, map[string]int{"wamid.ECHO1": 1, "wamid.ECHO2": 1, "wamid.ECHO3": 1})
+	if len(rows.DeadLetters) != 0 {
+		t.Errorf("dead letters: %+v", rows.DeadLetters)
+	}
+	checkDistinctIDs(t, &rows)
+}
+
+// TestNormalizePrivacyScanner: the scan of checkPrivacy knows what to look
+// for, or it would pass for nothing.
+func TestNormalizePrivacyScanner(t *testing.T) {
+	all := map[string]bool{}
+	for _, name := range sortedNames(loadFacts(t)) {
+		for _, s := range endUserStrings(t, readBody(t, normFixtures, name)) {
+			all[s] = true
+		}
+	}
+	for _, name := range testdataNames(t) {
+		for _, s := range endUserStrings(t, readBody(t, normTestdata, name)) {
+			all[s] = true
+		}
+	}
+	for _, s := range []string{
+		"16505550142", "16505550187", "4915155500734", "US.13920457718820365147", "US.ENT.58810293746651029384",
+		"Devin Castellanos", "Can we move the meetup to 7?", "marisol.o", "Corrected text", "Seu pedido saiu para entrega",
+		"5511955550321", "BR.7710293384",
+	} {
+		if !all[s] {
+			t.Errorf("the privacy scan does not look for %q", s)
+		}
+	}
+	for _, s := range []string{"15557810001", "107655290331184", "Y2FwaV9ncm91cDoxNTU1NzgxMDAwMToxMjAzNjMxODQ5NDU2ODI1NjU"} {
+		if all[s] {
+			t.Errorf("the privacy scan takes business data %q for an end user's", s)
+		}
+	}
+	if len(all) < 50 {
+		t.Errorf("the privacy scan looks for only %d strings", len(all))
+	}
+}
+
+// TestNormalizeDecoderBodies: the decoder's own test bodies normalize
+// without dead letters, with distinct ids and without end users' numbers or
+// text in any row.
+func TestNormalizeDecoderBodies(t *testing.T) {
+	for _, name := range testdataNames(t) {
+		t.Run(strings.TrimSuffix(name, ".json"), func(t *testing.T) {
+			body := readBody(t, normTestdata, name)
+			n, _, _ := newTestNormalizer()
+			rows := normalizeBody(n, body, normSource(0))
+			if len(rows.DeadLetters) != 0 {
+				t.Errorf("dead letters: %+v", rows.DeadLetters)
+			}
+			if rows.Len() == 0 {
+				t.Error("no rows")
+			}
+			checkDistinctIDs(t, &rows)
+			checkUnknownKeysKept(t, body, &rows)
+			checkPrivacy(t, body, &rows, true)
+		})
+	}
+}
+
+// TestNormalizeResolvesDisplayNumber: a quality event names its number by
+// display number only; once a message webhook has shown that number's id,
+// the event carries the id. Its event id does not change with it.
+func TestNormalizeResolvesDisplayNumber(t *testing.T) {
+	n, _, numbers := newTestNormalizer()
+	quality := readBody(t, normFixtures, "quality_throughput_upgrade.json")
+	before := normalizeBody(n, quality, normSource(0))
+	if len(before.Management) != 1 || before.Management[0].PhoneNumberID != "" {
+		t.Fatalf("before any message webhook: %+v", before.Management)
+	}
+	normalizeBody(n, readBody(t, normFixtures, "status_sent_pmp_marketing.json"), normSource(1))
+	if numbers["15557810001"] != "107655290331184" {
+		t.Fatalf("learned %v", numbers)
+	}
+	after := normalizeBody(n, quality, normSource(2))
+	r := after.Management[0]
+	if r.PhoneNumberID != "107655290331184" || r.DisplayPhoneNumber != "15557810001" || r.Kind != schema.KindNumber {
+		t.Errorf("after a message webhook: number %q display %q kind %s", r.PhoneNumberID, r.DisplayPhoneNumber, r.Kind)
+	}
+	if r.EventID != before.Management[0].EventID {
+		t.Errorf("the id changed with what the map had learned: %s, then %s", before.Management[0].EventID, r.EventID)
+	}
+	// A body holding both resolves within itself.
+	n2, _, _ := newTestNormalizer()
+	both := normalizeBody(n2, batchBodies(t, readBody(t, normFixtures, "status_played_voice.json"), quality), normSource(3))
+	for _, r := range both.Management {
+		if r.Event == "THROUGHPUT_UPGRADE" && r.PhoneNumberID != "107655290331184" {
+			t.Errorf("same body: number %q", r.PhoneNumberID)
+		}
+	}
+}
+
+// TestNormalizeDeadLetters: a body that is not JSON and one that is JSON but
+// no webhook are one dead letter each, with the decoder's reason and the
+// body as received; a bad status among good ones costs only itself.
+func TestNormalizeDeadLetters(t *testing.T) {
+	n, _, _ := newTestNormalizer()
+	for _, c := range []struct{ body, reason string }{
+		{"this is not json", meta.ReasonNotJSON},
+		{`{"object":"whatsapp_business_account"}`, meta.ReasonNoEntry},
+		{`["entry"]`, meta.ReasonNotObject},
+		{"", meta.ReasonEmptyBody},
+		{`{"object":"whatsapp_business_account","entry":[]}`, ReasonNoEvents},
+		{`{"object":"whatsapp_business_account","entry":[{"id":"1","changes":[{"field":"messages","value":{"metadata":{"display_phone_number":"1","phone_number_id":"2"}}}]}]}`, ReasonNoEvents},
+	} {
+		src := normSource(7)
+		rows := normalizeBody(n, []byte(c.body), src)
+		if len(rows.DeadLetters) != 1 || rows.Len() != 1 {
+			t.Errorf("%q: %d rows, %d dead letters, want one dead letter", c.body, rows.Len(), len(rows.DeadLetters))
+			continue
+		}
+		d := rows.DeadLetters[0]
+		if d.Reason != c.reason || d.Body != c.body || d.Item != "" || d.Error == "" || d.RawMsgID != schema.RawMsgID([]byte(c.body)) || d.Source != src {
+			t.Errorf("%q: dead letter %+v, want reason %s", c.body, d, c.reason)
+		}
+	}
+
+	bad := []byte(`{"object":"whatsapp_business_account","entry":[{"id":"1","changes":[{"field":"messages","value":{"metadata":{"display_phone_number":"1","phone_number_id":"2"},"statuses":[
+		{"id":"wamid.a","status":"sent","timestamp":"1781514312","recipient_id":"4915155500001"},
+		{"id":"wamid.b","status":"sent","timestamp":{"bad":true},"recipient_id":"4915155500002"},
+		{"id":"wamid.c","status":"delivered","timestamp":"1781514313","recipient_id":"4915155500003"}]}}]}]}`)
+	rows := normalizeBody(n, bad, normSource(8))
+	var msgs []string
+	for _, r := range rows.Statuses {
+		msgs = append(msgs, r.MessageID)
+	}
+	if !reflect.DeepEqual(msgs, []string{"wamid.a", "wamid.c"}) {
+		t.Errorf("good statuses beside the bad one: %v", msgs)
+	}
+	if len(rows.DeadLetters) != 1 {
+		t.Fatalf("dead letters: %+v", rows.DeadLetters)
+	}
+	d := rows.DeadLetters[0]
+	if d.Reason != ReasonBadItem || d.Item != "entry[0].changes[0].value.statuses[1]" || !strings.Contains(d.Body, "wamid.b") ||
+		!strings.Contains(d.Error, "timestamp") || d.RawMsgID != schema.RawMsgID(bad) {
+		t.Errorf("bad item: %+v", d)
+	}
+}
+
+// TestNormalizeRepeatedItem: a status given twice in one body is one event
+// with its errors once (WEBHOOKS.md 11.2 rule 6).
+func TestNormalizeRepeatedItem(t *testing.T) {
+	st := `{"id":"wamid.r","status":"failed","timestamp":"1781514312","recipient_id":"4915155500001","errors":[{"code":131049,"title":"x"}]}`
+	body := []byte(`{"entry":[{"id":"1","changes":[{"field":"messages","value":{"metadata":{"display_phone_number":"1","phone_number_id":"2"},"statuses":[` +
+		st + `,` + st + `]}},{"field":"messages","value":{"metadata":{"display_phone_number":"1","phone_number_id":"2"},"statuses":[` + st + `]}}]}]}`)
+	n, _, _ := newTestNormalizer()
+	rows := normalizeBody(n, body, normSource(0))
+	if len(rows.Statuses) != 1 || len(rows.Errors) != 1 {
+		t.Errorf("repeated status: %d statuses, %d errors, want 1 and 1", len(rows.Statuses), len(rows.Errors))
+	}
+	// Rows of earlier bodies in the same batch are left alone.
+	n.Normalize(body, normSource(1), "", &rows)
+	if len(rows.Statuses) != 2 || len(rows.Errors) != 2 {
+		t.Errorf("second body in one batch: %d statuses, %d errors, want 2 and 2", len(rows.Statuses), len(rows.Errors))
+	}
+	if rows.Statuses[0].EventID != rows.Statuses[1].EventID {
+		t.Error("the same status in two bodies got two ids")
+	}
+}
+
+// TestNormalizeTimes: a timestamp that is no time gives the receive time as
+// event time, not a year 1970 or past ClickHouse's DateTime; the id still
+// comes from what was sent.
+func TestNormalizeTimes(t *testing.T) {
+	n, _, _ := newTestNormalizer()
+	for _, ts := range []string{`"0"`, `"99999999999"`, `-5`} {
+		body := []byte(`{"entry":[{"id":"1","changes":[{"field":"messages","value":{"metadata":{"display_phone_number":"1","phone_number_id":"2"},"statuses":[{"id":"wamid.t","status":"sent","timestamp":` + ts + `,"recipient_id":"4915155500001"}]}}]}]}`)
+		a := normalizeBody(n, body, normSource(0))
+		b := normalizeBody(n, body, normSource(30))
+		if len(a.Statuses) != 1 || len(b.Statuses) != 1 {
+			t.Fatalf("timestamp %s: rows %+v", ts, a)
+		}
+		if !a.Statuses[0].EventTime.Equal(normSource(0).ReceivedAt) {
+			t.Errorf("timestamp %s: event time %v", ts, a.Statuses[0].EventTime)
+		}
+		if a.Statuses[0].EventID != b.Statuses[0].EventID {
+			t.Errorf("timestamp %s: the id depends on the receive time", ts)
+		}
+	}
+}
+
+// checkPrivacy scans every string field of every row for the end users'
+// numbers, BSUIDs, names and message text of body. Allowed: the raw value
+// of a field kept raw (unknown fields), a dead letter's body and, when
+// allowUnknown, values of unknown keys kept verbatim in an Extra.
+func checkPrivacy(t testing.TB, body []byte, rows *schema.Rows, allowUnknown bool) {
+	t.Helper()
+	secrets := endUserStrings(t, body)
+	var unknownValues []string
+	if allowUnknown {
+		if p, err := meta.Decode(body); err == nil {
+			for _, u := range p.Unknown {
+				unknownValues = append(unknownValues, string(u.Value))
+			}
+		}
+	}
+	inUnknown := func(s string) bool {
+		for _, v := range unknownValues {
+			if strings.Contains(v, s) {
+				return true
+			}
+		}
+		return false
+	}
+	check := func(table string, row any) {
+		v := reflect.ValueOf(row)
+		walkStrings(v, "", func(field, s string) {
+			switch {
+			case table == "management" && field == "Raw" && v.FieldByName("Event").String() == "RAW":
+				return
+			case table == "dead_letters" && field == "Body":
+				return
+			}
+			for _, secret := range secrets {
+				if strings.Contains(s, secret) {
+					if field == "Extra" && inUnknown(secret) {
+						continue
+					}
+					t.Errorf("%s.%s holds end-user data %q: %q", table, field, secret, s)
+				}
+			}
+		})
+	}
+	for _, r := range rows.Statuses {
+		check("statuses", r)
+	}
+	for _, r := range rows.Inbound {
+		check("inbound", r)
+	}
+	for _, r := range rows.Errors {
+		check("errors", r)
+	}
+	for _, r := range rows.Management {
+		check("management", r)
+	}
+	for _, r := range rows.DeadLetters {
+		check("dead_letters", r)
+	}
+}
+
+func walkStrings(v reflect.Value, name string, f func(field, s string)) {
+	switch v.Kind() {
+	case reflect.String:
+		f(name, v.String())
+	case reflect.Struct:
+		for i := 0; i < v.NumField(); i++ {
+			fn := v.Type().Field(i).Name
+			if v.Type().Field(i).Anonymous {
+				fn = name
+			}
+			walkStrings(v.Field(i), fn, f)
+		}
+	case reflect.Slice:
+		for i := 0; i < v.Len(); i++ {
+			walkStrings(v.Index(i), name, f)
+		}
+	}
+}
+
+// Keys whose string values are end users' numbers or BSUIDs.
+var userIDKeys = map[string]bool{
+	"wa_id": true, "from": true, "to": true, "recipient_id": true, "recipient_participant_id": true,
+	"recipient_participant_user_id": true, "recipient_participant_parent_user_id": true,
+	"recipient_user_id": true, "recipient_parent_user_id": true, "parent_recipient_user_id": true,
+	"user_id": true, "parent_user_id": true, "from_user_id": true, "from_parent_user_id": true,
+	"to_user_id": true, "to_parent_user_id": true, "new_wa_id": true, "previous_user_id": true,
+	"previous_parent_user_id": true, "phone": true, "phone_number": true,
+}
+
+// Keys inside a message's content whose values are not what the user wrote.
+var notText = map[string]bool{
+	"id": true, "type": true, "mime_type": true, "sha256": true, "message_id": true, "original_message_id": true,
+	"voice": true, "animated": true, "catalog_id": true, "product_retailer_id": true, "currency": true,
+}
+
+// endUserStrings returns the end users' numbers, BSUIDs, names, usernames
+// and message text in body: what no row may hold.
+func endUserStrings(t testing.TB, body []byte) []string {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	business := map[string]bool{}
+	var collectBusiness func(v any)
+	collectBusiness = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, c := range x {
+				if s, ok := c.(string); ok && (k == "display_phone_number" || k == "phone_number_id") {
+					business[s] = true
+				}
+				collectBusiness(c)
+			}
+		case []any:
+			for _, c := range x {
+				collectBusiness(c)
+			}
+		}
+	}
+	collectBusiness(doc)
+	set := map[string]bool{}
+	add := func(s string) {
+		if s != "" && !business[s] {
+			set[s] = true
+		}
+	}
+	// text collects every string under a content key.
+	var text func(v any, key string)
+	text = func(v any, key string) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, c := range x {
+				if !notText[k] {
+					text(c, k)
+				}
+			}
+		case []any:
+			for _, c := range x {
+				text(c, key)
+			}
+		case string:
+			if len(x) >= 6 || userIDKeys[key] {
+				add(x)
+			}
+		case json.Number:
+			if userIDKeys[key] {
+				add(x.String())
+			}
+		}
+	}
+	scalar := func(c any) {
+		switch s := c.(type) {
+		case string:
+			add(s)
+		case json.Number:
+			add(s.String())
+		}
+	}
+	// walk visits every object; inMessage is set for the items of a
+	// messages or message_echoes array (inbound, echo, history).
+	var walk func(v any, inMessage bool)
+	walk = func(v any, inMessage bool) {
+		switch x := v.(type) {
+		case map[string]any:
+			group := x["recipient_type"] == meta.RecipientTypeGroup
+			typ, _ := x["type"].(string)
+			for k, c := range x {
+				_, content := contentKeys[k]
+				switch {
+				case userIDKeys[k] && !(k == "recipient_id" && group):
+					scalar(c)
+				case k == "profile" || k == "contact":
+					text(c, k) // names, usernames, contact books
+				case k == "threads":
+					for _, th := range asList(c) {
+						if m, ok := th.(map[string]any); ok {
+							scalar(m["id"]) // a history thread is named by the user's number
+						}
+					}
+				case inMessage && (content || k == typ):
+					text(c, k)
+				}
+				walk(c, k == "messages" || k == "message_echoes")
+			}
+		case []any:
+			for _, c := range x {
+				walk(c, inMessage)
+			}
+		}
+	}
+	walk(doc, false)
+	out := make([]string, 0, len(set))
+	for s := range set {
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func asList(v any) []any {
+	l, _ := v.([]any)
+	return l
+}

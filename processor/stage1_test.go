@@ -1,0 +1,375 @@
+package processor_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/wahook/wahook/processor"
+	"github.com/wahook/wahook/processor/chwriter"
+	"github.com/wahook/wahook/schema"
+	"github.com/wahook/wahook/schema/migrations"
+	"github.com/wahook/wahook/schema/schematest"
+)
+
+const fixturesDir = "../../shared/meta/fixtures"
+
+// pipeline is stage 1 on a real embedded JetStream and a real ClickHouse.
+type pipeline struct {
+	t      testing.TB
+	nats   *schematest.JetStream
+	js     jetstream.JetStream
+	db     *schematest.ClickHouseDB
+	cfg    processor.Config
+	writer *chwriter.Writer
+	norm   *processor.Normalizer
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func newPipeline(t testing.TB, db *schematest.ClickHouseDB) *pipeline {
+	t.Helper()
+	p := &pipeline{t: t, nats: schematest.StartJetStream(t), db: db}
+	nc, err := nats.Connect(p.nats.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	p.js, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := migrations.Apply(ctx, db.Conn, db.Database); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	if _, err := p.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: schema.StreamRaw, Subjects: []string{schema.SubjectRawAll}, Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := processor.EnsureEventsStream(ctx, p.js, processor.DefaultEventsConfig()); err != nil {
+		t.Fatal(err)
+	}
+	numbers, err := processor.NewNumberMap(ctx, p.js, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.norm = processor.NewNormalizer(schema.NewHasher([]byte("test-key")), numbers)
+	p.writer = chwriter.New(db.Conn, db.Database)
+	p.cfg = processor.DefaultConfig()
+	// Short flushes and waits, so that tests of outages finish quickly.
+	p.cfg.FlushInterval = 100 * time.Millisecond
+	p.cfg.AckWait = 5 * time.Second
+	p.cfg.BackoffMin = 100 * time.Millisecond
+	p.cfg.BackoffMax = 500 * time.Millisecond
+	return p
+}
+
+// start runs stage 1 until the test ends or stop is called.
+func (p *pipeline) start() {
+	p.t.Helper()
+	s1, err := processor.NewStage1(p.cfg, p.js, p.writer, p.norm, prometheus.NewRegistry(), zaptest.NewLogger(p.t))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel, p.done = cancel, make(chan error, 1)
+	go func() { p.done <- s1.Run(ctx) }()
+	p.t.Cleanup(p.stop)
+}
+
+func (p *pipeline) stop() {
+	if p.cancel == nil {
+		return
+	}
+	p.cancel()
+	if err := <-p.done; err != nil {
+		p.t.Errorf("stage 1: %v", err)
+	}
+	p.cancel = nil
+}
+
+// publish stores a body in RAW as ingest does.
+func (p *pipeline) publish(app string, body []byte) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	msg := &nats.Msg{Subject: schema.RawSubject(app), Data: body, Header: nats.Header{
+		schema.HeaderMsgID:      []string{schema.RawMsgID(body)},
+		schema.HeaderReceivedAt: []string{schema.FormatReceivedAt(time.Now())},
+		schema.HeaderApp:        []string{app},
+	}}
+	if _, err := p.js.PublishMsg(ctx, msg); err != nil {
+		p.t.Fatalf("publish: %v", err)
+	}
+}
+
+// drained waits until stage 1 has acked every RAW message.
+func (p *pipeline) drained(timeout time.Duration) {
+	p.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s, err := p.js.Stream(ctx, schema.StreamRaw)
+		var last uint64
+		if err == nil {
+			last = s.CachedInfo().State.LastSeq
+		}
+		c, err2 := p.js.Consumer(ctx, schema.StreamRaw, p.cfg.Consumer)
+		var info *jetstream.ConsumerInfo
+		if err2 == nil {
+			info, err2 = c.Info(ctx)
+		}
+		cancel()
+		if err == nil && err2 == nil && info.AckFloor.Stream >= last && info.NumAckPending == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("stage 1 did not ack every RAW message within %s (last %d, info %+v, %v %v)", timeout, last, info, err, err2)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (p *pipeline) count(query string, args ...any) uint64 {
+	p.t.Helper()
+	q := strings.ReplaceAll(query, "{db}", p.db.Database)
+	var n uint64
+	if err := p.db.Conn.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+		p.t.Fatalf("%s: %v", q, err)
+	}
+	return n
+}
+
+// codeCounts returns code -> count from a query yielding (code, count).
+func (p *pipeline) codeCounts(query string) map[string]uint64 {
+	p.t.Helper()
+	q := strings.ReplaceAll(query, "{db}", p.db.Database)
+	rows, err := p.db.Conn.Query(context.Background(), q)
+	if err != nil {
+		p.t.Fatalf("%s: %v", q, err)
+	}
+	defer rows.Close()
+	out := map[string]uint64{}
+	for rows.Next() {
+		var k string
+		var n uint64
+		if err := rows.Scan(&k, &n); err != nil {
+			p.t.Fatal(err)
+		}
+		out[k] = n
+	}
+	return out
+}
+
+// expectedTotals adds up the facts of every fixture.
+type expectedTotals struct {
+	files                                                             []string
+	statuses, inbound                                                 uint64
+	statusValues, statusCodes, valueCodes, inboundCodes, inboundTypes map[string]uint64
+}
+
+func loadExpected(t testing.TB) expectedTotals {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(fixturesDir, "expected.json"))
+	if err != nil {
+		t.Fatalf("shared fixtures (../shared beside the repo): %v", err)
+	}
+	var facts map[string]struct {
+		StatusEvents      uint64            `json:"status_events"`
+		Statuses          map[string]uint64 `json:"statuses"`
+		StatusErrorCodes  map[string]uint64 `json:"status_error_codes"`
+		ValueErrorCodes   map[string]uint64 `json:"value_error_codes"`
+		InboundMessages   uint64            `json:"inbound_messages"`
+		InboundTypes      map[string]uint64 `json:"inbound_types"`
+		InboundErrorCodes map[string]uint64 `json:"inbound_error_codes"`
+		Sig               string            `json:"x_hub_signature_256"`
+	}
+	if err := json.Unmarshal(raw, &facts); err != nil {
+		t.Fatal(err)
+	}
+	e := expectedTotals{statusValues: map[string]uint64{}, statusCodes: map[string]uint64{}, valueCodes: map[string]uint64{},
+		inboundCodes: map[string]uint64{}, inboundTypes: map[string]uint64{}}
+	add := func(dst, src map[string]uint64) {
+		for k, v := range src {
+			dst[k] += v
+		}
+	}
+	for name, f := range facts {
+		if f.Sig == "" {
+			continue
+		}
+		e.files = append(e.files, name)
+		e.statuses += f.StatusEvents
+		e.inbound += f.InboundMessages
+		add(e.statusValues, f.Statuses)
+		add(e.statusCodes, f.StatusErrorCodes)
+		add(e.valueCodes, f.ValueErrorCodes)
+		add(e.inboundCodes, f.InboundErrorCodes)
+		add(e.inboundTypes, f.InboundTypes)
+	}
+	sort.Strings(e.files)
+	return e
+}
+
+func readFixture(t testing.TB, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(fixturesDir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func equalCounts(t testing.TB, what string, got, want map[string]uint64) {
+	t.Helper()
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("%s: got %v, want %v", what, got, want)
+	}
+}
+
+// checkFixtureTotals asserts that ClickHouse holds exactly the facts of
+// every fixture once, however often they were written.
+func (p *pipeline) checkFixtureTotals(e expectedTotals) {
+	p.t.Helper()
+	if got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events"); got != e.statuses {
+		p.t.Errorf("status events: got %d, want %d", got, e.statuses)
+	}
+	equalCounts(p.t, "statuses", p.codeCounts("SELECT status, uniqExact(event_id) FROM {db}.status_events GROUP BY status"), e.statusValues)
+	equalCounts(p.t, "status error codes", p.codeCounts(
+		"SELECT toString(code), uniqExact(event_id, error_index) FROM {db}.errors WHERE origin = 'status' GROUP BY code"), e.statusCodes)
+	equalCounts(p.t, "value error codes", p.codeCounts(
+		"SELECT toString(code), uniqExact(event_id, error_index) FROM {db}.errors WHERE origin IN ('value', 'history') GROUP BY code"), e.valueCodes)
+	equalCounts(p.t, "inbound error codes", p.codeCounts(
+		"SELECT toString(code), uniqExact(event_id, error_index) FROM {db}.errors WHERE origin = 'inbound' GROUP BY code"), e.inboundCodes)
+	equalCounts(p.t, "inbound types", p.codeCounts("SELECT type, uniqExact(event_id) FROM {db}.inbound_messages GROUP BY type"), e.inboundTypes)
+	// The failure distribution from the aggregate table agrees, exactly.
+	equalCounts(p.t, "failures_by_minute", p.codeCounts(
+		"SELECT toString(code), uniqExactMerge(error_keys) FROM {db}.failures_by_minute WHERE origin = 'status' GROUP BY code"), e.statusCodes)
+	if got := p.count("SELECT count() FROM {db}.dead_letters FINAL"); got != 0 {
+		p.t.Errorf("dead letters: got %d, want 0", got)
+	}
+}
+
+// TestStage1Fixtures: every shared fixture through RAW -> stage 1 ->
+// ClickHouse, every fact found exactly; then the same bodies again (a
+// redelivery), the same statuses inside other POSTs, and a replay of RAW:
+// each event still counts once.
+func TestStage1Fixtures(t *testing.T) {
+	p := newPipeline(t, schematest.ClickHouse(t))
+	e := loadExpected(t)
+	if len(e.files) != 40 {
+		t.Fatalf("found %d fixtures, want the 40 of the shared set", len(e.files))
+	}
+	p.start()
+	for _, name := range e.files {
+		p.publish("default", readFixture(t, name))
+	}
+	p.drained(30 * time.Second)
+	p.checkFixtureTotals(e)
+
+	// A quality event carries only the display number; it reaches the
+	// phone number id learned from message webhooks.
+	if got := p.count(`SELECT count() FROM {db}.management_events FINAL
+		WHERE kind = 'number' AND event = 'THROUGHPUT_UPGRADE' AND phone_number_id = '107655290331184'`); got != 1 {
+		t.Errorf("THROUGHPUT_UPGRADE for 107655290331184: got %d rows, want 1", got)
+	}
+	// The unknown field is kept verbatim.
+	if got := p.count(`SELECT count() FROM {db}.management_events FINAL
+		WHERE field = 'conversation_health_update' AND position(raw, '"health_score": 0.82') > 0
+		AND position(raw, '"low_block_rate"') > 0 AND position(raw, '"end": 1781517600') > 0`); got != 1 {
+		t.Errorf("unknown field rows: got %d, want 1", got)
+	}
+
+	// The same events inside other POSTs (other bytes: another RAW id, so
+	// RAW's duplicate check does not catch them), and a replay of RAW.
+	for _, name := range e.files {
+		p.publish("other-app", append(readFixture(t, name), '\n', ' '))
+	}
+	p.drained(30 * time.Second)
+	p.stop()
+	res, err := processor.Replay(context.Background(), p.cfg, p.js, p.writer, p.norm, time.Now().Add(-time.Hour), zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatalf("replay: %v", err)
+	}
+	if res.Bodies != 2*len(e.files) {
+		t.Errorf("replayed %d bodies, want %d", res.Bodies, 2*len(e.files))
+	}
+	p.checkFixtureTotals(e)
+	if got := p.count("SELECT count() FROM {db}.status_events"); got < 3*e.statuses {
+		t.Errorf("raw status rows: got %d, want at least %d (the test must really write duplicates)", got, 3*e.statuses)
+	}
+}
+
+// TestStage1DeadLetters: a signed body that is not JSON, one that is JSON
+// but no webhook, and one bad status among good ones.
+func TestStage1DeadLetters(t *testing.T) {
+	p := newPipeline(t, schematest.ClickHouse(t))
+	p.start()
+	p.publish("default", []byte("this is not json"))
+	p.publish("default", []byte(`{"object":"whatsapp_business_account"}`))
+	p.publish("default", []byte(`{"object":"whatsapp_business_account","entry":[{"id":"1","changes":[{"field":"messages","value":{"metadata":{"display_phone_number":"1","phone_number_id":"2"},"statuses":[
+		{"id":"wamid.a","status":"sent","timestamp":"1781514312","recipient_id":"4915155500001"},
+		{"id":"wamid.b","status":"sent","timestamp":{"bad":true},"recipient_id":"4915155500002"},
+		{"id":"wamid.c","status":"delivered","timestamp":"1781514313","recipient_id":"4915155500003"}]}}]}]}`))
+	fixture := readFixture(t, "status_failed_131048.json")
+	p.publish("default", fixture) // the stream moves on past the bad bodies
+	p.drained(30 * time.Second)
+	reasons := p.codeCounts("SELECT concat(reason, ' ', item), count() FROM {db}.dead_letters FINAL GROUP BY reason, item")
+	want := map[string]uint64{"not_json ": 1, "no_entry ": 1, "bad_item entry[0].changes[0].value.statuses[1]": 1}
+	equalCounts(t, "dead letters by reason and item", reasons, want)
+	if got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events WHERE message_id IN ('wamid.a', 'wamid.c')"); got != 2 {
+		t.Errorf("good statuses beside the bad one: got %d, want 2", got)
+	}
+	if got := p.count("SELECT count() FROM {db}.dead_letters FINAL WHERE reason = 'not_json' AND body = 'this is not json'"); got != 1 {
+		t.Errorf("the not-JSON body is not kept verbatim")
+	}
+	if got := p.count("SELECT uniqExact(event_id) FROM {db}.errors WHERE code = 131048"); got != 1 {
+		t.Errorf("the body after the bad ones: 131048 rows %d, want 1", got)
+	}
+}
+
+// TestStage1ClickHouseOutage stops ClickHouse while bodies keep coming, then
+// starts it again: nothing is lost, nothing counted twice.
+func TestStage1ClickHouseOutage(t *testing.T) {
+	srv := schematest.StartClickHouse(t)
+	p := newPipeline(t, srv.Database(t))
+	p.start()
+	const n = 300
+	body := func(i int) []byte {
+		return []byte(fmt.Sprintf(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","changes":[{"field":"messages","value":{"messaging_product":"whatsapp","metadata":{"display_phone_number":"15557810001","phone_number_id":"107655290331184"},"statuses":[{"id":"wamid.outage-%d","status":"failed","timestamp":"%d","recipient_id":"4915155500734","errors":[{"code":130429,"title":"Rate limit hit"}]}]}}]}]}`, i, 1781514312+i))
+	}
+	for i := 0; i < n/3; i++ {
+		p.publish("default", body(i))
+	}
+	p.drained(30 * time.Second)
+	srv.Stop()
+	for i := n / 3; i < 2*n/3; i++ {
+		p.publish("default", body(i))
+	}
+	time.Sleep(1500 * time.Millisecond) // stage 1 meets the outage and naks
+	srv.Start()
+	for i := 2 * n / 3; i < n; i++ {
+		p.publish("default", body(i))
+	}
+	p.drained(60 * time.Second)
+	if got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events"); got != n {
+		t.Fatalf("statuses after the outage: got %d, want %d", got, n)
+	}
+	if got := p.count("SELECT toUInt64(uniqExactMerge(error_keys)) FROM {db}.failures_by_minute WHERE code = 130429"); got != n {
+		t.Fatalf("130429 failures after the outage: got %d, want %d", got, n)
+	}
+}
