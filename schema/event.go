@@ -140,7 +140,7 @@ type StatusRow struct {
 	MessageID          string    `json:"message_id,omitempty"`
 	Status             string    `json:"status,omitempty"`              // lower case; unknown values kept
 	RecipientHash      string    `json:"recipient_hash,omitempty"`      // keyed hash of recipient_id (a group id is kept as is in GroupID)
-	RecipientUserHash  string    `json:"recipient_user_hash,omitempty"` // keyed hash of recipient_user_id (BSUID)
+	RecipientUserHash  string    `json:"recipient_user_hash,omitempty"` // keyed hash of recipient_user_id (BSUID); the participant's in a group
 	RecipientType      string    `json:"recipient_type,omitempty"`      // "group" for group sends, else ""
 	GroupID            string    `json:"group_id,omitempty"`
 	ParticipantHash    string    `json:"participant_hash,omitempty"` // keyed hash of recipient_participant_id
@@ -164,7 +164,7 @@ type ErrorRow struct {
 	Source
 	EventID       string    `json:"event_id,omitempty"` // the owning event's id
 	Index         uint16    `json:"index,omitempty"`
-	Origin        string    `json:"origin,omitempty"` // status, value, inbound, history, send_result
+	Origin        string    `json:"origin,omitempty"` // status, value, inbound, history, call, send_result
 	EventTime     time.Time `json:"event_time,omitempty"`
 	WabaID        string    `json:"waba_id,omitempty"`
 	PhoneNumberID string    `json:"phone_number_id,omitempty"`
