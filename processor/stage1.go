@@ -200,9 +200,19 @@ func (s *Stage1) flush(ctx context.Context, b *batch) {
 		ctx = fctx
 	}
 	start := time.Now()
+	// ClickHouse and EVENTS take the batch at the same time; the acks wait
+	// for both.
+	var pubErr error
+	published := make(chan struct{})
+	if s.cfg.PublishEvents {
+		go func() { defer close(published); pubErr = PublishEvents(ctx, s.js, &b.rows) }()
+	} else {
+		close(published)
+	}
 	err := s.w.Write(ctx, &b.rows)
-	if err == nil && s.cfg.PublishEvents {
-		err = PublishEvents(ctx, s.js, &b.rows)
+	<-published
+	if err == nil {
+		err = pubErr
 	}
 	if err != nil {
 		delay := s.backoff
