@@ -13,5 +13,6 @@
 //	401  signature missing, malformed or wrong (counted by app and reason)
 //	404  no app of that name is configured
 //	413  body over the configured limit
+//	415  a Content-Encoding (Meta sends plain JSON; nothing is inflated)
 //	503  JetStream did not acknowledge in time, or is unreachable; Meta retries
 package ingest

@@ -13,6 +13,7 @@ const (
 	resultBadSignature = "bad_signature" // 401
 	resultUnknownApp   = "unknown_app"   // 404
 	resultTooLarge     = "too_large"     // 413
+	resultBadEncoding  = "bad_encoding"  // 415: a Content-Encoding
 	resultUnavailable  = "unavailable"   // 503: publish failed or timed out
 )
 
@@ -38,7 +39,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wahook_ingest_requests_total",
-			Help: "Webhook POSTs by app and result (ok, duplicate, bad_signature, unknown_app, too_large, unavailable).",
+			Help: "Webhook POSTs by app and result (ok, duplicate, bad_signature, unknown_app, too_large, bad_encoding, unavailable).",
 		}, []string{"app", "result"}),
 		sigFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wahook_ingest_signature_failures_total",

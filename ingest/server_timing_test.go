@@ -78,7 +78,7 @@ func BenchmarkHandler(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := ingest.EnsureRawStream(context.Background(), pub.JetStream(), ingest.DefaultStreamConfig()); err != nil {
+		if _, err := ingest.EnsureRawStream(context.Background(), pub.JetStream(), ingest.DefaultStreamConfig(), false); err != nil {
 			b.Fatal(err)
 		}
 		s, err := ingest.New(cfg, pub, nil, prometheus.NewRegistry(), nil)

@@ -61,12 +61,24 @@ func (c StreamConfig) RawStreamConfig() jetstream.StreamConfig {
 	}
 }
 
-// EnsureRawStream creates the RAW stream, or updates it to c.
-func EnsureRawStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) (*jetstream.StreamInfo, error) {
+// EnsureRawStream creates the RAW stream when it is absent. An existing
+// stream is changed to c only with update (wahook migrate): a service
+// started with default flags must not turn an R3 stream into R1 or shorten
+// its retention.
+func EnsureRawStream(ctx context.Context, js jetstream.JetStream, c StreamConfig, update bool) (*jetstream.StreamInfo, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	cfg := c.RawStreamConfig()
+	if !update {
+		s, err := js.Stream(ctx, cfg.Name)
+		if err == nil {
+			return s.CachedInfo(), nil
+		}
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, fmt.Errorf("provision stream %s: %w", cfg.Name, err)
+		}
+	}
 	s, err := js.CreateOrUpdateStream(ctx, cfg)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {

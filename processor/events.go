@@ -3,6 +3,7 @@ package processor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -27,8 +28,18 @@ func DefaultEventsConfig() EventsConfig {
 	return EventsConfig{Replicas: 1, MaxAge: 24 * time.Hour, DuplicateWindow: 30 * time.Second}
 }
 
-// EnsureEventsStream creates or updates the EVENTS stream.
-func EnsureEventsStream(ctx context.Context, js jetstream.JetStream, c EventsConfig) error {
+// EnsureEventsStream creates the EVENTS stream when it is absent; an
+// existing one is changed to c only with update (wahook migrate).
+func EnsureEventsStream(ctx context.Context, js jetstream.JetStream, c EventsConfig, update bool) error {
+	if !update {
+		_, err := js.Stream(ctx, schema.StreamEvents)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("provision stream %s: %w", schema.StreamEvents, err)
+		}
+	}
 	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        schema.StreamEvents,
 		Description: "wahook: normalized events, one subject per number and kind",
@@ -57,7 +68,7 @@ type Event struct {
 // PublishEvents publishes every event of rows on its per-number subject with
 // Nats-Msg-Id = its event id, and returns once all are acknowledged.
 func PublishEvents(ctx context.Context, js jetstream.JetStream, rows *schema.Rows) error {
-	pafs := make([]jetstream.PubAckFuture, 0, len(rows.Statuses)+len(rows.Inbound)+len(rows.Management))
+	pafs := make([]jetstream.PubAckFuture, 0, eventsChunk)
 	pub := func(number string, k schema.Kind, id string, row any) error {
 		data, err := json.Marshal(Event{Kind: k, V: 1, Row: row})
 		if err != nil {
@@ -69,6 +80,12 @@ func PublishEvents(ctx context.Context, js jetstream.JetStream, rows *schema.Row
 			return fmt.Errorf("publish %s: %w", msg.Subject, err)
 		}
 		pafs = append(pafs, paf)
+		if len(pafs) == eventsChunk {
+			if err := waitAcks(ctx, pafs); err != nil {
+				return err
+			}
+			pafs = pafs[:0]
+		}
 		return nil
 	}
 	for i := range rows.Statuses {
@@ -89,6 +106,14 @@ func PublishEvents(ctx context.Context, js jetstream.JetStream, rows *schema.Row
 			return err
 		}
 	}
+	return waitAcks(ctx, pafs)
+}
+
+// eventsChunk bounds the publishes awaiting acks: a 50k-row batch must not
+// overrun the async publish window and fail on a stall.
+const eventsChunk = 4096
+
+func waitAcks(ctx context.Context, pafs []jetstream.PubAckFuture) error {
 	for _, paf := range pafs {
 		select {
 		case <-paf.Ok():

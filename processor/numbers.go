@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -24,8 +25,13 @@ type NumberMap struct {
 	m  map[string]string
 }
 
-// NewNumberMap opens (creating if needed) the numbers bucket.
+// NewNumberMap opens the numbers bucket, creating it when absent.
 func NewNumberMap(ctx context.Context, js jetstream.JetStream, replicas int) (*NumberMap, error) {
+	if kv, err := js.KeyValue(ctx, schema.BucketNumbers); err == nil {
+		return &NumberMap{kv: kv, m: map[string]string{}}, nil
+	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("kv %s: %w", schema.BucketNumbers, err)
+	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      schema.BucketNumbers,
 		Description: "wahook: display phone number -> phone number id",
@@ -63,13 +69,16 @@ func (n *NumberMap) Learn(display, id string) {
 	if known {
 		return
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	// Cached only once the bucket holds it, so that every instance can
+	// resolve it; a failed write is tried again on the next message webhook.
+	if _, err := n.kv.PutString(ctx, k, id); err != nil {
+		return
+	}
 	n.mu.Lock()
 	n.m[k] = id
 	n.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	// A lost write is learned again from the next message webhook.
-	_, _ = n.kv.PutString(ctx, k, id)
 }
 
 // Resolve returns the phone number id of display, or "" when no message

@@ -88,12 +88,23 @@ func (s *Stage1) ConsumerConfig() jetstream.ConsumerConfig {
 // then EVENTS, then the acks), the next is fetched and normalized. At most
 // one batch is written at a time, so batches stay large and in order.
 func (s *Stage1) Run(ctx context.Context) error {
-	cons, err := s.js.CreateOrUpdateConsumer(ctx, schema.StreamRaw, s.ConsumerConfig())
-	if err != nil {
-		return fmt.Errorf("consumer %s on %s: %w", s.cfg.Consumer, schema.StreamRaw, err)
+	// A passing NATS error at start only delays stage 1 (ingest keeps
+	// storing bodies meanwhile), so the consumer is retried.
+	var cons jetstream.Consumer
+	for wait := s.cfg.BackoffMin; ; wait = min(2*wait, s.cfg.BackoffMax) {
+		var err error
+		if cons, err = s.js.CreateOrUpdateConsumer(ctx, schema.StreamRaw, s.ConsumerConfig()); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.log.Warn("consumer on raw stream, retrying", zap.Error(err), zap.Duration("in", wait))
+		sleep(ctx, wait)
 	}
+	// Prefetch is bounded by count and by bytes (bodies reach 4 MB).
 	pull := min(s.cfg.MaxAckPending/2, 5000)
-	it, err := cons.Messages(jetstream.PullMaxMessages(pull))
+	it, err := cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(pull, 64<<20))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", schema.StreamRaw, err)
 	}
@@ -192,13 +203,12 @@ func SourceOf(msg jetstream.Msg) schema.Source {
 // flush writes the batch, publishes its events and acks its messages; when
 // either store fails, it naks them with a growing delay instead, so they
 // come back, and waits that delay before fetching more.
-func (s *Stage1) flush(ctx context.Context, b *batch) {
-	if ctx.Err() != nil {
-		// The last batch after a stop gets a context of its own.
-		fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		ctx = fctx
-	}
+func (s *Stage1) flush(runCtx context.Context, b *batch) {
+	// A stop does not cut a write short (that would waste it and leave its
+	// bodies for redelivery): the write has its own deadline, well inside
+	// AckWait, so a hung ClickHouse cannot hold bodies past it either.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), s.cfg.AckWait/2)
+	defer cancel()
 	start := time.Now()
 	// ClickHouse and EVENTS take the batch at the same time; the acks wait
 	// for both.
@@ -224,7 +234,7 @@ func (s *Stage1) flush(ctx context.Context, b *batch) {
 		s.log.Warn("batch not stored, will retry", zap.Int("batch_bodies", len(b.msgs)), zap.Int("batch_rows", b.rows.Len()),
 			zap.Duration("retry_in", delay), zap.Error(err))
 		b.reset()
-		sleep(ctx, delay)
+		sleep(runCtx, delay)
 		return
 	}
 	s.backoff = s.cfg.BackoffMin

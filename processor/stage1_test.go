@@ -60,7 +60,7 @@ func newPipeline(t testing.TB, db *schematest.ClickHouseDB) *pipeline {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := processor.EnsureEventsStream(ctx, p.js, processor.DefaultEventsConfig()); err != nil {
+	if err := processor.EnsureEventsStream(ctx, p.js, processor.DefaultEventsConfig(), false); err != nil {
 		t.Fatal(err)
 	}
 	numbers, err := processor.NewNumberMap(ctx, p.js, 1)

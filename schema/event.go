@@ -30,10 +30,35 @@ const (
 // EventsSubject returns the EVENTS subject of an event:
 // wahook.events.<phone_number_id>.<kind>, with NoNumber where there is none.
 func EventsSubject(phoneNumberID string, k Kind) string {
-	if phoneNumberID == "" {
-		phoneNumberID = NoNumber
+	return SubjectEventsPrefix + SubjectToken(phoneNumberID) + "." + string(k)
+}
+
+// SubjectToken makes a value from a body safe as one subject token: ids are
+// digits, but a body may carry anything, and a '.', a space or a wildcard
+// would break the per-number subjects or make the publish fail. Anything
+// but ASCII letters, digits, '-' and '_' becomes '_'; "" becomes NoNumber.
+func SubjectToken(s string) string {
+	if s == "" {
+		return NoNumber
 	}
-	return SubjectEventsPrefix + phoneNumberID + "." + string(k)
+	ok := true
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '-' || c == '_') {
+			ok = false
+			break
+		}
+	}
+	if ok {
+		return s
+	}
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '-' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
 }
 
 // EventID returns the deterministic id of an event: the first 16 bytes of

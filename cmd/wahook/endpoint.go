@@ -30,7 +30,7 @@ func provisionRaw(ctx context.Context, log *zap.Logger, pub *ingest.JetStreamPub
 	wait := 250 * time.Millisecond
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		info, err := ingest.EnsureRawStream(cctx, pub.JetStream(), sc)
+		info, err := ingest.EnsureRawStream(cctx, pub.JetStream(), sc, false)
 		cancel()
 		if err == nil {
 			log.Info("stream ready", zap.String("stream", info.Config.Name), zap.Uint64("msgs", info.State.Msgs),
@@ -66,6 +66,11 @@ func startEndpoint(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *inges
 		if err := provisionRaw(ctx, log, pub, o.stream); err != nil {
 			return nil, err
 		}
+	}
+	// A body NATS cannot carry would get 503 until Meta gives up: refuse
+	// to start instead (nats-server's default max_payload is 1 MB).
+	if mp := nc.MaxPayload(); mp > 0 && int64(o.cfg.BodyLimit)+4096 > mp {
+		return nil, fmt.Errorf("%w: --body-limit %d does not fit the NATS max_payload of %d bytes: raise max_payload on the servers or lower --body-limit", errUsage, o.cfg.BodyLimit, mp)
 	}
 	srv, err := ingest.New(o.cfg, pub, ingest.JetStreamReady(pub), reg, log.Named("ingest"))
 	if err != nil {

@@ -189,6 +189,11 @@ func TestServeLifecycle(t *testing.T) {
 		t.Fatalf("fixture not in %s: %v", schema.StreamRaw, err)
 	}
 
+	// A second embedded server must not open the running one's store.
+	if code, _, errOut := runCmd(t, "migrate", "--data-dir", dataDir, "--clickhouse-dsn", ""); code != 2 || !strings.Contains(errOut, "in use by another wahook") {
+		t.Fatalf("migrate on a store in use: code %d, %q; want 2 and a clear refusal", code, errOut)
+	}
+
 	// Stage 1 writes the fixture's failed status to ClickHouse: HTTP -> RAW
 	// -> stage 1 -> ClickHouse in one process.
 	deadline = time.Now().Add(20 * time.Second)
@@ -217,8 +222,11 @@ func TestServeLifecycle(t *testing.T) {
 	order := []string{"http stopped, in-flight requests answered", "pending publishes acknowledged",
 		"stage 1 stopped, last batch written", "nats connection drained", "embedded nats-server stopped"}
 	last := -1
+	if strings.Contains(log, "shutdown step failed") {
+		t.Fatalf("a shutdown step failed:\n%s", log)
+	}
 	for _, s := range order {
-		i := strings.Index(log, s)
+		i := strings.Index(log, `"step": "`+s+`"`)
 		if i < 0 || i < last {
 			t.Fatalf("shutdown step %q missing or out of order:\n%s", s, log)
 		}

@@ -61,7 +61,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err != nil {
 			return err
 		}
-		defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+		defer srv.Stop()
 		if nc, err = connectEmbedded(srv, "wahook-migrate"); err != nil {
 			return err
 		}
@@ -75,13 +75,13 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	info, err := ingest.EnsureRawStream(cctx, pub.JetStream(), io_.stream)
+	info, err := ingest.EnsureRawStream(cctx, pub.JetStream(), io_.stream, true)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "stream %s: %d messages, max age %s, replicas %d, duplicate window %s\n",
 		info.Config.Name, info.State.Msgs, info.Config.MaxAge, info.Config.Replicas, info.Config.Duplicates)
-	if err := processor.EnsureEventsStream(cctx, pub.JetStream(), po.events); err != nil {
+	if err := processor.EnsureEventsStream(cctx, pub.JetStream(), po.events, true); err != nil {
 		return err
 	}
 	if _, err := processor.NewNumberMap(cctx, pub.JetStream(), io_.stream.Replicas); err != nil {

@@ -3,7 +3,10 @@ package main
 import (
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -26,9 +29,46 @@ func (o *embeddedOptions) register(f *flags) {
 	f.Int64Var(&o.maxStore, "jetstream-max-store", 0, "embedded JetStream file store limit in bytes (0: the server's default)")
 }
 
+// embedded is the embedded nats-server and the lock on its store.
+type embedded struct {
+	*server.Server
+	lock *os.File
+}
+
+// Stop stops the server and releases the store.
+func (e *embedded) Stop() {
+	e.Shutdown()
+	e.WaitForShutdown()
+	e.lock.Close() // closing the file releases the flock
+}
+
+// lockDataDir takes an exclusive lock on <dir>/wahook.lock: nats-server does
+// not keep a second server off its store, and two on one store could damage
+// bodies already answered 200. migrate and replay without --nats-url meet a
+// running serve here and are told to use --nats-url.
+func lockDataDir(dir string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	path := filepath.Join(dir, "wahook.lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%w: %s is in use by another wahook (a running serve?): reach its NATS with --nats-url instead", errUsage, dir)
+	}
+	return f, nil
+}
+
 // startEmbedded starts the embedded nats-server with JetStream.
-func startEmbedded(o embeddedOptions, log *zap.Logger) (*server.Server, error) {
+func startEmbedded(o embeddedOptions, log *zap.Logger) (*embedded, error) {
 	syncEvery, syncAlways, err := durationOrAlways(o.sync)
+	if err != nil {
+		return nil, err
+	}
+	lock, err := lockDataDir(o.dataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -57,20 +97,22 @@ func startEmbedded(o embeddedOptions, log *zap.Logger) (*server.Server, error) {
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("embedded nats-server: %w", err)
 	}
 	srv.SetLoggerV2(&natsLogger{log.Named("nats").Sugar()}, false, false, false)
 	srv.Start()
 	if !srv.ReadyForConnections(30 * time.Second) {
 		srv.Shutdown()
+		lock.Close()
 		return nil, fmt.Errorf("embedded nats-server not ready within 30s (store %s)", opts.StoreDir)
 	}
-	return srv, nil
+	return &embedded{Server: srv, lock: lock}, nil
 }
 
 // connectEmbedded opens an in-process connection to srv: no TCP hop.
-func connectEmbedded(srv *server.Server, name string) (*nats.Conn, error) {
-	opts := append(ingest.NATSOptions(name), nats.InProcessServer(srv))
+func connectEmbedded(srv *embedded, name string) (*nats.Conn, error) {
+	opts := append(ingest.NATSOptions(name), nats.InProcessServer(srv.Server))
 	nc, err := nats.Connect("", opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to embedded nats-server: %w", err)
@@ -92,7 +134,7 @@ func connectExternal(o natsOptions, name string) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(o.urls, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to nats %s: %w", o.urls, err)
+		return nil, fmt.Errorf("connect to nats: %w", err) // the URLs may hold credentials
 	}
 	return nc, nil
 }

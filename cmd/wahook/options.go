@@ -78,7 +78,8 @@ type natsOptions struct {
 }
 
 func (o *natsOptions) register(f *flags, urlUsage string) {
-	f.StringVar(&o.urls, "nats-url", "", urlUsage)
+	f.StringVar(&o.urls, "nats-url", "", urlUsage+" (secret: may hold credentials)")
+	f.Secret("nats-url")
 	f.StringVar(&o.creds, "nats-creds", "", "NATS credentials file")
 	f.StringVar(&o.tlsCA, "nats-tls-ca", "", "CA certificate file to verify the NATS servers")
 	f.StringVar(&o.tlsCert, "nats-tls-cert", "", "client certificate file for NATS (mutual TLS)")

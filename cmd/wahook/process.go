@@ -56,7 +56,7 @@ func runProcess(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	done := make(chan error, 1)
 	pctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	go runStage1(pctx, log, nc, &po, dataDir, *replicas, reg, done)
+	go runStage1(pctx, log, nc, &po, dataDir, *replicas, false, reg, done)
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")

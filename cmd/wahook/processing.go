@@ -39,7 +39,7 @@ func (o *processOptions) register(f *flags, withSwitch bool) {
 	o.events = processor.DefaultEventsConfig()
 	f.StringVar(&o.dsn, "clickhouse-dsn", "clickhouse://127.0.0.1:9000/wahook", "ClickHouse, native protocol: clickhouse://user:password@host:9000/database (secret)")
 	f.Secret("clickhouse-dsn")
-	f.StringVar(&o.hashKey, "phone-hash-key", "", "key of the keyed hash that stands for end users' numbers (secret; empty: a key kept in <data-dir>/phone-hash-key, made on first start)")
+	f.StringVar(&o.hashKey, "phone-hash-key", "", "key of the keyed hash that stands for end users' numbers; the same on every instance (secret; empty: <data-dir>/phone-hash-key, which serve makes on first start)")
 	f.Secret("phone-hash-key")
 	f.IntVar(&o.cfg.BatchRows, "batch-rows", o.cfg.BatchRows, "rows per ClickHouse insert at most")
 	f.DurationVar(&o.cfg.FlushInterval, "flush-interval", o.cfg.FlushInterval, "longest a row waits for its batch")
@@ -80,9 +80,11 @@ func parseClickHouseDSN(dsn string) (*clickhouse.Options, string, error) {
 	return opts, db, nil
 }
 
-// phoneHashKey returns the configured key, or the one kept under dataDir,
-// made on first use. Several instances must share one key: set it.
-func phoneHashKey(configured, dataDir string) ([]byte, error) {
+// phoneHashKey returns the configured key, or the one kept under dataDir.
+// Event ids contain the hashes, so every instance must hash with the same
+// key: only serve (create true) makes a key, once, for a one-machine setup;
+// process and replay use the configured key or serve's.
+func phoneHashKey(configured, dataDir string, create bool) ([]byte, error) {
 	if configured != "" {
 		return []byte(configured), nil
 	}
@@ -94,6 +96,9 @@ func phoneHashKey(configured, dataDir string) ([]byte, error) {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("phone hash key: %w", err)
 	}
+	if !create {
+		return nil, fmt.Errorf("%w: --phone-hash-key is required (or %s): every instance must hash end users' numbers with the same key, or events count twice", errUsage, path)
+	}
 	var raw [32]byte
 	if _, err := rand.Read(raw[:]); err != nil {
 		return nil, err
@@ -102,7 +107,16 @@ func phoneHashKey(configured, dataDir string) ([]byte, error) {
 		return nil, fmt.Errorf("phone hash key: %w", err)
 	}
 	k := hex.EncodeToString(raw[:])
-	if err := os.WriteFile(path, []byte(k+"\n"), 0o600); err != nil {
+	// O_EXCL: if another process made one meanwhile, use that one.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return phoneHashKey("", dataDir, false)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("phone hash key: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(k + "\n"); err != nil {
 		return nil, fmt.Errorf("phone hash key: %w", err)
 	}
 	return []byte(k), nil
@@ -145,8 +159,8 @@ type stage1Deps struct {
 // setupStage1 connects to ClickHouse (retrying until it answers or ctx
 // ends: an outage delays work, it loses none, since RAW keeps every body),
 // migrates, and provisions EVENTS and the numbers bucket.
-func setupStage1(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *processOptions, dataDir string, replicas int) (*stage1Deps, error) {
-	key, err := phoneHashKey(o.hashKey, dataDir)
+func setupStage1(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *processOptions, dataDir string, replicas int, createKey bool) (*stage1Deps, error) {
+	key, err := phoneHashKey(o.hashKey, dataDir, createKey)
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +187,7 @@ func setupStage1(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *process
 	}
 	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := processor.EnsureEventsStream(ectx, js, o.events); err != nil {
+	if err := processor.EnsureEventsStream(ectx, js, o.events, false); err != nil {
 		conn.Close()
 		return nil, err
 	}
@@ -191,8 +205,8 @@ func setupStage1(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *process
 }
 
 // runStage1 sets stage 1 up and runs it until ctx ends; it reports on done.
-func runStage1(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *processOptions, dataDir string, replicas int, reg prometheus.Registerer, done chan<- error) {
-	deps, err := setupStage1(ctx, log, nc, o, dataDir, replicas)
+func runStage1(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *processOptions, dataDir string, replicas int, createKey bool, reg prometheus.Registerer, done chan<- error) {
+	deps, err := setupStage1(ctx, log, nc, o, dataDir, replicas, createKey)
 	if err != nil {
 		done <- err
 		return

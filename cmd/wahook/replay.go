@@ -57,7 +57,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err != nil {
 			return err
 		}
-		defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+		defer srv.Stop()
 		if nc, err = connectEmbedded(srv, "wahook-replay"); err != nil {
 			return err
 		}
@@ -65,7 +65,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer nc.Close()
-	deps, err := setupStage1(ctx, log, nc, &po, eo.dataDir, 1)
+	deps, err := setupStage1(ctx, log, nc, &po, eo.dataDir, 1, false)
 	if err != nil {
 		return err
 	}

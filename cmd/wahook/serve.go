@@ -63,7 +63,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		stopEmbedded = func() {
-			step(log, "embedded nats-server stopped", func() error { srv.Shutdown(); srv.WaitForShutdown(); return nil })
+			step(log, "embedded nats-server stopped", func() error { srv.Stop(); return nil })
 		}
 		log.Info("embedded nats-server ready", zap.String("store", eo.dataDir), zap.String("client_url", srv.ClientURL()))
 		if nc, err = connectEmbedded(srv, "wahook-serve"); err != nil {
@@ -85,7 +85,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer stopProcessing()
 	processing := make(chan error, 1)
 	if !po.disabled {
-		go runStage1(pctx, log, nc, &po, eo.dataDir, io_.stream.Replicas, reg, processing)
+		go runStage1(pctx, log, nc, &po, eo.dataDir, io_.stream.Replicas, true, reg, processing)
 	}
 	select {
 	case <-ctx.Done():
