@@ -27,15 +27,18 @@ const fixturesDir = "../../shared/meta/fixtures"
 
 // pipeline is stage 1 on a real embedded JetStream and a real ClickHouse.
 type pipeline struct {
-	t      testing.TB
-	nats   *schematest.JetStream
-	js     jetstream.JetStream
-	db     *schematest.ClickHouseDB
-	cfg    processor.Config
-	writer *chwriter.Writer
-	norm   *processor.Normalizer
-	cancel context.CancelFunc
-	done   chan error
+	t       testing.TB
+	nats    *schematest.JetStream
+	js      jetstream.JetStream
+	db      *schematest.ClickHouseDB
+	cfg     processor.Config
+	writer  *chwriter.Writer
+	norm    *processor.Normalizer
+	cancel  context.CancelFunc
+	done    chan error
+	regs    []*prometheus.Registry // one per started instance
+	ctx     context.Context
+	running int
 }
 
 func newPipeline(t testing.TB, db *schematest.ClickHouseDB) *pipeline {
@@ -79,16 +82,22 @@ func newPipeline(t testing.TB, db *schematest.ClickHouseDB) *pipeline {
 }
 
 // start runs stage 1 until the test ends or stop is called.
+// start runs one more stage 1 instance on the shared durable consumer.
 func (p *pipeline) start() {
 	p.t.Helper()
-	s1, err := processor.NewStage1(p.cfg, p.js, p.writer, p.norm, prometheus.NewRegistry(), zaptest.NewLogger(p.t))
+	reg := prometheus.NewRegistry()
+	s1, err := processor.NewStage1(p.cfg, p.js, p.writer, p.norm, reg, zaptest.NewLogger(p.t))
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	p.cancel, p.done = cancel, make(chan error, 1)
-	go func() { p.done <- s1.Run(ctx) }()
-	p.t.Cleanup(p.stop)
+	p.regs = append(p.regs, reg)
+	if p.cancel == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		p.ctx, p.cancel, p.done = ctx, cancel, make(chan error, 8)
+		p.t.Cleanup(p.stop)
+	}
+	p.running++
+	go func() { p.done <- s1.Run(p.ctx) }()
 }
 
 func (p *pipeline) stop() {
@@ -96,10 +105,31 @@ func (p *pipeline) stop() {
 		return
 	}
 	p.cancel()
-	if err := <-p.done; err != nil {
-		p.t.Errorf("stage 1: %v", err)
+	for ; p.running > 0; p.running-- {
+		if err := <-p.done; err != nil {
+			p.t.Errorf("stage 1: %v", err)
+		}
 	}
 	p.cancel = nil
+}
+
+// metric returns the value of a counter of instance i.
+func (p *pipeline) metric(i int, name string) float64 {
+	p.t.Helper()
+	mfs, err := p.regs[i].Gather()
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			var sum float64
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+			return sum
+		}
+	}
+	return 0
 }
 
 // publish stores a body in RAW as ingest does.
@@ -281,6 +311,43 @@ func TestStage1Fixtures(t *testing.T) {
 	p.drained(30 * time.Second)
 	p.checkFixtureTotals(e)
 
+	// Every event is on WAHOOK_EVENTS once, on its number's subject, with
+	// Nats-Msg-Id = its event id.
+	events := p.count("SELECT uniqExact(event_id) FROM {db}.status_events") + p.count("SELECT uniqExact(event_id) FROM {db}.inbound_messages") +
+		p.count("SELECT uniqExact(event_id) FROM {db}.management_events")
+	ctx := context.Background()
+	es, err := p.js.Stream(ctx, schema.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := es.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != events {
+		t.Errorf("WAHOOK_EVENTS holds %d messages, want one per event: %d", info.State.Msgs, events)
+	}
+	last, err := es.GetLastMsgForSubject(ctx, schema.EventsSubject("120447163309875", schema.KindStatus))
+	if err != nil {
+		t.Fatalf("no status event of 120447163309875: %v", err)
+	}
+	var ev struct {
+		Kind string `json:"kind"`
+		Row  struct {
+			EventID       string `json:"event_id"`
+			PhoneNumberID string `json:"phone_number_id"`
+		} `json:"row"`
+	}
+	if err := json.Unmarshal(last.Data, &ev); err != nil {
+		t.Fatal(err)
+	}
+	if ev.Kind != "status" || ev.Row.PhoneNumberID != "120447163309875" || last.Header.Get(schema.HeaderMsgID) != ev.Row.EventID {
+		t.Errorf("event %+v with Nats-Msg-Id %q: want kind status, its number, and the event id as message id", ev, last.Header.Get(schema.HeaderMsgID))
+	}
+	if got := p.count("SELECT count() FROM {db}.status_events WHERE event_id = ?", ev.Row.EventID); got == 0 {
+		t.Errorf("event %s on EVENTS is not in ClickHouse", ev.Row.EventID)
+	}
+
 	// A quality event carries only the display number; it reaches the
 	// phone number id learned from message webhooks.
 	if got := p.count(`SELECT count() FROM {db}.management_events FINAL
@@ -366,10 +433,36 @@ func TestStage1ClickHouseOutage(t *testing.T) {
 		p.publish("default", body(i))
 	}
 	p.drained(60 * time.Second)
+	if got := p.metric(0, "wahook_processor_write_failures_total"); got == 0 {
+		t.Fatal("no write failed during the outage: the test did not test an outage")
+	}
 	if got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events"); got != n {
 		t.Fatalf("statuses after the outage: got %d, want %d", got, n)
 	}
 	if got := p.count("SELECT toUInt64(uniqExactMerge(error_keys)) FROM {db}.failures_by_minute WHERE code = 130429"); got != n {
 		t.Fatalf("130429 failures after the outage: got %d, want %d", got, n)
 	}
+}
+
+// TestStage1TwoInstances: two instances on one durable consumer share the
+// work, and every event is stored exactly once.
+func TestStage1TwoInstances(t *testing.T) {
+	p := newPipeline(t, schematest.ClickHouse(t))
+	p.cfg.MaxAckPending = 100 // small prefetch, so that both get work
+	p.cfg.BatchRows = 200
+	p.start()
+	p.start()
+	const n = 2000
+	for i := 0; i < n; i++ {
+		p.publish("default", []byte(fmt.Sprintf(`{"object":"whatsapp_business_account","entry":[{"id":"1","changes":[{"field":"messages","value":{"metadata":{"display_phone_number":"15557810009","phone_number_id":"109"},"statuses":[{"id":"wamid.two-%d","status":"read","timestamp":"%d","recipient_id":"4915155500734"}]}}]}]}`, i, 1781514312+i)))
+	}
+	p.drained(60 * time.Second)
+	if got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events"); got != n {
+		t.Fatalf("statuses: got %d, want %d", got, n)
+	}
+	a, b := p.metric(0, "wahook_processor_bodies_total"), p.metric(1, "wahook_processor_bodies_total")
+	if a == 0 || b == 0 {
+		t.Fatalf("work not shared: instance bodies %v and %v", a, b)
+	}
+	t.Logf("bodies per instance: %v and %v", a, b)
 }

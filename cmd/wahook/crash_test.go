@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -51,7 +53,8 @@ func TestProcessKilledMidBatch(t *testing.T) {
 	if code, out, errOut := runCmd(t, "migrate", "--nats-url", js.URL(), "--clickhouse-dsn", ch.DSN, "--log-level", "error"); code != 0 {
 		t.Fatalf("migrate: %d %s %s", code, out, errOut)
 	}
-	args := []string{"process", "--nats-url", js.URL(), "--clickhouse-dsn", ch.DSN, "--data-dir", t.TempDir(),
+	health := freeAddr(t)
+	args := []string{"process", "--nats-url", js.URL(), "--clickhouse-dsn", ch.DSN, "--data-dir", t.TempDir(), "--listen", health,
 		"--phone-hash-key", "k", "--flush-interval", "200ms", "--batch-rows", "500", "--ack-wait", "3s", "--log-format", "console"}
 	var logs syncBuffer
 	proc := startWahook(t, &logs, args...)
@@ -109,6 +112,17 @@ func TestProcessKilledMidBatch(t *testing.T) {
 			t.Fatalf("status events: got %d, want %d; 131056 failures: got %d, want %d\n%s", got, 2*n, failures, n, logs.String())
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	// The restarted process serves its health and its stage 1 metrics.
+	waitReady(t, "http://"+health, &logs)
+	resp, err := http.Get("http://" + health + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(metrics), "wahook_processor_bodies_total") || !strings.Contains(string(metrics), "wahook_processor_batches_total") {
+		t.Fatalf("process /metrics lacks stage 1 metrics:\n%.2000s", metrics)
 	}
 	if killedAt == 0 || killedAt >= 2*n {
 		t.Fatalf("the kill did not land mid-stream (%d of %d events stored at the kill)", killedAt, 2*n)

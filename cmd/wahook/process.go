@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -21,7 +22,8 @@ func runProcess(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	no.register(f, "NATS server URLs, comma-separated (required)")
 	po.register(f, false)
 	logo.register(f)
-	f.StringVar(&dataDir, "data-dir", "./data", "where the phone hash key is kept when --phone-hash-key is not set")
+	f.StringVar(&dataDir, "data-dir", "./data", "where serve keeps the phone hash key, read when --phone-hash-key is not set")
+	listen := f.String("listen", ":8082", "address of /healthz, /readyz and /metrics")
 	replicas := f.Int("replicas", 1, "replicas of the streams and buckets stage 1 creates")
 	if err := f.Parse(args); err != nil {
 		return err
@@ -53,13 +55,27 @@ func runProcess(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	reg := newRegistry()
+	health, err := startHealth(*listen, reg, log)
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	defer health.stop()
 	done := make(chan error, 1)
 	pctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	go func() {
+		// Ready once NATS is connected; stage 1 itself waits out ClickHouse.
+		for pctx.Err() == nil && !nc.IsConnected() {
+			time.Sleep(100 * time.Millisecond)
+		}
+		health.ready.Store(true)
+	}()
 	go runStage1(pctx, log, nc, &po, dataDir, *replicas, false, reg, done)
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")
+		health.stopping.Store(true)
 		stop()
 		step(log, "stage 1 stopped, last batch written", func() error { return <-done })
 	case err = <-done:

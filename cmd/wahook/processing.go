@@ -46,6 +46,8 @@ func (o *processOptions) register(f *flags, withSwitch bool) {
 	f.DurationVar(&o.cfg.AckWait, "ack-wait", o.cfg.AckWait, "how long JetStream waits for stage 1's ack before redelivering")
 	f.BoolVar(&o.cfg.PublishEvents, "publish-events", o.cfg.PublishEvents, "publish every normalized event on WAHOOK_EVENTS")
 	f.DurationVar(&o.events.MaxAge, "events-max-age", o.events.MaxAge, "how long WAHOOK_EVENTS keeps events (it can be rebuilt from RAW)")
+	f.DurationVar(&o.events.DuplicateWindow, "events-duplicate-window", o.events.DuplicateWindow, "an event republished within it is stored once; consumers dedupe by event id beyond it (each id costs server memory)")
+	f.IntVar(&o.events.Replicas, "events-replicas", o.events.Replicas, "replicas of WAHOOK_EVENTS")
 	f.BoolVar(&o.migrate, "migrate", true, "apply ClickHouse migrations at start-up")
 	if withSwitch {
 		f.BoolVar(&o.disabled, "no-process", false, "run without stage 1 (webhooks are stored; nothing is written to ClickHouse)")

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+)
+
+// healthServer serves /healthz, /readyz and /metrics for a subcommand that
+// has no webhook endpoint of its own (process).
+type healthServer struct {
+	srv      *http.Server
+	ready    atomic.Bool
+	stopping atomic.Bool
+}
+
+// startHealth listens on addr; ready reports whether the work can proceed.
+func startHealth(addr string, reg *prometheus.Registry, log *zap.Logger) (*healthServer, error) {
+	h := &healthServer{}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if h.stopping.Load() || !h.ready.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready"))
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	h.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := h.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("health server", zap.Error(err))
+		}
+	}()
+	log.Info("health and metrics listening", zap.String("addr", ln.Addr().String()))
+	return h, nil
+}
+
+func (h *healthServer) stop() {
+	h.stopping.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = h.srv.Shutdown(ctx)
+}
