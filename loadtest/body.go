@@ -185,6 +185,7 @@ func (f *fleet) appendChange(b []byte, items []item, idx []int) []byte {
 			b = append(b, recipient(it.number, it.seq, false)...)
 			b = append(b, `","id":"`...)
 			b = f.appendMessageID(b, idEcho, it.number, it.seq)
+			b = append(b, '"')
 			b = appendTimestamp(b, it.at)
 			b = append(b, `,"type":"text","text":{"body":"Typed in the Business app"}}`...)
 		}

@@ -5,13 +5,15 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 )
 
 // Summary is the machine-readable report of a run.
 type Summary struct {
 	URL         string         `json:"url"`
-	Mode        string         `json:"mode"` // open-loop or closed-loop
+	Mode        string         `json:"mode"` // open-loop, closed-loop or traffic-model
 	TargetRate  float64        `json:"target_rate,omitempty"`
 	Connections int            `json:"connections"`
 	DurationS   float64        `json:"duration_s"`
@@ -19,6 +21,8 @@ type Summary struct {
 	OK          uint64         `json:"ok"`
 	Errors      uint64         `json:"errors"`
 	Statuses    map[string]int `json:"statuses"`
+	Retried     uint64         `json:"retried"`
+	GaveUp      uint64         `json:"gave_up"`
 	RatePerS    float64        `json:"rate_per_s"`
 	P50Ms       float64        `json:"p50_ms"`
 	P90Ms       float64        `json:"p90_ms"`
@@ -28,6 +32,46 @@ type Summary struct {
 	Over250ms   float64        `json:"share_over_250ms"`
 	Over1s      float64        `json:"share_over_1s"`
 	MetaSLO     bool           `json:"meets_meta_slo"`
+	// ServerCPUS is the CPU time the service used during the run (from its
+	// /metrics), and RequestsPerCPUS the requests answered per CPU second:
+	// the per-core capacity that sizing starts from.
+	ServerCPUS      float64 `json:"server_cpu_s,omitempty"`
+	RequestsPerCPUS float64 `json:"requests_per_cpu_s,omitempty"`
+	EventsPerCPUS   float64 `json:"events_per_cpu_s,omitempty"`
+	// Traffic describes a traffic-model run, with its ledger.
+	Traffic *TrafficSummary `json:"traffic,omitempty"`
+	// Timeline is the latency per second of intended send time.
+	Timeline []Second `json:"timeline,omitempty"`
+	// Check is the end-to-end check, when one ran.
+	Check *CheckResult `json:"check,omitempty"`
+}
+
+// TrafficSummary is the model of a run, what it posted and what got a 200.
+type TrafficSummary struct {
+	RunID       uint32 `json:"run_id"`
+	Numbers     int    `json:"numbers"`
+	Coexistence int    `json:"coexistence"`
+	Upgraded    int    `json:"upgraded"`
+	WABAs       int    `json:"wabas"`
+	// OutboundMPS is per number, as configured; Planned has the rates after
+	// the tiers.
+	OutboundMPS float64 `json:"outbound_mps_per_number"`
+	InboundMPS  float64 `json:"inbound_mps,omitempty"`
+	ReplyRate   float64 `json:"reply_rate"`
+	FailureMix  string  `json:"failure_mix"`
+	PerPost     int     `json:"items_per_post_max"`
+	RetryShare  float64 `json:"retry_share"`
+	RepeatShare float64 `json:"repeat_share"`
+	Planned     Rates   `json:"planned"`
+	// Posted is what the generator posted (Meta's retries and repeats
+	// included).
+	Posts        uint64  `json:"posts"`
+	MetaRetries  uint64  `json:"meta_retries"`
+	Repeats      uint64  `json:"repeated_statuses"`
+	ItemsPerPost float64 `json:"items_per_post"`
+	// Acked is the ledger: every event once, whose body got a 200.
+	Acked      Totals  `json:"acked"`
+	EventsPerS float64 `json:"acked_events_per_s"`
 }
 
 // Summary condenses r.
@@ -36,17 +80,51 @@ func (r *Result) Summary() Summary {
 	s := Summary{
 		URL: r.Config.URL, Mode: "closed-loop", Connections: r.Config.Connections,
 		DurationS: r.Elapsed.Seconds(), Sent: r.Sent, OK: r.OK(), Errors: r.Errors,
-		Statuses: map[string]int{}, RatePerS: r.Rate(),
+		Statuses: map[string]int{}, Retried: r.Retried, GaveUp: r.GaveUp, RatePerS: r.Rate(),
 		P50Ms: ms(r.Percentile(50)), P90Ms: ms(r.Percentile(90)), P99Ms: ms(r.Percentile(99)),
 		P999Ms: ms(r.Percentile(99.9)), MaxMs: float64(r.Latency.Max()) / 1000,
 		Over250ms: r.ShareOver(250 * time.Millisecond), Over1s: r.ShareOver(time.Second),
 		MetaSLO: r.MeetsMetaSLO(),
 	}
-	if r.Config.Rate > 0 {
+	switch {
+	case r.Traffic != nil:
+		s.Mode = "traffic-model"
+	case r.Config.Rate > 0:
 		s.Mode, s.TargetRate = "open-loop", r.Config.Rate
 	}
 	for code, n := range r.Statuses {
 		s.Statuses[fmt.Sprint(code)] = int(n)
+	}
+	if r.Timeline != nil {
+		s.Timeline = r.Timeline.Seconds()
+	}
+	if r.Traffic != nil {
+		m, g := r.Traffic.Model(), r.Traffic.Generated()
+		t := &TrafficSummary{
+			RunID: m.RunID, Numbers: m.Numbers, Coexistence: m.Coexistence, Upgraded: m.Upgraded, WABAs: m.wabas(),
+			OutboundMPS: m.OutboundMPS, InboundMPS: m.InboundMPS, ReplyRate: m.ReplyRate,
+			FailureMix: m.Failures.String(), PerPost: m.PerPost, RetryShare: m.RetryShare, RepeatShare: m.RepeatShare,
+			Planned: m.Rates(), Posts: g.Posts, MetaRetries: g.Retries, Repeats: g.Repeats,
+			Acked: r.Ledger.Totals(),
+		}
+		if g.Posts > 0 {
+			t.ItemsPerPost = float64(g.Items) / float64(g.Posts)
+		}
+		if d := r.Config.Duration.Seconds(); d > 0 {
+			t.EventsPerS = float64(t.Acked.Events) / d
+		}
+		s.Traffic = t
+	}
+	if r.ServerCPU > 0 {
+		s.ServerCPUS = r.ServerCPU
+		var answered uint64
+		for _, n := range r.Statuses {
+			answered += n
+		}
+		s.RequestsPerCPUS = float64(answered) / r.ServerCPU
+		if s.Traffic != nil {
+			s.EventsPerCPUS = float64(s.Traffic.Acked.Events) / r.ServerCPU
+		}
 	}
 	return s
 }
@@ -64,21 +142,110 @@ func (s Summary) WriteText(w io.Writer) {
 	if s.TargetRate > 0 {
 		fmt.Fprintf(w, ", target %.0f req/s", s.TargetRate)
 	}
-	fmt.Fprintf(w, "\n  sent %d in %.1fs, answered %.0f req/s, errors %d\n", s.Sent, s.DurationS, s.RatePerS, s.Errors)
-	codes := make([]string, 0, len(s.Statuses))
-	for c := range s.Statuses {
-		codes = append(codes, c)
-	}
-	sort.Strings(codes)
-	fmt.Fprint(w, "  answers:")
-	for _, c := range codes {
-		fmt.Fprintf(w, " %s=%d", c, s.Statuses[c])
-	}
-	fmt.Fprintf(w, "\n  latency p50 %.2f ms, p90 %.2f, p99 %.2f, p99.9 %.2f, max %.2f\n", s.P50Ms, s.P90Ms, s.P99Ms, s.P999Ms, s.MaxMs)
+	fmt.Fprintf(w, "\n  sent %d in %.1fs, answered %.0f req/s, no answer %d, retried %d, gave up %d\n",
+		s.Sent, s.DurationS, s.RatePerS, s.Errors, s.Retried, s.GaveUp)
+	fmt.Fprintf(w, "  answers: %s\n", sortedCounts(s.Statuses))
+	fmt.Fprintf(w, "  latency p50 %.2f ms, p90 %.2f, p99 %.2f, p99.9 %.2f, max %.2f\n", s.P50Ms, s.P90Ms, s.P99Ms, s.P999Ms, s.MaxMs)
 	verdict := "FAILS"
 	if s.MetaSLO {
 		verdict = "meets"
 	}
 	fmt.Fprintf(w, "  over 250 ms %.3f%%, over 1 s %.3f%%: %s Meta's bar (median < 250 ms, < 1%% over 1 s, all 200)\n",
 		100*s.Over250ms, 100*s.Over1s, verdict)
+	if s.ServerCPUS > 0 {
+		fmt.Fprintf(w, "  service CPU %.2f s: %.0f requests per CPU second", s.ServerCPUS, s.RequestsPerCPUS)
+		if s.EventsPerCPUS > 0 {
+			fmt.Fprintf(w, ", %.0f events per CPU second", s.EventsPerCPUS)
+		}
+		fmt.Fprintln(w, " (load generator on the same machine)")
+	}
+	if t := s.Traffic; t != nil {
+		fmt.Fprintf(w, "traffic model, run %d: %d numbers (%d coexistence, %d upgraded) in %d WABAs, outbound %g mps each",
+			t.RunID, t.Numbers, t.Coexistence, t.Upgraded, t.WABAs, t.OutboundMPS)
+		if t.InboundMPS > 0 {
+			fmt.Fprintf(w, ", inbound %g mps", t.InboundMPS)
+		} else {
+			fmt.Fprintf(w, ", reply rate %g%%", 100*t.ReplyRate)
+		}
+		fmt.Fprintf(w, ", failures %s\n", t.FailureMix)
+		p := t.Planned
+		fmt.Fprintf(w, "  planned: %.0f msgs/s out, %.0f in -> %.0f status + %.0f inbound + %.0f echo = %.0f events/s",
+			p.Outbound, p.Inbound, p.Statuses, p.Inbound, p.Echoes, p.Events)
+		if p.Clamped > 0 {
+			fmt.Fprintf(w, " (%d numbers held to their tier)", p.Clamped)
+		}
+		fmt.Fprintf(w, "\n  posted %d POSTs, %.2f items each (up to %d), %d Meta retries of a 200'd body, %d statuses repeated in other POSTs\n",
+			t.Posts, t.ItemsPerPost, t.PerPost, t.MetaRetries, t.Repeats)
+		fmt.Fprintf(w, "  ledger (events whose body got a 200, each once): %d, %.0f/s: %s\n",
+			t.Acked.Events, t.EventsPerS, sortedCounts64(t.Acked.ByKind))
+		if len(t.Acked.Failures) > 0 {
+			fmt.Fprintf(w, "  failures by code: %s\n", sortedCounts64(t.Acked.Failures))
+		}
+	}
+	if c := s.Check; c != nil {
+		c.WriteText(w)
+	}
+}
+
+// WriteText writes the check for people.
+func (c *CheckResult) WriteText(w io.Writer) {
+	verdict := "PASS"
+	if !c.OK() {
+		verdict = "FAIL"
+	}
+	drained := "drained"
+	if !c.Drained {
+		drained = "NOT drained"
+	}
+	fmt.Fprintf(w, "end-to-end check against ClickHouse %s: %s (%s after %.1fs)\n", c.Database, verdict, drained, c.WaitS)
+	fmt.Fprintf(w, "  ledger %d events, found %d: lost %d, duplicates %d, stored without a 200 %d (allowed)\n",
+		c.Expected, c.Found, c.Lost, c.Duplicates, c.StoredUnacked)
+	kinds := make([]string, 0, len(c.ByKind))
+	for k := range c.ByKind {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		kc := c.ByKind[k]
+		fmt.Fprintf(w, "    %-18s expected %d, found %d, lost %d, duplicates %d\n", k, kc.Expected, kc.Found, kc.Lost, kc.Duplicates)
+	}
+	match := "matches"
+	if !c.FailuresMatch {
+		match = "DIFFERS from"
+	}
+	fmt.Fprintf(w, "  failure distribution (number x minute x code) in failures_by_minute %s the ledger's\n", match)
+	for _, d := range c.FailureDiffs {
+		fmt.Fprintf(w, "    %s\n", d)
+	}
+	fmt.Fprintf(w, "  dead letters since the start %d, rows of unknown keys %d\n", c.DeadLetters, c.UnknownKeys)
+	for _, l := range c.LostList {
+		fmt.Fprintf(w, "    lost: %s\n", l)
+	}
+	for _, d := range c.DuplicateList {
+		fmt.Fprintf(w, "    duplicate: %s\n", d)
+	}
+}
+
+func sortedCounts(m map[string]int) string {
+	m64 := make(map[string]uint64, len(m))
+	for k, v := range m {
+		m64[k] = uint64(v)
+	}
+	return sortedCounts64(m64)
+}
+
+func sortedCounts64(m map[string]uint64) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + strconv.FormatUint(m[k], 10)
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, " ")
 }

@@ -26,6 +26,10 @@ type Config struct {
 	// closed loop: each connection sends its next request when the last is
 	// answered, which finds the saturation throughput.
 	Rate float64
+	// Traffic, when set, sends the traffic of this model instead, open
+	// loop at the model's own rates (Rate and Body are not used), and keeps
+	// a ledger of what got a 200.
+	Traffic *Model
 	// Duration bounds the run; requests still unanswered at its end are
 	// waited for up to Timeout.
 	Duration time.Duration
@@ -33,15 +37,27 @@ type Config struct {
 	Connections int
 	// Timeout is the client timeout of one request.
 	Timeout time.Duration
+	// Attempts is how often one body is posted at most: a non-200 or no
+	// answer is posted again after RetryBackoff, doubling each time, as Meta
+	// retries (for days; a run only a few times). 1 posts each body once.
+	Attempts     int
+	RetryBackoff time.Duration
 	// Body returns the i-th body; nil uses StatusBody with BodyBytes.
 	Body func(i uint64) []byte
 	// BodyBytes is the approximate size of the default bodies.
 	BodyBytes int
+	// MetricsURL is the service's Prometheus endpoint, read before and
+	// after the run for the CPU time the service used
+	// (process_cpu_seconds_total); "" derives it from URL (/metrics), "-"
+	// skips it.
+	MetricsURL string
 }
 
-// DefaultConfig returns a 10 s closed-loop run over 64 connections.
+// DefaultConfig returns a 10 s closed-loop run over 64 connections, each
+// body posted up to 3 times.
 func DefaultConfig() Config {
-	return Config{Duration: 10 * time.Second, Connections: 64, Timeout: 5 * time.Second, BodyBytes: 900}
+	return Config{Duration: 10 * time.Second, Connections: 64, Timeout: 5 * time.Second, BodyBytes: 900,
+		Attempts: 3, RetryBackoff: 100 * time.Millisecond}
 }
 
 // Validate reports the first problem of c.
@@ -62,6 +78,15 @@ func (c Config) Validate() error {
 		return errors.New("connections must be between 1 and 10000")
 	case c.Timeout <= 0:
 		return errors.New("timeout must be positive")
+	case c.Attempts < 1 || c.Attempts > 10:
+		return errors.New("attempts must be between 1 and 10")
+	case c.Attempts > 1 && (c.RetryBackoff <= 0 || c.RetryBackoff > 10*time.Second):
+		return errors.New("retry backoff must be between 0 and 10s")
+	}
+	if c.Traffic != nil {
+		if err := c.Traffic.Validate(); err != nil {
+			return fmt.Errorf("traffic model: %w", err)
+		}
 	}
 	return nil
 }
@@ -75,11 +100,20 @@ type Result struct {
 	Config   Config
 	Started  time.Time
 	Elapsed  time.Duration // from the first send to the last answer
-	Sent     uint64
-	Statuses map[int]uint64 // answers by HTTP status
-	Errors   uint64         // requests without an answer (timeout, refused)
+	Sent     uint64        // requests, retries included
+	Statuses map[int]uint64
+	Errors   uint64 // requests without an answer (timeout, refused)
+	Retried  uint64 // requests that posted a body again after a non-200 or no answer
+	GaveUp   uint64 // bodies that never got a 200 within Attempts
 	// Latency is in microseconds, from the intended send time to the answer.
-	Latency *hdrhistogram.Histogram
+	Latency  *hdrhistogram.Histogram
+	Timeline *Timeline
+	// Traffic and Ledger are set when the run sent a traffic model.
+	Traffic *Traffic
+	Ledger  *Ledger
+	// ServerCPU is the CPU time the service used during the run, in
+	// seconds, from its /metrics; negative when unknown.
+	ServerCPU float64
 }
 
 // Rate is the achieved rate of answered requests per second.
@@ -99,18 +133,24 @@ func (r *Result) OK() uint64 { return r.Statuses[200] }
 
 // Percentile returns the latency at percentile p (0-100).
 func (r *Result) Percentile(p float64) time.Duration {
-	return time.Duration(r.Latency.ValueAtQuantile(p)) * time.Microsecond
+	return percentile(r.Latency, p)
+}
+
+func percentile(h *hdrhistogram.Histogram, p float64) time.Duration {
+	return time.Duration(h.ValueAtQuantile(p)) * time.Microsecond
 }
 
 // ShareOver returns the share of answered requests slower than d.
-func (r *Result) ShareOver(d time.Duration) float64 {
-	total := r.Latency.TotalCount()
+func (r *Result) ShareOver(d time.Duration) float64 { return shareOver(r.Latency, d) }
+
+func shareOver(h *hdrhistogram.Histogram, d time.Duration) float64 {
+	total := h.TotalCount()
 	if total == 0 {
 		return 0
 	}
 	var over int64
 	limit := d.Microseconds()
-	for _, b := range r.Latency.Distribution() {
+	for _, b := range h.Distribution() {
 		if b.From > limit {
 			over += b.Count
 		}
@@ -126,6 +166,13 @@ func (r *Result) MeetsMetaSLO() bool {
 		r.Errors == 0 && r.OK() == r.Sent
 }
 
+// job is one body to post: when it was due, and the model's POST or the
+// sequence number of a default body.
+type job struct {
+	at   time.Time
+	post *Post
+}
+
 // Run sends the traffic c describes and returns what it measured.
 func Run(ctx context.Context, c Config) (*Result, error) {
 	if err := c.Validate(); err != nil {
@@ -135,6 +182,27 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		size := c.BodyBytes
 		c.Body = func(i uint64) []byte { return StatusBody(i, size) }
 	}
+	res := &Result{Config: c, Statuses: map[int]uint64{}, Latency: hdrhistogram.New(1, 60_000_000, 3), ServerCPU: -1}
+	var traffic *Traffic
+	if c.Traffic != nil {
+		var err error
+		if traffic, err = NewTraffic(*c.Traffic, time.Now()); err != nil {
+			return nil, err
+		}
+		// The history before the run is made now, so that it costs the
+		// run's first requests nothing.
+		traffic.Due(-1)
+		res.Traffic, res.Ledger = traffic, NewLedger(traffic)
+	}
+	metricsURL := c.MetricsURL
+	if metricsURL == "" {
+		u, _ := url.Parse(c.URL)
+		metricsURL = u.Scheme + "://" + u.Host + "/metrics"
+	}
+	cpuBefore := -1.0
+	if metricsURL != "-" {
+		cpuBefore = scrapeCPU(ctx, metricsURL)
+	}
 	u, _ := url.Parse(c.URL)
 	client := &fasthttp.HostClient{
 		Addr:                u.Host,
@@ -143,39 +211,72 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		WriteTimeout:        c.Timeout,
 		MaxIdleConnDuration: time.Minute,
 	}
-	res := &Result{Config: c, Statuses: map[int]uint64{}, Latency: hdrhistogram.New(1, 60_000_000, 3)}
 	var (
-		mu   sync.Mutex
-		seq  atomic.Uint64
-		sent atomic.Uint64
-		errs atomic.Uint64
+		seq                         atomic.Uint64
+		sent, errs, retried, gaveUp atomic.Uint64
 	)
 	// Each worker keeps its own histogram and status counts, merged at the
 	// end, so that recording takes no shared lock.
 	type local struct {
 		h        *hdrhistogram.Histogram
 		statuses map[int]uint64
-	}
-	work := func(intended time.Time, l *local, req *fasthttp.Request, resp *fasthttp.Response) {
-		i := seq.Add(1)
-		b := c.Body(i)
-		req.Header.Set(schema.SignatureHeader, schema.Sign(c.Secret, b))
-		req.SetBodyRaw(b)
-		sent.Add(1)
-		err := client.DoTimeout(req, resp, c.Timeout)
-		if err != nil {
-			errs.Add(1)
-			return
-		}
-		l.statuses[resp.StatusCode()]++
-		_ = l.h.RecordValue(max(time.Since(intended).Microseconds(), 1))
+		buf      []byte
 	}
 	runCtx, cancel := context.WithTimeout(ctx, c.Duration)
 	defer cancel()
 	res.Started = time.Now()
+	res.Timeline = NewTimeline(res.Started, int(c.Duration/time.Second)+30)
+	// post sends one body until it gets a 200 or its attempts run out; it
+	// returns whether it got a 200.
+	post := func(j job, l *local, req *fasthttp.Request, resp *fasthttp.Response) bool {
+		var b []byte
+		if j.post != nil {
+			l.buf = traffic.Body(l.buf[:0], j.post)
+			b = l.buf
+			res.Ledger.Posted(j.post)
+		} else {
+			b = c.Body(seq.Add(1))
+		}
+		req.Header.Set(schema.SignatureHeader, schema.Sign(c.Secret, b))
+		req.SetBodyRaw(b)
+		intended := j.at
+		for attempt := 1; ; attempt++ {
+			sent.Add(1)
+			err := client.DoTimeout(req, resp, c.Timeout)
+			if err != nil {
+				errs.Add(1)
+				res.Timeline.RecordError(intended)
+			} else {
+				code := resp.StatusCode()
+				us := max(time.Since(intended).Microseconds(), 1)
+				l.statuses[code]++
+				_ = l.h.RecordValue(us)
+				res.Timeline.Record(intended, us, code)
+				if code == fasthttp.StatusOK {
+					if j.post != nil {
+						res.Ledger.Acked(j.post)
+					}
+					return true
+				}
+			}
+			if attempt >= c.Attempts {
+				gaveUp.Add(1)
+				return false
+			}
+			select {
+			case <-time.After(c.RetryBackoff << (attempt - 1)):
+			case <-ctx.Done():
+				gaveUp.Add(1)
+				return false
+			}
+			retried.Add(1)
+			intended = time.Now()
+		}
+	}
 	var wg sync.WaitGroup
 	locals := make([]*local, c.Connections)
-	jobs := make(chan time.Time, 1<<16)
+	jobs := make(chan job, 1<<16)
+	closedLoop := c.Rate == 0 && traffic == nil
 	for w := range locals {
 		l := &local{h: hdrhistogram.New(1, 60_000_000, 3), statuses: map[int]uint64{}}
 		locals[w] = l
@@ -188,32 +289,39 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 			req.SetRequestURI(c.URL)
 			req.Header.SetMethod(fasthttp.MethodPost)
 			req.Header.SetContentType("application/json")
-			if c.Rate == 0 {
+			if closedLoop {
 				for runCtx.Err() == nil {
-					work(time.Now(), l, req, resp)
+					post(job{at: time.Now()}, l, req, resp)
 				}
 				return
 			}
-			for t := range jobs {
-				work(t, l, req, resp)
+			for j := range jobs {
+				post(j, l, req, resp)
 			}
 		}()
 	}
-	if c.Rate > 0 {
+	switch {
+	case traffic != nil:
+		scheduleTraffic(runCtx, traffic, res.Started, jobs)
+		close(jobs)
+	case c.Rate > 0:
 		schedule(runCtx, c.Rate, jobs)
 		close(jobs)
 	}
 	wg.Wait()
 	res.Elapsed = time.Since(res.Started)
-	mu.Lock()
-	defer mu.Unlock()
 	for _, l := range locals {
 		res.Latency.Merge(l.h)
 		for s, n := range l.statuses {
 			res.Statuses[s] += n
 		}
 	}
-	res.Sent, res.Errors = sent.Load(), errs.Load()
+	res.Sent, res.Errors, res.Retried, res.GaveUp = sent.Load(), errs.Load(), retried.Load(), gaveUp.Load()
+	if cpuBefore >= 0 {
+		if after := scrapeCPU(ctx, metricsURL); after >= cpuBefore {
+			res.ServerCPU = after - cpuBefore
+		}
+	}
 	return res, nil
 }
 
@@ -223,7 +331,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 // wait counts in their latency (no coordinated omission). A full queue
 // blocks the schedule, and the lost time still counts, since each job
 // carries the time it was due.
-func schedule(ctx context.Context, rate float64, jobs chan<- time.Time) {
+func schedule(ctx context.Context, rate float64, jobs chan<- job) {
 	interval := time.Duration(float64(time.Second) / rate)
 	start := time.Now()
 	// Ticks are coarse (about 1 ms), so each tick releases every request
@@ -240,7 +348,30 @@ func schedule(ctx context.Context, rate float64, jobs chan<- time.Time) {
 			due := int64(now.Sub(start) / interval)
 			for ; n < due; n++ {
 				select {
-				case jobs <- start.Add(time.Duration(n) * interval):
+				case jobs <- job{at: start.Add(time.Duration(n) * interval)}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}
+}
+
+// scheduleTraffic puts the POSTs of g on jobs as they come due, until ctx
+// ends; like schedule, it never waits for the server, and each job carries
+// the time it was due.
+func scheduleTraffic(ctx context.Context, g *Traffic, start time.Time, jobs chan<- job) {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			posts := g.Due(now.Sub(start))
+			for i := range posts {
+				select {
+				case jobs <- job{at: start.Add(posts[i].At), post: &posts[i]}:
 				case <-ctx.Done():
 					return
 				}
