@@ -310,6 +310,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	}
 	wg.Wait()
 	res.Elapsed = time.Since(res.Started)
+	client.CloseIdleConnections()
 	for _, l := range locals {
 		res.Latency.Merge(l.h)
 		for s, n := range l.statuses {

@@ -24,6 +24,7 @@ func commands() map[string]command {
 		"migrate":  {"create or update the JetStream streams and the ClickHouse schema, then exit", runMigrate},
 		"version":  {"print the version", runVersion},
 		"loadtest": {"send signed webhook traffic to an endpoint on this machine and report latency and Meta's verdict", runLoadtest},
+		"sizing":   {"webhook rates, JetStream and ClickHouse storage, and instances for a sending volume", runSizing},
 	}
 }
 

@@ -2,32 +2,55 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/wahook/wahook/loadtest"
 )
 
 // runLoadtest sends signed webhook traffic to an endpoint on this machine and
-// reports rate, latency and Meta's verdict; with --baseline-listen it instead
-// serves the bare Fiber handler that figures are quoted against.
+// reports rate, latency and Meta's verdict; with --numbers it sends traffic
+// shaped like Meta's, keeps a ledger of what got a 200, and with
+// --check-clickhouse-dsn checks ClickHouse against it once the service has
+// drained. With --baseline-listen it instead serves the bare Fiber handler
+// that figures are quoted against.
 func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := newFlags("loadtest", stderr)
 	c := loadtest.DefaultConfig()
-	var secret, baseline string
+	m := loadtest.DefaultModel()
+	check := loadtest.DefaultCheckConfig()
+	var secret, baseline, chart, dsn, capacityOut string
 	var asJSON bool
 	f.StringVar(&c.URL, "url", "http://127.0.0.1:8080/webhook", "webhook endpoint (loopback only)")
 	f.StringVar(&secret, "app-secret", "", "app secret to sign the bodies with (secret)")
 	f.Secret("app-secret")
-	f.Float64Var(&c.Rate, "rate", 0, "arrival rate in requests/s, open loop (0: closed loop, as fast as the connections allow)")
+	f.Float64Var(&c.Rate, "rate", 0, "without --numbers: arrival rate in requests/s, open loop (0: closed loop, as fast as the connections allow)")
 	f.DurationVar(&c.Duration, "duration", c.Duration, "how long to send")
 	f.IntVar(&c.Connections, "connections", c.Connections, "most requests in flight")
 	f.DurationVar(&c.Timeout, "timeout", c.Timeout, "client timeout of one request")
-	f.IntVar(&c.BodyBytes, "body-bytes", c.BodyBytes, "approximate size of each status webhook")
+	f.IntVar(&c.Attempts, "attempts", c.Attempts, "most posts of one body: a non-200 or no answer is posted again, as Meta retries")
+	f.DurationVar(&c.RetryBackoff, "retry-backoff", c.RetryBackoff, "wait before the first retry of a body; doubles each time")
+	f.IntVar(&c.BodyBytes, "body-bytes", c.BodyBytes, "without --numbers: approximate size of each status webhook")
+	f.StringVar(&c.MetricsURL, "metrics-url", "", "the service's Prometheus endpoint, read for its CPU time (default: /metrics beside --url; - skips)")
+	// The plain status bodies unless --numbers asks for the model; a
+	// quarter of the numbers are coexistence numbers unless told.
+	m.Numbers, m.Coexistence = 0, -1
+	modelFlags(f, &m, "business numbers sending traffic shaped like Meta's (0: the plain status bodies of --rate)", true)
+	f.StringVar(&chart, "chart", "", "write the latency over time (p50, p99, max per second; Meta's 250 ms line) to this SVG file")
+	f.StringVar(&dsn, "check-clickhouse-dsn", "", "after the run, wait for the service to drain and check that ClickHouse holds every event that got a 200 exactly once (needs --numbers)")
+	f.DurationVar(&check.Timeout, "check-timeout", check.Timeout, "longest wait for the service to drain before the check")
+	f.DurationVar(&check.Quiet, "check-quiet", check.Quiet, "stop waiting once the counts in ClickHouse have not changed for this long")
+	f.StringVar(&capacityOut, "capacity-out", "", "write the per-core capacity this run measured (and ClickHouse bytes per row, with the check) to this JSON file, for wahook sizing --capacity")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.StringVar(&baseline, "baseline-listen", "", "serve a bare Fiber handler (200 to every POST /webhook) on this address until interrupted")
-	if err := f.Parse(args); err != nil {
+	if err := parseFlags(f, args); err != nil {
 		return err
 	}
 	if f.Dump {
@@ -45,6 +68,14 @@ func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return nil
 	}
 	c.Secret = []byte(secret)
+	if m.Numbers > 0 {
+		if err := validModel(&m); err != nil {
+			return err
+		}
+		c.Traffic = &m
+	} else if dsn != "" {
+		return fmt.Errorf("%w: --check-clickhouse-dsn needs the traffic model (--numbers) and its ledger", errUsage)
+	}
 	if err := c.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -57,9 +88,151 @@ func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	s := res.Summary()
-	if asJSON {
-		return s.WriteJSON(stdout)
+	if chart != "" {
+		if err := writeChart(chart, s); err != nil {
+			return err
+		}
 	}
-	s.WriteText(stdout)
+	if dsn != "" {
+		fmt.Fprintf(stderr, "loadtest: %d events got a 200; waiting for ClickHouse to hold them (up to %v)\n",
+			s.Traffic.Acked.Events, check.Timeout)
+		conn, db, err := loadtest.OpenClickHouse(ctx, dsn)
+		if err != nil {
+			return err
+		}
+		check.Since = res.Started
+		s.Check, err = loadtest.Check(ctx, conn, db, res.Ledger, check)
+		conn.Close()
+		if err != nil {
+			return fmt.Errorf("end-to-end check: %w", err)
+		}
+	}
+	if asJSON {
+		err = s.WriteJSON(stdout)
+	} else {
+		s.WriteText(stdout)
+	}
+	if err != nil {
+		return err
+	}
+	if capacityOut != "" {
+		capacity, err := loadtest.CapacityFrom(s)
+		if err != nil {
+			return fmt.Errorf("--capacity-out: %w", err)
+		}
+		if err := loadtest.WriteCapacity(capacityOut, capacity); err != nil {
+			return err
+		}
+	}
+	if s.Check != nil && !s.Check.OK() {
+		return fmt.Errorf("end-to-end check failed: lost %d, duplicates %d, failure distribution matches: %v",
+			s.Check.Lost, s.Check.Duplicates, s.Check.FailuresMatch)
+	}
+	return nil
+}
+
+// parseFlags parses args; a value the flag package refuses is bad usage
+// (exit code 2), like every other configuration error.
+func parseFlags(f *flags, args []string) error {
+	err := f.Parse(args)
+	if err != nil && !errors.Is(err, flag.ErrHelp) && !errors.Is(err, errUsage) {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return err
+}
+
+func writeChart(path string, s loadtest.Summary) error {
+	title := fmt.Sprintf("wahook loadtest %s: %.0f req/s, p50 %.1f ms, p99 %.1f ms, max %.0f ms", s.Mode, s.RatePerS, s.P50Ms, s.P99Ms, s.MaxMs)
+	if n := s.Sent - s.OK; n > 0 {
+		title += fmt.Sprintf(", %d not 200", n)
+	}
+	out, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := loadtest.WriteChart(out, title, s.Timeline); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// modelFlags defines the traffic model's flags on f, filling m.
+// forRun adds the flags that only a run uses (Meta's duplicates, events,
+// delays, ids).
+func modelFlags(f *flags, m *loadtest.Model, numbersUsage string, forRun bool) {
+	f.IntVar(&m.Numbers, "numbers", m.Numbers, numbersUsage)
+	f.IntVar(&m.Coexistence, "coexistence", m.Coexistence, "of the numbers, coexistence numbers (20 mps; some outbound as smb_message_echoes; -1: one in four)")
+	f.IntVar(&m.Upgraded, "upgraded", m.Upgraded, "of the numbers, numbers already upgraded to 1,000 mps (the others have 80)")
+	f.IntVar(&m.WABAs, "wabas", m.WABAs, "WhatsApp Business Accounts the numbers belong to (0: one per four numbers)")
+	f.Float64Var(&m.OutboundMPS, "outbound-mps", m.OutboundMPS, "messages each number sends per second, each giving sent, delivered and read statuses (held to the number's tier)")
+	f.Float64Var(&m.InboundMPS, "inbound-mps", m.InboundMPS, "inbound messages per second over all numbers (0: --reply-rate of the outbound)")
+	f.Float64Var(&m.ReplyRate, "reply-rate", m.ReplyRate, "inbound messages per outbound message")
+	f.Float64Var(&m.ReadShare, "read-share", m.ReadShare, "share of delivered messages that are read")
+	f.Func("failure-mix", "share of messages that fail, by error code: 131049=2%,130429=0.5% (none: no failures; default "+m.Failures.String()+")", func(v string) error {
+		fm, err := loadtest.ParseFailureMix(v)
+		m.Failures = fm
+		return err
+	})
+	f.Float64Var(&m.EchoShare, "echo-share", m.EchoShare, "share of a coexistence number's outbound typed in the Business app")
+	f.IntVar(&m.PerPost, "statuses-per-post", m.PerPost, "most statuses, messages or events in one POST; each POST takes 1 to this many")
+	if !forRun {
+		return
+	}
+	f.Float64Var(&m.RetryShare, "retry-share", m.RetryShare, "share of POSTs Meta posts again, byte for byte, after a 200")
+	f.Float64Var(&m.RepeatShare, "repeat-share", m.RepeatShare, "share of statuses that come again inside another POST")
+	f.DurationVar(&m.QualityEvery, "quality-every", m.QualityEvery, "one phone_number_quality_update (FLAGGED, UNFLAGGED, ...) per period, numbers in turn (0: none)")
+	f.DurationVar(&m.UpgradeEvery, "upgrade-every", m.UpgradeEvery, "one THROUGHPUT_UPGRADE per period for the next 80 mps number (0: none)")
+	d := m.Delays
+	f.Func("delays", fmt.Sprintf("median delays: sent=%v,delivered=%v,read=%v,failed=%v,max=%v", d.Sent, d.Delivered, d.Read, d.Failed, d.Max),
+		func(v string) error { return parseDelays(v, &m.Delays) })
+	f.Func("run-id", "id that this run's phone number, WABA and message ids carry, up to 8 digits (default: random)", func(v string) error {
+		id, err := strconv.ParseUint(v, 10, 32)
+		if err != nil || id > 99_999_999 {
+			return errors.New("want a number of up to 8 digits")
+		}
+		m.RunID = uint32(id)
+		return nil
+	})
+	f.Uint64Var(&m.Seed, "seed", 0, "seed of the traffic's random choices (0: from the run id)")
+}
+
+// validModel completes and checks m after Parse.
+func validModel(m *loadtest.Model) error {
+	if m.Coexistence < 0 {
+		m.Coexistence = m.Numbers / 4
+	}
+	if err := m.Validate(); err != nil {
+		return fmt.Errorf("%w: traffic model: %v", errUsage, err)
+	}
+	return nil
+}
+
+// parseDelays reads "sent=300ms,read=10s" into d.
+func parseDelays(v string, d *loadtest.Delays) error {
+	for _, part := range strings.Split(v, ",") {
+		k, val, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok {
+			return errors.New("want NAME=DURATION,...")
+		}
+		dur, err := time.ParseDuration(strings.TrimSpace(val))
+		if err != nil {
+			return err
+		}
+		switch strings.TrimSpace(k) {
+		case "sent":
+			d.Sent = dur
+		case "delivered":
+			d.Delivered = dur
+		case "read":
+			d.Read = dur
+		case "failed":
+			d.Failed = dur
+		case "max":
+			d.Max = dur
+		default:
+			return fmt.Errorf("unknown delay %q (sent, delivered, read, failed, max)", k)
+		}
+	}
 	return nil
 }
