@@ -38,7 +38,7 @@ wait_http() { # url
 	echo "bench: $1 did not come up" >&2; return 1
 }
 load() { # url [rate]
-	bin/wahook loadtest --url "$1" --app-secret "$SECRET" --duration "$DURATION" --connections "$CONNECTIONS" --rate "${2:-0}" --json
+	bin/wahook loadtest --url "$1" --app-secret "$SECRET" --duration "$DURATION" --connections "$CONNECTIONS" --rate "${2:-0}" --attempts 1 --json
 }
 field() { python3 -c "import json,sys; print(json.load(open('$1'))['$2'])"; }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -55,7 +56,10 @@ func EnvName(flagName string) string {
 // its environment variable (or, for a secret, its _FILE variable).
 func (f *flags) Parse(args []string) error {
 	if err := f.FlagSet.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	if f.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, f.Arg(0))

@@ -71,6 +71,9 @@ func TestCheckAndEnvironment(t *testing.T) {
 	if code, _, errOut := runCmd(t, "serve", "--check", "--app-secret", "bad name!=x=y", "--ack-timeout", "0s"); code != 2 || !strings.Contains(errOut, "ack timeout") {
 		t.Fatalf("bad ack timeout: code %d, %q", code, errOut)
 	}
+	if code, _, errOut := runCmd(t, "serve", "--check", "--no-such-flag"); code != 2 || !strings.Contains(errOut, "no-such-flag") {
+		t.Fatalf("unknown flag: code %d, %q; want 2", code, errOut)
+	}
 	if code, _, errOut := runCmd(t, "serve", "--check", "--raw-replicas", "9"); code != 2 || !strings.Contains(errOut, "replicas") {
 		t.Fatalf("bad replicas: code %d, %q", code, errOut)
 	}
