@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,6 +38,8 @@ type Server struct {
 	tokenDigest [sha256.Size]byte
 
 	shuttingDown atomic.Bool
+	handling     atomic.Int64 // webhook POSTs being handled
+	conns        connSet
 }
 
 // appRoute is what the hot path needs of one configured app.
@@ -100,7 +103,10 @@ func (s *Server) AppNames() []string {
 }
 
 // Serve answers requests on ln until Shutdown.
-func (s *Server) Serve(ln net.Listener) error { return s.app.Listener(ln) }
+func (s *Server) Serve(ln net.Listener) error {
+	s.conns.init()
+	return s.app.Listener(&trackingListener{Listener: ln, conns: &s.conns})
+}
 
 // Shutdown fails readiness, waits ShutdownDelay so that load balancers stop
 // sending, then stops accepting connections and waits for the requests in
@@ -115,10 +121,91 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			t.Stop()
 		}
 	}
-	if err := s.app.ShutdownWithContext(ctx); err != nil {
+	// fasthttp closes the listener and waits for every connection to turn
+	// idle; a connection a client opened and never used, or one stuck
+	// mid-read, could hold that wait indefinitely. So wait for the webhook
+	// requests in flight (each answers only after its ack or its 503), give
+	// fasthttp a moment to write their answers, then close what is left.
+	errc := make(chan error, 1)
+	go func() { errc <- s.app.ShutdownWithContext(ctx) }()
+	for s.handling.Load() > 0 && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+	grace := time.NewTimer(2 * time.Second)
+	defer grace.Stop()
+	select {
+	case err := <-errc:
+		if err != nil {
+			return fmt.Errorf("stop http: %w", err)
+		}
+		return nil
+	case <-grace.C:
+	case <-ctx.Done():
+	}
+	n := s.conns.closeAll()
+	s.log.Info("closed connections left open after the requests in flight", zap.Int("connections", n))
+	if err := <-errc; err != nil && ctx.Err() == nil {
 		return fmt.Errorf("stop http: %w", err)
 	}
+	if h := s.handling.Load(); h > 0 {
+		return fmt.Errorf("stop http: %d requests still in flight: %w", h, ctx.Err())
+	}
 	return nil
+}
+
+// connSet tracks the server's open connections.
+type connSet struct {
+	mu sync.Mutex
+	m  map[net.Conn]struct{}
+}
+
+func (c *connSet) init() {
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = map[net.Conn]struct{}{}
+	}
+	c.mu.Unlock()
+}
+
+func (c *connSet) closeAll() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := len(c.m)
+	for conn := range c.m {
+		_ = conn.Close()
+	}
+	return n
+}
+
+type trackingListener struct {
+	net.Listener
+	conns *connSet
+}
+
+func (l *trackingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.conns.mu.Lock()
+	l.conns.m[c] = struct{}{}
+	l.conns.mu.Unlock()
+	return &trackedConn{Conn: c, conns: l.conns}, nil
+}
+
+type trackedConn struct {
+	net.Conn
+	conns *connSet
+	once  sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.conns.mu.Lock()
+		delete(c.conns.m, c.Conn)
+		c.conns.mu.Unlock()
+	})
+	return c.Conn.Close()
 }
 
 func (s *Server) route(c *fiber.Ctx) *appRoute {
@@ -154,6 +241,8 @@ func (s *Server) handleHandshake(c *fiber.Ctx) error {
 // handleNotification verifies, publishes and answers a webhook POST.
 func (s *Server) handleNotification(c *fiber.Ctx) error {
 	start := time.Now()
+	s.handling.Add(1)
+	defer s.handling.Add(-1)
 	r := s.route(c)
 	if r == nil {
 		s.metrics.requests.WithLabelValues("", resultUnknownApp).Inc()

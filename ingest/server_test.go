@@ -649,7 +649,7 @@ func TestHealthReadyMetrics(t *testing.T) {
 // their ack, and every 200 is stored.
 func TestShutdownFinishesInflight(t *testing.T) {
 	cfg := defaultTestConfig()
-	cfg.ShutdownDelay = 300 * time.Millisecond
+	cfg.ShutdownDelay = 2 * time.Second // long enough to ask /readyz under -race
 	h := newHarness(t, cfg)
 	const n = 400
 	var wg sync.WaitGroup
