@@ -32,3 +32,18 @@ func newLogger(o logOptions, w io.Writer) (*zap.Logger, error) {
 	core = zapcore.NewSamplerWithOptions(core, time.Second, 20, 200)
 	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w)))), nil
 }
+
+// commandLogger builds the logger of a subcommand whose flags are parsed and
+// valid. With --check it reports the configuration valid and returns a nil
+// logger: the caller returns at once.
+func commandLogger(f *flags, o logOptions, stdout, stderr io.Writer) (*zap.Logger, error) {
+	log, err := newLogger(o, stderr)
+	if err != nil {
+		return nil, err
+	}
+	if f.Check {
+		fmt.Fprintln(stdout, "configuration ok")
+		return nil, nil
+	}
+	return log, nil
+}

@@ -6,8 +6,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/wahook/wahook/ingest"
 	"github.com/wahook/wahook/processor"
 )
@@ -45,28 +43,18 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 	}
-	log, err := newLogger(logo, stderr)
-	if err != nil {
+	log, err := commandLogger(f, logo, stdout, stderr)
+	if log == nil || err != nil {
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
-	if f.Check {
-		fmt.Fprintln(stdout, "configuration ok")
-		return nil
-	}
-	var nc *nats.Conn
-	if no.urls == "" {
-		eo.listen = "" // migrate needs no clients of its own
-		srv, err := startEmbedded(eo, log)
-		if err != nil {
-			return err
-		}
-		defer srv.Stop()
-		if nc, err = connectEmbedded(srv, "wahook-migrate"); err != nil {
-			return err
-		}
-	} else if nc, err = connectExternal(no, "wahook-migrate"); err != nil {
+	eo.listen = ""   // migrate needs no clients of its own
+	nc, srv, err := openNATS(no, &eo, log, "wahook-migrate")
+	if err != nil {
 		return err
+	}
+	if srv != nil {
+		defer srv.Stop()
 	}
 	defer nc.Close()
 	pub, err := ingest.NewJetStreamPublisher(nc, 1, io_.cfg.AckTimeout)

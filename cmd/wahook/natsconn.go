@@ -148,3 +148,21 @@ func (n *natsLogger) Fatalf(format string, v ...any)  { n.l.Errorf(format, v...)
 func (n *natsLogger) Errorf(format string, v ...any)  { n.l.Errorf(format, v...) }
 func (n *natsLogger) Debugf(format string, v ...any)  { n.l.Debugf(format, v...) }
 func (n *natsLogger) Tracef(format string, v ...any)  {}
+
+// openNATS connects to the servers of no.urls or, when they are empty and eo
+// is given, starts the embedded server on eo's store and connects in-process.
+// srv is nil for external servers; the caller closes nc before it stops srv.
+func openNATS(no natsOptions, eo *embeddedOptions, log *zap.Logger, name string) (nc *nats.Conn, srv *embedded, err error) {
+	if no.urls != "" || eo == nil {
+		nc, err = connectExternal(no, name)
+		return nc, nil, err
+	}
+	if srv, err = startEmbedded(*eo, log); err != nil {
+		return nil, nil, err
+	}
+	if nc, err = connectEmbedded(srv, name); err != nil {
+		srv.Stop()
+		return nil, nil, err
+	}
+	return nc, srv, nil
+}

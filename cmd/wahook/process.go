@@ -41,15 +41,11 @@ func runProcess(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := po.validate(); err != nil {
 		return err
 	}
-	log, err := newLogger(logo, stderr)
-	if err != nil {
+	log, err := commandLogger(f, logo, stdout, stderr)
+	if log == nil || err != nil {
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
-	if f.Check {
-		fmt.Fprintln(stdout, "configuration ok")
-		return nil
-	}
 	nc, err := connectExternal(no, "wahook-process")
 	if err != nil {
 		return err

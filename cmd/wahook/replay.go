@@ -6,8 +6,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/wahook/wahook/processor"
 )
 
@@ -41,28 +39,18 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := po.validate(); err != nil {
 		return err
 	}
-	log, err := newLogger(logo, stderr)
-	if err != nil {
+	log, err := commandLogger(f, logo, stdout, stderr)
+	if log == nil || err != nil {
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
-	if f.Check {
-		fmt.Fprintln(stdout, "configuration ok")
-		return nil
-	}
-	var nc *nats.Conn
-	if no.urls == "" {
-		eo.listen = ""
-		srv, err := startEmbedded(eo, log)
-		if err != nil {
-			return err
-		}
-		defer srv.Stop()
-		if nc, err = connectEmbedded(srv, "wahook-replay"); err != nil {
-			return err
-		}
-	} else if nc, err = connectExternal(no, "wahook-replay"); err != nil {
+	eo.listen = ""   // replay needs no clients of its own
+	nc, srv, err := openNATS(no, &eo, log, "wahook-replay")
+	if err != nil {
 		return err
+	}
+	if srv != nil {
+		defer srv.Stop()
 	}
 	defer nc.Close()
 	deps, err := setupStage1(ctx, log, nc, &po, eo.dataDir, 1, false)

@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 
-	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 )
 
@@ -45,33 +43,22 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := po.validate(); err != nil {
 		return err
 	}
-	log, err := newLogger(logo, stderr)
-	if err != nil {
+	log, err := commandLogger(f, logo, stdout, stderr)
+	if log == nil || err != nil {
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
-	if f.Check {
-		fmt.Fprintln(stdout, "configuration ok")
-		return nil
-	}
 
-	var nc *nats.Conn
+	nc, srv, err := openNATS(no, &eo, log, "wahook-serve")
+	if err != nil {
+		return err
+	}
 	stopEmbedded := func() {}
-	if no.urls == "" {
-		srv, err := startEmbedded(eo, log)
-		if err != nil {
-			return err
-		}
+	if srv != nil {
 		stopEmbedded = func() {
 			step(log, "embedded nats-server stopped", func() error { srv.Stop(); return nil })
 		}
 		log.Info("embedded nats-server ready", zap.String("store", eo.dataDir), zap.String("client_url", srv.ClientURL()))
-		if nc, err = connectEmbedded(srv, "wahook-serve"); err != nil {
-			stopEmbedded()
-			return err
-		}
-	} else if nc, err = connectExternal(no, "wahook-serve"); err != nil {
-		return err
 	}
 
 	reg := newRegistry()
