@@ -69,8 +69,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	inflight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "wahook_ingest_inflight_publishes",
-		Help: "Bodies published and awaiting JetStream's ack.",
+		Name: "wahook_ingest_inflight_requests",
+		Help: "Webhook POSTs being handled; nearly all of their time is the wait for JetStream's ack.",
 	}, func() float64 { return float64(m.inflight.Load()) })
 	reg.MustRegister(m.requests, m.sigFailures, m.latency, m.publish, m.bytes, m.handshakes, m.readyFailure, inflight)
 	return m

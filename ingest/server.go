@@ -38,7 +38,6 @@ type Server struct {
 	tokenDigest [sha256.Size]byte
 
 	shuttingDown atomic.Bool
-	handling     atomic.Int64 // webhook POSTs being handled
 	conns        connSet
 }
 
@@ -128,7 +127,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// fasthttp a moment to write their answers, then close what is left.
 	errc := make(chan error, 1)
 	go func() { errc <- s.app.ShutdownWithContext(ctx) }()
-	for s.handling.Load() > 0 && ctx.Err() == nil {
+	for s.metrics.inflight.Load() > 0 && ctx.Err() == nil {
 		time.Sleep(5 * time.Millisecond)
 	}
 	grace := time.NewTimer(2 * time.Second)
@@ -147,7 +146,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if err := <-errc; err != nil && ctx.Err() == nil {
 		return fmt.Errorf("stop http: %w", err)
 	}
-	if h := s.handling.Load(); h > 0 {
+	if h := s.metrics.inflight.Load(); h > 0 {
 		return fmt.Errorf("stop http: %d requests still in flight: %w", h, ctx.Err())
 	}
 	return nil
@@ -241,8 +240,10 @@ func (s *Server) handleHandshake(c *fiber.Ctx) error {
 // handleNotification verifies, publishes and answers a webhook POST.
 func (s *Server) handleNotification(c *fiber.Ctx) error {
 	start := time.Now()
-	s.handling.Add(1)
-	defer s.handling.Add(-1)
+	// Counted from the start, so that a shutdown waits for every request
+	// it has accepted, and /metrics shows them.
+	s.metrics.inflight.Add(1)
+	defer s.metrics.inflight.Add(-1)
 	r := s.route(c)
 	if r == nil {
 		s.metrics.requests.WithLabelValues("", resultUnknownApp).Inc()
@@ -271,15 +272,13 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 		s.metrics.latency.Observe(time.Since(start).Seconds())
 		return c.Status(fiber.StatusUnauthorized).SendString(err.Error())
 	}
-	// The body is copied: Fiber reuses c.Body()'s buffer once the handler
-	// returns, and a publish that times out can still hold it after that.
+	// The body is copied: fasthttp reuses the request's buffer once the
+	// handler returns, and a publish that times out can still hold it.
 	data := make([]byte, len(body))
 	copy(data, body)
 
-	s.metrics.inflight.Add(1)
 	pubStart := time.Now()
 	dup, err := s.pub.Publish(r.name, data, start, start.Add(s.cfg.AckTimeout))
-	s.metrics.inflight.Add(-1)
 	if err != nil {
 		r.metrics.unavailable.Inc()
 		if ce := s.log.Check(zap.WarnLevel, "publish failed, answering 503"); ce != nil {

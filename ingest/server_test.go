@@ -637,7 +637,7 @@ func TestHealthReadyMetrics(t *testing.T) {
 		`wahook_ingest_request_duration_seconds_count 2`,
 		`wahook_ingest_publish_duration_seconds_count 1`,
 		`wahook_ingest_bytes_total ` + fmt.Sprint(len(b)),
-		`wahook_ingest_inflight_publishes 0`,
+		`wahook_ingest_inflight_requests 0`,
 	} {
 		if !strings.Contains(r.body, want) {
 			t.Errorf("/metrics lacks %q", want)

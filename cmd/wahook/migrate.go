@@ -48,15 +48,11 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
-	eo.listen = ""   // migrate needs no clients of its own
-	nc, srv, err := openNATS(no, &eo, log, "wahook-migrate")
+	nc, closeNATS, err := openNATSForTask(no, eo, log, "wahook-migrate")
 	if err != nil {
 		return err
 	}
-	if srv != nil {
-		defer srv.Stop()
-	}
-	defer nc.Close()
+	defer closeNATS()
 	pub, err := ingest.NewJetStreamPublisher(nc, 1, io_.cfg.AckTimeout)
 	if err != nil {
 		return err

@@ -166,3 +166,20 @@ func openNATS(no natsOptions, eo *embeddedOptions, log *zap.Logger, name string)
 	}
 	return nc, srv, nil
 }
+
+// openNATSForTask opens NATS for a command that runs once and exits
+// (migrate, replay): the embedded store, when used, takes no clients of its
+// own. done closes the connection, then stops the server.
+func openNATSForTask(no natsOptions, eo embeddedOptions, log *zap.Logger, name string) (nc *nats.Conn, done func(), err error) {
+	eo.listen = ""
+	nc, srv, err := openNATS(no, &eo, log, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return nc, func() {
+		nc.Close()
+		if srv != nil {
+			srv.Stop()
+		}
+	}, nil
+}

@@ -44,15 +44,11 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
-	eo.listen = ""   // replay needs no clients of its own
-	nc, srv, err := openNATS(no, &eo, log, "wahook-replay")
+	nc, closeNATS, err := openNATSForTask(no, eo, log, "wahook-replay")
 	if err != nil {
 		return err
 	}
-	if srv != nil {
-		defer srv.Stop()
-	}
-	defer nc.Close()
+	defer closeNATS()
 	deps, err := setupStage1(ctx, log, nc, &po, eo.dataDir, 1, false)
 	if err != nil {
 		return err
