@@ -1,0 +1,85 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// DeadLetterReason is how many bodies or items were dead-lettered for one
+// reason.
+type DeadLetterReason struct {
+	Reason   string    `json:"reason"`
+	Count    uint64    `json:"count"`
+	LastSeen time.Time `json:"last_seen"`
+}
+
+// DeadLetterItem is one dead letter, without its body (which may hold end
+// users' numbers and text; it stays in ClickHouse for replay).
+type DeadLetterItem struct {
+	ReceivedAt time.Time `json:"received_at"`
+	App        string    `json:"app"`
+	RawMsgID   string    `json:"raw_msg_id"`
+	Item       string    `json:"item"` // "" for the whole body
+	Reason     string    `json:"reason"`
+	Error      string    `json:"error"`
+}
+
+// DeadLetters is the count and the recent reasons of bodies and items that
+// could not be decoded.
+type DeadLetters struct {
+	From     time.Time          `json:"from"`
+	To       time.Time          `json:"to"`
+	Count    uint64             `json:"count"`  // dead letters (a body, or one bad item of it), each once
+	Bodies   uint64             `json:"bodies"` // distinct bodies with a dead letter
+	ByReason []DeadLetterReason `json:"by_reason"`
+	Recent   []DeadLetterItem   `json:"recent"`
+}
+
+// DeadLetters summarizes dead_letters by receive time.
+func (s *Store) DeadLetters(ctx context.Context, q Query, recent int) (*DeadLetters, error) {
+	out := &DeadLetters{From: q.From, To: q.To, ByReason: []DeadLetterReason{}, Recent: []DeadLetterItem{}}
+	args := []any{unix(q.From), unix(q.To)}
+	cond := "received_at >= toDateTime(?) AND received_at < toDateTime(?)"
+	row := s.conn.QueryRow(ctx, fmt.Sprintf("SELECT uniqExact(raw_msg_id, item), uniqExact(raw_msg_id) FROM %s WHERE %s",
+		s.table("dead_letters"), cond), args...)
+	if err := row.Scan(&out.Count, &out.Bodies); err != nil {
+		return nil, queryError(ctx, err)
+	}
+	rows, err := s.conn.Query(ctx, fmt.Sprintf(`SELECT reason, uniqExact(raw_msg_id, item) AS n, max(received_at)
+FROM %s WHERE %s GROUP BY reason ORDER BY n DESC, reason`, s.table("dead_letters"), cond), args...)
+	if err != nil {
+		return nil, queryError(ctx, err)
+	}
+	for rows.Next() {
+		var r DeadLetterReason
+		if err := rows.Scan(&r.Reason, &r.Count, &r.LastSeen); err != nil {
+			rows.Close()
+			return nil, queryError(ctx, err)
+		}
+		r.LastSeen = r.LastSeen.UTC()
+		out.ByReason = append(out.ByReason, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, queryError(ctx, err)
+	}
+	rows, err = s.conn.Query(ctx, fmt.Sprintf(`SELECT received_at, app, raw_msg_id, item, reason, error
+FROM %s WHERE %s
+ORDER BY received_at DESC, raw_msg_id, item
+LIMIT 1 BY raw_msg_id, item
+LIMIT %d`, s.table("dead_letters"), cond, recent), args...)
+	if err != nil {
+		return nil, queryError(ctx, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var d DeadLetterItem
+		if err := rows.Scan(&d.ReceivedAt, &d.App, &d.RawMsgID, &d.Item, &d.Reason, &d.Error); err != nil {
+			return nil, queryError(ctx, err)
+		}
+		d.ReceivedAt = d.ReceivedAt.UTC()
+		out.Recent = append(out.Recent, d)
+	}
+	return out, queryError(ctx, rows.Err())
+}

@@ -1,0 +1,147 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Durations are p50 and p95 of a time in seconds, over the messages that
+// have both ends; null when none has.
+type Durations struct {
+	P50     *float64 `json:"p50"`
+	P95     *float64 `json:"p95"`
+	Samples uint64   `json:"samples"`
+}
+
+// FunnelRow is the funnel of one campaign, template, number or WABA.
+//
+// A message counts once per recipient (each group participant apart), in
+// the range when its first status is. One that ever failed counts as failed
+// and in no other stage; a later stage implies the earlier ones (a read
+// message was delivered even if its delivered status was lost).
+type FunnelRow struct {
+	Key       string    `json:"key"`
+	Messages  uint64    `json:"messages"`
+	Sent      uint64    `json:"sent"`
+	Delivered uint64    `json:"delivered"`
+	Read      uint64    `json:"read"`
+	Failed    uint64    `json:"failed"`
+	ToDeliver Durations `json:"sent_to_delivered_seconds"`
+	ToRead    Durations `json:"sent_to_read_seconds"`
+}
+
+// Funnel is the delivery funnel.
+type Funnel struct {
+	From time.Time   `json:"from"`
+	To   time.Time   `json:"to"`
+	By   string      `json:"by"`
+	Rows []FunnelRow `json:"rows"`
+}
+
+// funnelKeys maps by values to the columns of the inner query.
+var funnelKeys = map[string]string{
+	"campaign": "m_campaign",
+	"template": "m_template",
+	"number":   "phone_number_id",
+	"waba":     "m_waba",
+	"total":    "''",
+}
+
+// nz is a DateTime as seconds, or the largest UInt32 when it is zero (the
+// status never came), so that least() skips it.
+func nz(col string) string {
+	return fmt.Sprintf("if(%[1]s > toDateTime(0), toUInt32(%[1]s), 4294967295)", col)
+}
+
+// Funnel computes the delivery funnel from message_lifecycle, with the
+// median and 95th percentile (exact, nearest rank) of the time from sent to
+// delivered and to read.
+func (s *Store) Funnel(ctx context.Context, q Query) (*Funnel, error) {
+	out := &Funnel{From: q.From, To: q.To, By: q.By, Rows: []FunnelRow{}}
+	var inner, outer where
+	// A message's statuses sit in the months of their times: take the months
+	// of the range with one on each side (early statuses of a message seen in
+	// the range, which make it not first seen there; late ones of messages
+	// first seen in it).
+	inner.add("month >= toDate(?) AND month <= toDate(?)", monthStart(q.From).AddDate(0, -1, 0).Format("2006-01-02"),
+		monthStart(q.To).AddDate(0, 1, 0).Format("2006-01-02"))
+	inner.in("phone_number_id", q.PhoneNumberIDs)
+	outer.add("first >= ? AND first < ?", uint32(q.From.Unix()), uint32(q.To.Unix()))
+	outer.in("m_waba", q.WabaIDs)
+	outer.in("m_template", q.Templates)
+	outer.in("m_campaign", q.Campaigns)
+	key := funnelKeys[q.By]
+	// done is whether a message reached delivered (or a later stage).
+	sql := fmt.Sprintf(`
+SELECT %[1]s AS key,
+       count() AS messages,
+       countIf(has_failed = 0) AS sent_count,
+       countIf(has_failed = 0 AND delivered_t != 4294967295) AS delivered_count,
+       countIf(has_failed = 0 AND read_t != 4294967295) AS read_count,
+       countIf(has_failed = 1) AS failed_count,
+       quantilesExactIf(0.5, 0.95)(toFloat64(delivered_t) - toFloat64(sent_t), has_failed = 0 AND sent_t != 4294967295 AND delivered_t != 4294967295 AND delivered_t >= sent_t) AS dq,
+       countIf(has_failed = 0 AND sent_t != 4294967295 AND delivered_t != 4294967295 AND delivered_t >= sent_t) AS dn,
+       quantilesExactIf(0.5, 0.95)(toFloat64(read_t) - toFloat64(sent_t), has_failed = 0 AND sent_t != 4294967295 AND read_t != 4294967295 AND read_t >= sent_t) AS rq,
+       countIf(has_failed = 0 AND sent_t != 4294967295 AND read_t != 4294967295 AND read_t >= sent_t) AS rn
+FROM
+(
+    SELECT phone_number_id, message_id, recipient_key,
+           maxMerge(waba_id) AS m_waba,
+           maxMerge(campaign) AS m_campaign,
+           maxMerge(template) AS m_template,
+           %[2]s AS sent_t,
+           %[3]s AS delivered_t,
+           %[4]s AS read_t,
+           %[5]s AS first,
+           maxMerge(failed) AS has_failed
+    FROM %[6]s
+    WHERE %[7]s
+    GROUP BY phone_number_id, message_id, recipient_key
+)
+WHERE %[8]s
+GROUP BY key
+ORDER BY messages DESC, key`, key,
+		nz("minIfMerge(sent_at)"),
+		least(nz("minIfMerge(delivered_at)"), nz("minIfMerge(read_at)"), nz("minIfMerge(played_at)")),
+		least(nz("minIfMerge(read_at)"), nz("minIfMerge(played_at)")),
+		least("sent_t", "delivered_t", nz("minIfMerge(failed_at)")),
+		s.table("message_lifecycle"), inner.sql(), outer.sql())
+	rows, err := s.conn.Query(ctx, sql, append(inner.args, outer.args...)...)
+	if err != nil {
+		return nil, queryError(ctx, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r FunnelRow
+		var dq, rq []float64
+		if err := rows.Scan(&r.Key, &r.Messages, &r.Sent, &r.Delivered, &r.Read, &r.Failed, &dq, &r.ToDeliver.Samples, &rq, &r.ToRead.Samples); err != nil {
+			return nil, queryError(ctx, err)
+		}
+		r.ToDeliver.set(dq)
+		r.ToRead.set(rq)
+		if q.By == "total" {
+			r.Key = "total"
+		}
+		out.Rows = append(out.Rows, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, queryError(ctx, err)
+	}
+	if q.Limit > 0 && len(out.Rows) > q.Limit {
+		out.Rows = out.Rows[:q.Limit]
+	}
+	return out, nil
+}
+
+func (d *Durations) set(q []float64) {
+	if d.Samples == 0 || len(q) != 2 {
+		return
+	}
+	d.P50, d.P95 = &q[0], &q[1]
+}
+
+func monthStart(t time.Time) time.Time {
+	t = t.UTC()
+	return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
+}

@@ -1,0 +1,36 @@
+package api
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	requests     *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	limited      *prometheus.CounterVec
+	unauthorized prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wahook_api_requests_total",
+			Help: "Query API requests by report and HTTP status.",
+		}, []string{"report", "status"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "wahook_api_query_duration_seconds",
+			Help:    "Time to answer a report, ClickHouse included.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .2, .5, 1, 2.5, 5, 10},
+		}, []string{"report"}),
+		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wahook_api_rate_limited_total",
+			Help: "Requests answered 429, by the limit that refused them.",
+		}, []string{"limit"}),
+		unauthorized: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wahook_api_unauthorized_total",
+			Help: "Requests answered 401: no bearer token, or not a configured one.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.requests, m.duration, m.limited, m.unauthorized)
+	}
+	return m
+}

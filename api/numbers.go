@@ -1,0 +1,237 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Tiers are the throughput tiers, in messages per second (inbound and
+// outbound together), and the per-number overrides of the configuration.
+type Tiers struct {
+	Default     int            `json:"default"`     // 80
+	Upgraded    int            `json:"upgraded"`    // 1,000 after THROUGHPUT_UPGRADE
+	Coexistence int            `json:"coexistence"` // 20 for numbers also on the Business app
+	Overrides   map[string]int `json:"overrides,omitempty"`
+}
+
+// DefaultTiers are Meta's tiers (WEBHOOKS.md 9.1).
+func DefaultTiers() Tiers { return Tiers{Default: 80, Upgraded: 1000, Coexistence: 20} }
+
+// Tier sources.
+const (
+	TierDefault           = "default"
+	TierThroughputUpgrade = "throughput_upgrade"
+	TierCoexistence       = "coexistence"
+	TierOverride          = "override"
+)
+
+// maintenanceWindow is how long sends may return 131057 after a
+// THROUGHPUT_UPGRADE (Meta: up to a minute).
+const maintenanceWindow = time.Minute
+
+// Change is one management event of a number or of its account.
+type Change struct {
+	Time     time.Time `json:"time"`
+	Field    string    `json:"field"`
+	Event    string    `json:"event"`
+	OldValue string    `json:"old_value,omitempty"`
+	NewValue string    `json:"new_value,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
+}
+
+// NumberState is what the webhooks say of a business number.
+type NumberState struct {
+	PhoneNumberID          string     `json:"phone_number_id"`
+	DisplayPhoneNumber     string     `json:"display_phone_number,omitempty"`
+	WabaID                 string     `json:"waba_id,omitempty"`
+	TierMPS                int        `json:"tier_mps"`
+	TierSource             string     `json:"tier_source"`
+	Quality                string     `json:"quality"` // flagged, unflagged (after a FLAGGED), or unknown
+	MessagingLimit         string     `json:"messaging_limit,omitempty"`
+	PreviousMessagingLimit string     `json:"previous_messaging_limit,omitempty"`
+	LastThroughputUpgrade  *time.Time `json:"last_throughput_upgrade,omitempty"`
+	MaintenanceFrom        *time.Time `json:"maintenance_from,omitempty"`
+	MaintenanceUntil       *time.Time `json:"maintenance_until,omitempty"`
+	LastChange             *time.Time `json:"last_change,omitempty"`
+	RecentChanges          []Change   `json:"recent_changes"`
+
+	upgradedAt time.Time
+}
+
+// Numbers lists business numbers and their state.
+type Numbers struct {
+	Numbers []NumberState `json:"numbers"`
+}
+
+// tierAt is the number's tier at t, and its source.
+func (s *Store) tierAt(n *NumberState, coexistence bool, t time.Time) (int, string) {
+	if v, ok := s.tiers.Overrides[n.PhoneNumberID]; ok {
+		return v, TierOverride
+	}
+	if coexistence {
+		return s.tiers.Coexistence, TierCoexistence
+	}
+	if !n.upgradedAt.IsZero() && !t.Before(n.upgradedAt) {
+		return s.tiers.Upgraded, TierThroughputUpgrade
+	}
+	return s.tiers.Default, TierDefault
+}
+
+// Numbers gives the state of the numbers in q.PhoneNumberIDs, or of every
+// number that has management events or statuses in the range. recent is
+// how many changes each lists, newest first.
+func (s *Store) Numbers(ctx context.Context, q Query, recent int) (*Numbers, error) {
+	states := map[string]*NumberState{}
+	get := func(id string) *NumberState {
+		n := states[id]
+		if n == nil {
+			n = &NumberState{PhoneNumberID: id, Quality: "unknown", RecentChanges: []Change{}}
+			states[id] = n
+		}
+		return n
+	}
+	for _, id := range q.PhoneNumberIDs {
+		get(id)
+	}
+
+	// Numbers with traffic in the range.
+	var w where
+	w.add("minute >= toDateTime(?) AND minute < toDateTime(?)", unix(q.From.Truncate(time.Minute)), unix(q.To))
+	w.in("phone_number_id", q.PhoneNumberIDs)
+	w.in("waba_id", q.WabaIDs)
+	rows, err := s.conn.Query(ctx, fmt.Sprintf("SELECT DISTINCT phone_number_id, waba_id FROM %s WHERE %s",
+		s.table("status_counts_by_minute"), w.sql()), w.args...)
+	if err != nil {
+		return nil, queryError(ctx, err)
+	}
+	for rows.Next() {
+		var id, waba string
+		if err := rows.Scan(&id, &waba); err != nil {
+			rows.Close()
+			return nil, queryError(ctx, err)
+		}
+		if id != "" {
+			get(id).WabaID = waba
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, queryError(ctx, err)
+	}
+
+	// Number events (quality, limits, throughput upgrades, names), each once.
+	var mw where
+	mw.add("kind = 'number' AND phone_number_id != ''")
+	mw.in("phone_number_id", q.PhoneNumberIDs)
+	mw.in("waba_id", q.WabaIDs)
+	rows, err = s.conn.Query(ctx, fmt.Sprintf(`SELECT phone_number_id, display_phone_number, waba_id, field, event,
+       old_value, new_value, reason, event_time
+FROM %s WHERE %s
+ORDER BY phone_number_id, event_time, event_id
+LIMIT 1 BY event_id`, s.table("management_events"), mw.sql()), mw.args...)
+	if err != nil {
+		return nil, queryError(ctx, err)
+	}
+	for rows.Next() {
+		var id, display, waba string
+		var c Change
+		if err := rows.Scan(&id, &display, &waba, &c.Field, &c.Event, &c.OldValue, &c.NewValue, &c.Reason, &c.Time); err != nil {
+			rows.Close()
+			return nil, queryError(ctx, err)
+		}
+		c.Time = c.Time.UTC()
+		n := get(id)
+		if display != "" {
+			n.DisplayPhoneNumber = display
+		}
+		if waba != "" {
+			n.WabaID = waba
+		}
+		n.apply(c)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, queryError(ctx, err)
+	}
+
+	// Coexistence: the number is also on the Business app when its echoes,
+	// history or contact-book syncs come in.
+	coexist := map[string]bool{}
+	var cw where
+	cw.add("field IN ('smb_message_echoes', 'history', 'smb_app_state_sync') AND phone_number_id != ''")
+	cw.in("phone_number_id", q.PhoneNumberIDs)
+	rows, err = s.conn.Query(ctx, fmt.Sprintf("SELECT DISTINCT phone_number_id FROM %s WHERE %s", s.table("management_events"), cw.sql()), cw.args...)
+	if err != nil {
+		return nil, queryError(ctx, err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, queryError(ctx, err)
+		}
+		coexist[id] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, queryError(ctx, err)
+	}
+
+	out := &Numbers{Numbers: []NumberState{}}
+	for _, n := range states {
+		if len(q.WabaIDs) > 0 && !contains(q.WabaIDs, n.WabaID) {
+			continue
+		}
+		coexist := coexist[n.PhoneNumberID]
+		n.TierMPS, n.TierSource = s.tierAt(n, coexist, q.To)
+		// Newest first, at most recent.
+		sort.SliceStable(n.RecentChanges, func(i, j int) bool { return n.RecentChanges[i].Time.After(n.RecentChanges[j].Time) })
+		if len(n.RecentChanges) > recent {
+			n.RecentChanges = n.RecentChanges[:recent]
+		}
+		out.Numbers = append(out.Numbers, *n)
+	}
+	sort.Slice(out.Numbers, func(i, j int) bool { return out.Numbers[i].PhoneNumberID < out.Numbers[j].PhoneNumberID })
+	return out, nil
+}
+
+// apply folds one change, in the order of event time, into the state.
+func (n *NumberState) apply(c Change) {
+	t := c.Time
+	n.LastChange = &t
+	n.RecentChanges = append(n.RecentChanges, c)
+	if c.Field != "phone_number_quality_update" {
+		return
+	}
+	switch strings.ToUpper(c.Event) {
+	case "FLAGGED":
+		n.Quality = "flagged"
+	case "UNFLAGGED":
+		n.Quality = "unflagged"
+	case "THROUGHPUT_UPGRADE":
+		n.LastThroughputUpgrade = &t
+		if n.upgradedAt.IsZero() {
+			n.upgradedAt = t
+		}
+		end := t.Add(maintenanceWindow)
+		n.MaintenanceFrom, n.MaintenanceUntil = &t, &end
+	}
+	if c.NewValue != "" {
+		n.PreviousMessagingLimit, n.MessagingLimit = n.MessagingLimit, c.NewValue
+		if c.OldValue != "" {
+			n.PreviousMessagingLimit = c.OldValue
+		}
+	}
+}
+
+func contains(vs []string, v string) bool {
+	for _, x := range vs {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}

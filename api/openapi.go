@@ -1,0 +1,187 @@
+package api
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/wahook/wahook/schema"
+)
+
+// errorCodes is the answer of /api/v1/error-codes.
+type errorCodes struct {
+	Codes []schema.ErrorCode `json:"codes"`
+}
+
+// responseTypes are the Go types of the answers, by schema name: the
+// document's schemas are made from them, so they cannot drift.
+var responseTypes = map[string]reflect.Type{
+	"Failures":    reflect.TypeOf(Failures{}),
+	"Funnel":      reflect.TypeOf(Funnel{}),
+	"Throughput":  reflect.TypeOf(Throughput{}),
+	"Numbers":     reflect.TypeOf(Numbers{}),
+	"DeadLetters": reflect.TypeOf(DeadLetters{}),
+	"ErrorCodes":  reflect.TypeOf(errorCodes{}),
+	"Error":       reflect.TypeOf(errorBody{}),
+}
+
+var (
+	openAPIOnce sync.Once
+	openAPIJSON []byte
+)
+
+// openAPIDocument is the OpenAPI 3.0 document of the routes.
+func openAPIDocument() []byte {
+	openAPIOnce.Do(func() {
+		b, err := json.MarshalIndent(buildOpenAPI(), "", "  ")
+		if err != nil {
+			panic(err)
+		}
+		openAPIJSON = append(b, '\n')
+	})
+	return openAPIJSON
+}
+
+type obj = map[string]any
+
+func buildOpenAPI() obj {
+	paths := obj{}
+	errRef := obj{"$ref": "#/components/schemas/Error"}
+	errResp := func(desc string) obj {
+		return obj{"description": desc, "content": obj{"application/json": obj{"schema": errRef}}}
+	}
+	for _, r := range routes {
+		var params []obj
+		for _, p := range r.Params {
+			params = append(params, paramDoc(p))
+		}
+		op := obj{
+			"operationId": strings.ReplaceAll(r.Name, "-", "_"),
+			"summary":     r.Summary,
+			"parameters":  params,
+			"security":    []obj{{"bearer": []string{}}},
+			"responses": obj{
+				"200": obj{"description": "the answer", "content": obj{"application/json": obj{"schema": obj{"$ref": "#/components/schemas/" + r.Schema}}}},
+				"400": errResp("a parameter is unknown or wrong (code bad_parameter; parameter names it)"),
+				"401": errResp("no bearer token, or not a configured one (code unauthorized)"),
+				"429": errResp("a limit's window is used up (code rate_limited); Retry-After gives the seconds to wait"),
+				"503": errResp("ClickHouse did not answer (code unavailable); retry"),
+			},
+		}
+		if params == nil {
+			op["parameters"] = []obj{}
+		}
+		paths[r.Path] = obj{"get": op}
+	}
+	paths["/api/v1/openapi.json"] = obj{"get": obj{
+		"operationId": "openapi", "summary": "This document", "security": []obj{},
+		"responses": obj{"200": obj{"description": "OpenAPI 3.0 document", "content": obj{"application/json": obj{}}}},
+	}}
+	schemas := obj{}
+	for name, t := range responseTypes {
+		schemas[name] = typeSchema(t)
+	}
+	return obj{
+		"openapi": "3.0.3",
+		"info": obj{
+			"title":   "wahook query API",
+			"version": "1",
+			"description": "Failure distribution, delivery funnel, throughput and number state of WhatsApp Cloud API traffic, " +
+				"computed in ClickHouse and exact under duplicate events. Every route needs `Authorization: Bearer <token>`. " +
+				"Limits are fixed windows per client IP and per token; a refused request gets 429 with Retry-After. " +
+				"Times are UTC.",
+		},
+		"paths": paths,
+		"components": obj{
+			"schemas":         schemas,
+			"securitySchemes": obj{"bearer": obj{"type": "http", "scheme": "bearer"}},
+		},
+	}
+}
+
+func paramDoc(p param) obj {
+	s := obj{}
+	switch p.Kind {
+	case kindTime:
+		s = obj{"type": "string", "example": "2026-03-14T00:00:00Z"}
+	case kindStrings:
+		s = obj{"type": "array", "items": obj{"type": "string"}}
+	case kindInts:
+		s = obj{"type": "array", "items": obj{"type": "integer"}}
+	case kindEnum:
+		s = obj{"type": "string", "enum": p.Enum}
+	case kindEnums:
+		s = obj{"type": "array", "items": obj{"type": "string", "enum": p.Enum}}
+	case kindInt:
+		s = obj{"type": "integer", "minimum": p.Min, "maximum": p.Max}
+	case kindString:
+		s = obj{"type": "string"}
+	}
+	if p.Default != "" {
+		s["default"] = p.Default
+	}
+	d := obj{"name": p.Name, "in": "query", "description": p.Doc, "required": p.Required, "schema": s}
+	if s["type"] == "array" {
+		d["style"], d["explode"] = "form", false
+	}
+	return d
+}
+
+var timeType = reflect.TypeOf(time.Time{})
+
+// typeSchema is the JSON schema of the JSON encoding/json makes of t.
+func typeSchema(t reflect.Type) obj {
+	nullable := false
+	for t.Kind() == reflect.Pointer {
+		t, nullable = t.Elem(), true
+	}
+	var s obj
+	switch {
+	case t == timeType:
+		s = obj{"type": "string", "format": "date-time"}
+	case t.Kind() == reflect.String:
+		s = obj{"type": "string"}
+	case t.Kind() == reflect.Bool:
+		s = obj{"type": "boolean"}
+	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64:
+		s = obj{"type": "integer"}
+	case t.Kind() == reflect.Float32 || t.Kind() == reflect.Float64:
+		s = obj{"type": "number"}
+	case t.Kind() == reflect.Slice:
+		s = obj{"type": "array", "items": typeSchema(t.Elem())}
+	case t.Kind() == reflect.Map:
+		s = obj{"type": "object", "additionalProperties": typeSchema(t.Elem())}
+	case t.Kind() == reflect.Struct:
+		props := obj{}
+		var required []string
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			if !f.IsExported() {
+				continue
+			}
+			name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "-" {
+				continue
+			}
+			if name == "" {
+				name = f.Name
+			}
+			props[name] = typeSchema(f.Type)
+			if !strings.Contains(opts, "omitempty") && f.Type.Kind() != reflect.Pointer {
+				required = append(required, name)
+			}
+		}
+		s = obj{"type": "object", "properties": props}
+		if len(required) > 0 {
+			s["required"] = required
+		}
+	default:
+		s = obj{}
+	}
+	if nullable {
+		s["nullable"] = true
+	}
+	return s
+}

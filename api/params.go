@@ -1,0 +1,257 @@
+package api
+
+import (
+	"net/url"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/wahook/wahook/schema"
+)
+
+// paramKind is how a query parameter is written.
+type paramKind int
+
+const (
+	kindTime    paramKind = iota // RFC 3339, a date (UTC) or Unix seconds
+	kindStrings                  // repeatable, or comma-separated
+	kindInts                     // repeatable, or comma-separated integers
+	kindEnum                     // one of Enum
+	kindEnums                    // several of Enum, repeatable or comma-separated
+	kindInt                      // one integer
+	kindString                   // one string
+)
+
+// param describes one query parameter; it drives both parsing and the
+// OpenAPI document.
+type param struct {
+	Name     string
+	Kind     paramKind
+	Doc      string
+	Enum     []string
+	Default  string
+	Required bool
+	Min, Max int // kindInt
+}
+
+// The parameters, shared by the routes that accept them.
+var (
+	pFrom = param{Name: "from", Kind: kindTime, Doc: "start of the range, inclusive: RFC 3339, a date (UTC) or Unix seconds; default: 24 hours before `to`"}
+	pTo   = param{Name: "to", Kind: kindTime, Doc: "end of the range, exclusive; default: now"}
+
+	pNumber   = param{Name: "phone_number_id", Kind: kindStrings, Doc: "business phone number ids (repeat or comma-separate)"}
+	pWaba     = param{Name: "waba_id", Kind: kindStrings, Doc: "WhatsApp Business Account ids"}
+	pTemplate = param{Name: "template", Kind: kindStrings, Doc: "template names"}
+	pCampaign = param{Name: "campaign", Kind: kindStrings, Doc: "campaigns: the `biz_opaque_callback_data` the message was sent with"}
+	pCode     = param{Name: "code", Kind: kindInts, Doc: "Meta error codes"}
+	pClass    = param{Name: "class", Kind: kindEnums, Doc: "error classes", Enum: classNames()}
+	pOrigin   = param{Name: "origin", Kind: kindEnums, Doc: "where the error was reported: in a failed status, at the value level of a webhook, in an inbound message, or in a send result",
+		Enum: []string{"status", "value", "inbound", "send_result"}}
+
+	pGroupBy = param{Name: "group_by", Kind: kindEnums, Default: "code", Doc: "dimensions of the answer",
+		Enum: []string{"code", "class", "number", "waba", "template", "campaign", "origin"}}
+	pStep   = param{Name: "step", Kind: kindEnum, Doc: "split the range into buckets of this size (empty: one bucket)", Enum: []string{"1m", "1h", "1d"}}
+	pBy     = param{Name: "by", Kind: kindEnum, Default: "campaign", Doc: "what the funnel is per", Enum: []string{"campaign", "template", "number", "waba", "total"}}
+	pTStep  = param{Name: "step", Kind: kindEnum, Default: "1m", Doc: "bucket size", Enum: []string{"1s", "1m"}}
+	pOne    = param{Name: "phone_number_id", Kind: kindString, Required: true, Doc: "the business phone number id"}
+	pLimit  = param{Name: "limit", Kind: kindInt, Default: "1000", Min: 1, Max: 10000, Doc: "most rows in the answer (totals and shares still cover every row)"}
+	pRecent = param{Name: "limit", Kind: kindInt, Default: "20", Min: 1, Max: 1000, Doc: "most recent items listed"}
+)
+
+func classNames() []string {
+	var out []string
+	for _, c := range schema.ErrorClasses() {
+		out = append(out, string(c))
+	}
+	return out
+}
+
+// Query is a parsed request: the time range and the filters. Each route
+// reads what it accepts; parse refuses any parameter a route does not.
+type Query struct {
+	From, To time.Time
+
+	PhoneNumberIDs []string
+	WabaIDs        []string
+	Templates      []string
+	Campaigns      []string
+	Codes          []int32
+	Classes        []schema.ErrorClass
+	Origins        []string
+
+	GroupBy []string // failures
+	Step    string   // failures: "", 1m, 1h, 1d; throughput: 1s, 1m
+	By      string   // funnel
+	Limit   int
+}
+
+// maxRange bounds the time range of a query.
+const maxRange = 400 * 24 * time.Hour
+
+// parseQuery reads values against the parameters of r; now is the default
+// end of the range.
+func parseQuery(params []param, values url.Values, now time.Time) (Query, error) {
+	var q Query
+	known := map[string]param{}
+	for _, p := range params {
+		known[p.Name] = p
+	}
+	names := make([]string, 0, len(values))
+	for name := range values {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if _, ok := known[name]; !ok {
+			return q, BadParameter(name, "unknown parameter; this route accepts %s", acceptedNames(params))
+		}
+	}
+	get := func(p param) []string {
+		var out []string
+		for _, v := range values[p.Name] {
+			if p.Kind == kindStrings || p.Kind == kindInts || p.Kind == kindEnums {
+				for _, s := range strings.Split(v, ",") {
+					if s = strings.TrimSpace(s); s != "" {
+						out = append(out, s)
+					}
+				}
+				continue
+			}
+			out = append(out, strings.TrimSpace(v))
+		}
+		if len(out) == 0 && p.Default != "" {
+			out = strings.Split(p.Default, ",")
+		}
+		return out
+	}
+	q.To = now.UTC().Truncate(time.Second)
+	for _, p := range params {
+		vs := get(p)
+		if p.Required && len(vs) == 0 {
+			return q, BadParameter(p.Name, "required")
+		}
+		if len(vs) == 0 {
+			continue
+		}
+		if (p.Kind != kindStrings && p.Kind != kindInts && p.Kind != kindEnums) && len(vs) > 1 {
+			return q, BadParameter(p.Name, "given %d times; give it once", len(vs))
+		}
+		switch p.Kind {
+		case kindTime:
+			t, err := parseTime(vs[0])
+			if err != nil {
+				return q, BadParameter(p.Name, "%v", err)
+			}
+			if p.Name == "from" {
+				q.From = t
+			} else {
+				q.To = t
+			}
+		case kindEnum, kindEnums:
+			for _, v := range vs {
+				if !slices.Contains(p.Enum, v) {
+					return q, BadParameter(p.Name, "%q is not one of %s", v, strings.Join(p.Enum, ", "))
+				}
+			}
+			switch p.Name {
+			case "class":
+				for _, v := range vs {
+					q.Classes = append(q.Classes, schema.ErrorClass(v))
+				}
+			case "origin":
+				q.Origins = vs
+			case "group_by":
+				q.GroupBy = dedupe(vs)
+			case "step":
+				q.Step = vs[0]
+			case "by":
+				q.By = vs[0]
+			}
+		case kindInts:
+			for _, v := range vs {
+				n, err := strconv.ParseInt(v, 10, 32)
+				if err != nil {
+					return q, BadParameter(p.Name, "%q is not an integer error code", v)
+				}
+				q.Codes = append(q.Codes, int32(n))
+			}
+		case kindInt:
+			n, err := strconv.Atoi(vs[0])
+			if err != nil || n < p.Min || n > p.Max {
+				return q, BadParameter(p.Name, "%q is not an integer from %d to %d", vs[0], p.Min, p.Max)
+			}
+			q.Limit = n
+		case kindStrings, kindString:
+			for _, v := range vs {
+				if len(v) > 256 {
+					return q, BadParameter(p.Name, "value longer than 256 bytes")
+				}
+			}
+			switch p.Name {
+			case "phone_number_id":
+				q.PhoneNumberIDs = vs
+			case "waba_id":
+				q.WabaIDs = vs
+			case "template":
+				q.Templates = vs
+			case "campaign":
+				q.Campaigns = vs
+			}
+		}
+	}
+	if _, ok := known["from"]; ok {
+		if q.From.IsZero() {
+			q.From = q.To.Add(-24 * time.Hour)
+		}
+		if !q.From.Before(q.To) {
+			return q, BadParameter("from", "must be before to (%s)", q.To.Format(time.RFC3339))
+		}
+		if q.To.Sub(q.From) > maxRange {
+			return q, BadParameter("from", "range longer than %d days", int(maxRange/(24*time.Hour)))
+		}
+	}
+	return q, nil
+}
+
+func acceptedNames(params []param) string {
+	var names []string
+	for _, p := range params {
+		names = append(names, p.Name)
+	}
+	if len(names) == 0 {
+		return "no parameters"
+	}
+	return strings.Join(names, ", ")
+}
+
+// parseTime reads RFC 3339, a date (UTC midnight) or Unix seconds.
+func parseTime(s string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t.UTC(), nil
+	}
+	if t, err := time.Parse("2006-01-02", s); err == nil {
+		return t, nil
+	}
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil && n >= 0 && n < 1<<32 {
+		return time.Unix(n, 0).UTC(), nil
+	}
+	return time.Time{}, errBadTime(s)
+}
+
+type errBadTime string
+
+func (e errBadTime) Error() string {
+	return strconv.Quote(string(e)) + " is not a time: give RFC 3339 (2026-03-14T09:00:00Z), a date (2026-03-14) or Unix seconds"
+}
+
+func dedupe(vs []string) []string {
+	var out []string
+	for _, v := range vs {
+		if !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	return out
+}

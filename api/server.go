@@ -1,0 +1,410 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/wahook/wahook/schema"
+)
+
+// Config is the query API's configuration.
+type Config struct {
+	Listen         string        // address of /api/v1 (default :8081)
+	Tokens         []string      // bearer tokens accepted; several for rotation
+	Limits         Limits        // per IP and per token
+	TrustedProxies []string      // addresses or CIDRs whose X-Forwarded-For names the client
+	QueryTimeout   time.Duration // longest a query may run in ClickHouse
+}
+
+// DefaultConfig is the configuration without tokens.
+func DefaultConfig() Config {
+	return Config{Listen: ":8081", Limits: DefaultLimits(), QueryTimeout: 10 * time.Second}
+}
+
+// Validate reports what is wrong with c.
+func (c Config) Validate() error {
+	if len(c.Tokens) == 0 {
+		return errors.New("no API token: set at least one bearer token")
+	}
+	for _, t := range c.Tokens {
+		if len(t) < 16 {
+			return errors.New("an API token is shorter than 16 characters")
+		}
+	}
+	if c.QueryTimeout <= 0 {
+		return errors.New("query timeout must be positive")
+	}
+	for _, p := range c.TrustedProxies {
+		if net.ParseIP(p) == nil {
+			if _, _, err := net.ParseCIDR(p); err != nil {
+				return fmt.Errorf("trusted proxy %q is neither an address nor a CIDR", p)
+			}
+		}
+	}
+	return nil
+}
+
+// group names which second layer of limits a route is behind.
+type group string
+
+const (
+	groupNone        group = ""
+	groupReports     group = "reports"
+	groupSendResults group = "send_results"
+)
+
+// route is one endpoint of /api/v1; the table of routes drives the router,
+// the command line and the OpenAPI document.
+type route struct {
+	Name    string // the report name of the command line
+	Path    string
+	Summary string
+	Params  []param
+	Group   group
+	Public  bool   // no token needed
+	Schema  string // name of the response schema in the OpenAPI document
+	run     func(ctx context.Context, s *Store, q Query) (any, error)
+}
+
+func queryParams(extra ...param) []param {
+	return append([]param{pFrom, pTo, pNumber, pWaba, pTemplate, pCampaign}, extra...)
+}
+
+var routes = []route{
+	{
+		Name: "errors", Path: "/api/v1/failures", Group: groupReports, Schema: "Failures",
+		Summary: "Failure distribution: error occurrences by code, class, number, WABA, template, campaign or origin, with Meta's title, class and verdict, optionally over time",
+		Params:  queryParams(pCode, pClass, pOrigin, pGroupBy, pStep, pLimit),
+		run:     func(ctx context.Context, s *Store, q Query) (any, error) { return s.Failures(ctx, q) },
+	},
+	{
+		Name: "funnel", Path: "/api/v1/funnel", Group: groupReports, Schema: "Funnel",
+		Summary: "Delivery funnel per campaign, template, number or WABA: sent, delivered, read, failed, and p50/p95 seconds from sent to delivered and to read",
+		Params:  queryParams(pBy, pLimit),
+		run:     func(ctx context.Context, s *Store, q Query) (any, error) { return s.Funnel(ctx, q) },
+	},
+	{
+		Name: "throughput", Path: "/api/v1/throughput", Group: groupReports, Schema: "Throughput",
+		Summary: "A number's inbound and outbound messages per second or per minute, against its tier",
+		Params:  []param{pOne, pFrom, pTo, pTStep},
+		run:     func(ctx context.Context, s *Store, q Query) (any, error) { return s.Throughput(ctx, q) },
+	},
+	{
+		Name: "numbers", Path: "/api/v1/numbers", Group: groupReports, Schema: "Numbers",
+		Summary: "Business numbers: tier and its source, quality, messaging limit, last throughput upgrade, maintenance window, recent changes",
+		Params:  []param{pFrom, pTo, pNumber, pWaba, pRecent},
+		run: func(ctx context.Context, s *Store, q Query) (any, error) {
+			return s.Numbers(ctx, q, limitOr(q.Limit, 20))
+		},
+	},
+	{
+		Name: "dead-letters", Path: "/api/v1/dead-letters", Group: groupReports, Schema: "DeadLetters",
+		Summary: "Bodies and items that could not be decoded: count, reasons, the most recent (without bodies)",
+		Params:  []param{pFrom, pTo, pRecent},
+		run: func(ctx context.Context, s *Store, q Query) (any, error) {
+			return s.DeadLetters(ctx, q, limitOr(q.Limit, 20))
+		},
+	},
+	{
+		Name: "error-codes", Path: "/api/v1/error-codes", Group: groupReports, Schema: "ErrorCodes",
+		Summary: "Meta's error codes that wahook knows, with title, class, verdict and whether a retry can succeed",
+		run: func(context.Context, *Store, Query) (any, error) {
+			return errorCodes{Codes: schema.ErrorCodes()}, nil
+		},
+	},
+}
+
+func limitOr(n, def int) int {
+	if n > 0 {
+		return n
+	}
+	return def
+}
+
+// Reports are the names of the reports, for the command line.
+func Reports() []string {
+	var out []string
+	for _, r := range routes {
+		out = append(out, r.Name)
+	}
+	return out
+}
+
+// Run answers the report name for query values, as the API does for the
+// same parameters: the command line uses it, so its JSON equals the API's.
+func Run(ctx context.Context, s *Store, name string, values url.Values, now time.Time) (any, error) {
+	for _, r := range routes {
+		if r.Name == name {
+			q, err := parseQuery(r.Params, values, now)
+			if err != nil {
+				return nil, err
+			}
+			return r.run(ctx, s, q)
+		}
+	}
+	return nil, &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf("no report %q; reports: %s", name, strings.Join(Reports(), ", "))}
+}
+
+// Encode is the JSON of an answer, as the API writes it.
+func Encode(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// Server is the query API.
+type Server struct {
+	cfg     Config
+	store   *Store
+	app     *fiber.App
+	log     *zap.Logger
+	metrics *metrics
+	tokens  [][sha256.Size]byte
+	now     func() time.Time
+
+	globalIP, globalToken *window
+	groups                map[group][2]*window // per IP, per token
+}
+
+// New builds the API on store. reg receives its metrics; log may be nil.
+func New(cfg Config, store *Store, reg prometheus.Registerer, log *zap.Logger) (*Server, error) {
+	return newServer(cfg, store, reg, log, time.Now)
+}
+
+func newServer(cfg Config, store *Store, reg prometheus.Registerer, log *zap.Logger, now func() time.Time) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("api config: %w", err)
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	s := &Server{cfg: cfg, store: store, log: log, now: now, metrics: newMetrics(reg)}
+	for _, t := range cfg.Tokens {
+		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
+	}
+	l := cfg.Limits
+	s.globalIP, s.globalToken = newWindow("global_ip", l.GlobalIP, now), newWindow("global_token", l.GlobalToken, now)
+	s.groups = map[group][2]*window{
+		groupReports:     {newWindow("reports_ip", l.ReportsIP, now), newWindow("reports_token", l.ReportsToken, now)},
+		groupSendResults: {newWindow("send_results_ip", l.SendResultsIP, now), newWindow("send_results_token", l.SendResultsToken, now)},
+	}
+	fc := fiber.Config{
+		DisableStartupMessage: true,
+		AppName:               "wahook-api",
+		ReadTimeout:           30 * time.Second,
+		WriteTimeout:          cfg.QueryTimeout + 10*time.Second,
+		IdleTimeout:           2 * time.Minute,
+		BodyLimit:             1 << 20,
+		ErrorHandler:          s.fiberError,
+	}
+	if len(cfg.TrustedProxies) > 0 {
+		fc.EnableTrustedProxyCheck = true
+		fc.TrustedProxies = cfg.TrustedProxies
+		fc.ProxyHeader = fiber.HeaderXForwardedFor
+		fc.EnableIPValidation = true
+	}
+	s.app = fiber.New(fc)
+	s.app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok") })
+	s.app.Get("/readyz", func(c *fiber.Ctx) error {
+		ctx, cancel := context.WithTimeout(c.UserContext(), 2*time.Second)
+		defer cancel()
+		if err := store.Ping(ctx); err != nil {
+			return c.Status(http.StatusServiceUnavailable).SendString("clickhouse not reachable")
+		}
+		return c.SendString("ready")
+	})
+	v1 := s.app.Group("/api/v1", s.limitGlobal)
+	v1.Get("/openapi.json", func(c *fiber.Ctx) error {
+		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSONCharsetUTF8)
+		return c.Send(openAPIDocument())
+	})
+	for i := range routes {
+		r := &routes[i]
+		v1.Get(strings.TrimPrefix(r.Path, "/api/v1"), s.authorize, s.limitGroup(r.Group), s.handle(r))
+	}
+	v1.Use(func(c *fiber.Ctx) error {
+		return s.writeError(c, &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "no such route; see /api/v1/openapi.json"})
+	})
+	return s, nil
+}
+
+// App is the Fiber app, for tests and for serving on a listener.
+func (s *Server) App() *fiber.App { return s.app }
+
+// Serve answers on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error { return s.app.Listener(ln) }
+
+// Shutdown stops accepting and waits for running requests until ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error { return s.app.ShutdownWithContext(ctx) }
+
+// handle runs a route's query with the parameters of the request.
+func (s *Server) handle(r *route) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		start := time.Now()
+		values := url.Values{}
+		c.Context().QueryArgs().VisitAll(func(k, v []byte) { values.Add(string(k), string(v)) })
+		q, err := parseQuery(r.Params, values, s.now())
+		if err != nil {
+			return s.writeError(c, err)
+		}
+		ctx, cancel := context.WithTimeout(c.UserContext(), s.cfg.QueryTimeout)
+		defer cancel()
+		res, err := r.run(ctx, s.store, q)
+		s.metrics.duration.WithLabelValues(r.Name).Observe(time.Since(start).Seconds())
+		if err != nil {
+			e := asError(err)
+			if e.Status >= 500 {
+				s.log.Warn("query failed", zap.String("report", r.Name), zap.Error(err))
+			}
+			return s.writeError(c, e)
+		}
+		b, err := Encode(res)
+		if err != nil {
+			return s.writeError(c, err)
+		}
+		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSONCharsetUTF8)
+		c.Set(fiber.HeaderCacheControl, "no-store")
+		s.metrics.requests.WithLabelValues(r.Name, "200").Inc()
+		return c.Send(b)
+	}
+}
+
+// authorize accepts a configured bearer token, compared in constant time
+// (as digests, so that the length of a token does not show either).
+func (s *Server) authorize(c *fiber.Ctx) error {
+	h := c.Get(fiber.HeaderAuthorization)
+	scheme, token, ok := strings.Cut(h, " ")
+	if ok && strings.EqualFold(scheme, "Bearer") && token != "" {
+		d := sha256.Sum256([]byte(strings.TrimSpace(token)))
+		match := 0
+		for i := range s.tokens {
+			match |= subtle.ConstantTimeCompare(d[:], s.tokens[i][:])
+		}
+		if match == 1 {
+			c.Locals(localToken, hex.EncodeToString(d[:8]))
+			if v := s.take(c, s.globalToken, hex.EncodeToString(d[:8])); !v.ok {
+				return s.refuse(c, v)
+			}
+			return c.Next()
+		}
+	}
+	s.metrics.unauthorized.Inc()
+	c.Set(fiber.HeaderWWWAuthenticate, `Bearer realm="wahook"`)
+	return s.writeError(c, &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized,
+		Message: "send a configured token as Authorization: Bearer <token>"})
+}
+
+// localToken is the Locals key of the request's token id (a digest prefix,
+// never the token).
+const localToken = "wahook-token"
+
+// limitGlobal applies the global limit per client IP, before the token is
+// checked, so that guessing tokens is limited too.
+func (s *Server) limitGlobal(c *fiber.Ctx) error {
+	if v := s.take(c, s.globalIP, c.IP()); !v.ok {
+		return s.refuse(c, v)
+	}
+	return c.Next()
+}
+
+// limitGroup applies the limits of a route's group, per IP and per token.
+func (s *Server) limitGroup(g group) fiber.Handler {
+	w := s.groups[g]
+	return func(c *fiber.Ctx) error {
+		if v := s.take(c, w[0], c.IP()); !v.ok {
+			return s.refuse(c, v)
+		}
+		tok, _ := c.Locals(localToken).(string)
+		if v := s.take(c, w[1], tok); !v.ok {
+			return s.refuse(c, v)
+		}
+		return c.Next()
+	}
+}
+
+// take counts the request against w (nil: no limit) and sets the
+// X-RateLimit headers to the tightest limit applied so far.
+func (s *Server) take(c *fiber.Ctx, w *window, key string) verdict {
+	if w == nil {
+		return verdict{ok: true}
+	}
+	v := w.take(key)
+	prev, _ := c.Locals(localRemaining).(int)
+	if _, set := c.Locals(localRemaining).(int); !set || v.remaining <= prev {
+		c.Locals(localRemaining, v.remaining)
+		c.Set("X-RateLimit-Limit", strconv.Itoa(v.limit))
+		c.Set("X-RateLimit-Remaining", strconv.Itoa(v.remaining))
+		c.Set("X-RateLimit-Reset", strconv.Itoa(ceilSeconds(v.reset)))
+	}
+	return v
+}
+
+const localRemaining = "wahook-remaining"
+
+// refuse answers 429 with Retry-After: the seconds until the window ends.
+func (s *Server) refuse(c *fiber.Ctx, v verdict) error {
+	s.metrics.limited.WithLabelValues(v.name).Inc()
+	c.Set(fiber.HeaderRetryAfter, strconv.Itoa(ceilSeconds(v.reset)))
+	return s.writeError(c, &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
+		Message: fmt.Sprintf("limit %s of %d requests per window used up; retry after %d s", v.name, v.limit, ceilSeconds(v.reset))})
+}
+
+func ceilSeconds(d time.Duration) int { return int(math.Ceil(d.Seconds())) }
+
+// writeError answers err as the API's JSON error.
+func (s *Server) writeError(c *fiber.Ctx, err error) error {
+	e := asError(err)
+	b, _ := json.Marshal(errorBody{Error: e})
+	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSONCharsetUTF8)
+	s.metrics.requests.WithLabelValues(routeName(c), strconv.Itoa(e.Status)).Inc()
+	return c.Status(e.Status).Send(append(b, '\n'))
+}
+
+// fiberError answers the errors Fiber raises itself (bad requests, bodies
+// too large, no route) in the API's JSON.
+func (s *Server) fiberError(c *fiber.Ctx, err error) error {
+	var fe *fiber.Error
+	if errors.As(err, &fe) {
+		code := CodeInternal
+		switch fe.Code {
+		case http.StatusNotFound, http.StatusMethodNotAllowed:
+			code = CodeNotFound
+		case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+			code = CodeBadParameter
+		}
+		return s.writeError(c, &Error{Status: fe.Code, Code: code, Message: fe.Message})
+	}
+	s.log.Error("api handler", zap.Error(err))
+	return s.writeError(c, err)
+}
+
+func routeName(c *fiber.Ctx) string {
+	p := c.Path()
+	for _, r := range routes {
+		if r.Path == p {
+			return r.Name
+		}
+	}
+	if p == "/api/v1/openapi.json" {
+		return "openapi"
+	}
+	return "other"
+}

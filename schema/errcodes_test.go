@@ -1,0 +1,82 @@
+package schema
+
+import (
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestLookupErrorVerdicts(t *testing.T) {
+	for _, tc := range []struct {
+		code      int32
+		class     ErrorClass
+		verdict   Verdict
+		retryable bool
+	}{
+		{130429, ClassThroughput, VerdictSlowDown, true},
+		{131056, ClassPairRate, VerdictWaitRecipient, true},
+		{131057, ClassMaintenance, VerdictPause, true},
+		{131048, ClassQuality, VerdictStop, false},
+		{131026, ClassUndeliverable, VerdictNotRateLimit, false},
+		{132015, ClassTemplate, VerdictNotRateLimit, false},
+		{134101, ClassTemplate, VerdictNotRateLimit, true},
+		{131000, ClassService, VerdictNotRateLimit, true},
+		{250, ClassAuth, VerdictStop, false},
+	} {
+		e, ok := LookupError(tc.code)
+		if !ok || e.Class != tc.class || e.Verdict != tc.verdict || e.Retryable != tc.retryable || e.Title == "" {
+			t.Errorf("LookupError(%d) = %+v, %v; want class %s verdict %s retryable %v", tc.code, e, ok, tc.class, tc.verdict, tc.retryable)
+		}
+	}
+	if e, ok := LookupError(987654); ok || e.Class != ClassUnknown || e.Title != "" {
+		t.Errorf("unknown code: %+v, %v", e, ok)
+	}
+}
+
+func TestErrorClassesComplete(t *testing.T) {
+	seen := map[ErrorClass]bool{}
+	for _, c := range ErrorClasses() {
+		if _, ok := classVerdict[c]; !ok {
+			t.Errorf("class %s has no verdict", c)
+		}
+		seen[c] = true
+	}
+	for c := range classVerdict {
+		if !seen[c] {
+			t.Errorf("class %s missing from ErrorClasses", c)
+		}
+	}
+	for _, e := range ErrorCodes() {
+		if !seen[e.Class] {
+			t.Errorf("code %d has class %q outside ErrorClasses", e.Code, e.Class)
+		}
+	}
+}
+
+// Every code in the tables of WEBHOOKS.md section 10 (10.1 to 10.4) is in
+// the catalogue.
+func TestCatalogueCoversWebhooksReference(t *testing.T) {
+	b, err := os.ReadFile("../../shared/meta/WEBHOOKS.md")
+	if err != nil {
+		t.Fatalf("the shared reference beside the repository: %v", err)
+	}
+	doc := string(b)
+	start, end := strings.Index(doc, "\n## 10. "), strings.Index(doc, "\n### 10.5 ")
+	if start < 0 || end < start {
+		t.Fatal("section 10 not found")
+	}
+	row := regexp.MustCompile("(?m)^\\| `(\\d+)`")
+	n := 0
+	for _, m := range row.FindAllStringSubmatch(doc[start:end], -1) {
+		code, _ := strconv.ParseInt(m[1], 10, 32)
+		n++
+		if _, ok := LookupError(int32(code)); !ok {
+			t.Errorf("code %d of WEBHOOKS.md section 10 is not in the catalogue", code)
+		}
+	}
+	if n < 50 {
+		t.Fatalf("found only %d codes in section 10; the table format changed?", n)
+	}
+}
