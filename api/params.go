@@ -88,7 +88,7 @@ type Query struct {
 }
 
 // maxRange bounds the time range of a query.
-const maxRange = 400 * 24 * time.Hour
+const maxRange = 1096 * 24 * time.Hour // three years
 
 // parseQuery reads values against the parameters of r; now is the default
 // end of the range.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
@@ -30,6 +31,7 @@ type Config struct {
 	Limits         Limits        // per IP and per token
 	TrustedProxies []string      // addresses or CIDRs whose X-Forwarded-For names the client
 	QueryTimeout   time.Duration // longest a query may run in ClickHouse
+	Metrics        http.Handler  // served at /metrics when set (wahook api alone)
 }
 
 // DefaultConfig is the configuration without tokens.
@@ -231,6 +233,9 @@ func newServer(cfg Config, store *Store, reg prometheus.Registerer, log *zap.Log
 		}
 		return c.SendString("ready")
 	})
+	if cfg.Metrics != nil {
+		s.app.Get("/metrics", adaptor.HTTPHandler(cfg.Metrics))
+	}
 	v1 := s.app.Group("/api/v1", s.limitGlobal)
 	v1.Get("/openapi.json", func(c *fiber.Ctx) error {
 		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSONCharsetUTF8)
@@ -319,7 +324,7 @@ const localToken = "wahook-token"
 // limitGlobal applies the global limit per client IP, before the token is
 // checked, so that guessing tokens is limited too.
 func (s *Server) limitGlobal(c *fiber.Ctx) error {
-	if v := s.take(c, s.globalIP, c.IP()); !v.ok {
+	if v := s.take(c, s.globalIP, clientIP(c)); !v.ok {
 		return s.refuse(c, v)
 	}
 	return c.Next()
@@ -329,7 +334,7 @@ func (s *Server) limitGlobal(c *fiber.Ctx) error {
 func (s *Server) limitGroup(g group) fiber.Handler {
 	w := s.groups[g]
 	return func(c *fiber.Ctx) error {
-		if v := s.take(c, w[0], c.IP()); !v.ok {
+		if v := s.take(c, w[0], clientIP(c)); !v.ok {
 			return s.refuse(c, v)
 		}
 		tok, _ := c.Locals(localToken).(string)
@@ -408,3 +413,7 @@ func routeName(c *fiber.Ctx) string {
 	}
 	return "other"
 }
+
+// clientIP is the request's client address, copied: Fiber's strings point
+// into buffers it reuses, and the windows keep their keys.
+func clientIP(c *fiber.Ctx) string { return strings.Clone(c.IP()) }

@@ -48,7 +48,11 @@ func (s *Store) Throughput(ctx context.Context, q Query) (*Throughput, error) {
 	step := stepDuration(q.Step)
 	from, to := q.From.Truncate(step), q.To
 	if n := to.Sub(from) / step; n > maxBuckets {
-		return nil, BadParameter("step", "%s buckets over this range make %d points; at most %d: shorten the range or use step=1m", q.Step, n, maxBuckets)
+		hint := "shorten the range"
+		if q.Step == "1s" {
+			hint += " or use step=1m"
+		}
+		return nil, BadParameter("step", "%s buckets over this range make %d points; at most %d: %s", q.Step, n, maxBuckets, hint)
 	}
 	id := q.PhoneNumberIDs[0]
 	out := &Throughput{PhoneNumberID: id, From: from, To: to, Step: q.Step, Points: []ThroughputPoint{}}

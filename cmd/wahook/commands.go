@@ -25,6 +25,8 @@ func commands() map[string]command {
 		"version":  {"print the version", runVersion},
 		"loadtest": {"send signed webhook traffic to an endpoint on this machine and report latency and Meta's verdict", runLoadtest},
 		"sizing":   {"webhook rates, JetStream and ClickHouse storage, and instances for a sending volume", runSizing},
+		"api":      {"run the query API alone against ClickHouse", runAPI},
+		"report":   {"answer a report (errors, funnel, throughput, numbers, dead-letters) from ClickHouse, as the API does", runReport},
 	}
 }
 

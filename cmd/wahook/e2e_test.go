@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -50,13 +51,14 @@ func TestServeFixturesEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	ch := schematest.ClickHouse(t)
-	listen := freeAddr(t)
+	listen, apiListen := freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	var stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--listen", listen, "--nats-listen", "", "--data-dir", t.TempDir(),
-			"--app-secret", "wahook-fixture-app-secret", "--clickhouse-dsn", ch.DSN, "--flush-interval", "100ms", "--log-level", "warn"},
+			"--app-secret", "wahook-fixture-app-secret", "--clickhouse-dsn", ch.DSN, "--flush-interval", "100ms", "--log-level", "warn",
+			"--api-listen", apiListen, "--api-token", e2eToken},
 			io.Discard, &stderr)
 	}()
 	defer func() {
@@ -194,6 +196,100 @@ func TestServeFixturesEndToEnd(t *testing.T) {
 		if _, ok := gotWABAs[w]; !ok {
 			t.Errorf("WABA %s missing", w)
 		}
+	}
+	checkReports(t, ctx, ch, "http://"+apiListen, statusCodes)
+}
+
+const e2eToken = "e2e-api-token-0123456789"
+
+// checkReports asks serve's query API for the failure distribution of the
+// fixtures' failed statuses and compares it with expected.json; then each
+// report of "wahook report --json" must equal the API's answer byte for byte.
+func checkReports(t *testing.T, ctx context.Context, ch *schematest.ClickHouseDB, base string, statusCodes map[string]uint64) {
+	t.Helper()
+	var lo, hi time.Time
+	if err := ch.Conn.QueryRow(ctx, fmt.Sprintf("SELECT min(event_time), max(event_time) FROM %s.status_events", ch.Database)).Scan(&lo, &hi); err != nil {
+		t.Fatal(err)
+	}
+	from, to := lo.UTC().Truncate(time.Hour).Format(time.RFC3339), hi.UTC().Add(time.Hour).Truncate(time.Hour).Format(time.RFC3339)
+	apiGet := func(path string) []byte {
+		req, _ := http.NewRequest(http.MethodGet, base+path, nil)
+		req.Header.Set("Authorization", "Bearer "+e2eToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
+		}
+		return b
+	}
+	var f struct {
+		Rows []struct {
+			Code     int32
+			Failures uint64
+		}
+	}
+	if err := json.Unmarshal(apiGet("/api/v1/failures?origin=status&group_by=code&from="+from+"&to="+to), &f); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]uint64{}
+	for _, r := range f.Rows {
+		got[fmt.Sprint(r.Code)] = r.Failures
+	}
+	if fmt.Sprint(got) != fmt.Sprint(statusCodes) {
+		t.Errorf("API failures by code: got %v, want %v (expected.json)", got, statusCodes)
+	}
+
+	var number string
+	var at time.Time
+	if err := ch.Conn.QueryRow(ctx, fmt.Sprintf("SELECT phone_number_id, min(event_time) FROM %s.status_events GROUP BY phone_number_id ORDER BY count() DESC LIMIT 1", ch.Database)).Scan(&number, &at); err != nil {
+		t.Fatal(err)
+	}
+	day := "&from=" + at.UTC().Truncate(24*time.Hour).Format(time.RFC3339) + "&to=" + at.UTC().Truncate(24*time.Hour).Add(24*time.Hour).Format(time.RFC3339)
+	for _, c := range []struct {
+		report string
+		flags  []string
+		path   string
+	}{
+		{"errors", []string{"--group-by", "code,number", "--step", "1h"}, "/api/v1/failures?group_by=code,number&step=1h"},
+		{"errors", []string{"--class", "throughput,pair_rate", "--group-by", "class"}, "/api/v1/failures?class=throughput,pair_rate&group_by=class"},
+		{"funnel", []string{"--by", "number"}, "/api/v1/funnel?by=number"},
+		{"throughput", []string{"--phone-number-id", number, "--step", "1m"}, "/api/v1/throughput?phone_number_id=" + number + "&step=1m" + day},
+		{"numbers", nil, "/api/v1/numbers?"},
+		{"dead-letters", nil, "/api/v1/dead-letters?"},
+	} {
+		args := append([]string{"report", c.report, "--clickhouse-dsn", ch.DSN, "--json", "--from", from, "--to", to}, c.flags...)
+		path := c.path + "&from=" + from + "&to=" + to
+		if c.report == "throughput" {
+			q, _ := url.ParseQuery(strings.TrimPrefix(day, "&"))
+			args = append(args[:5], append([]string{"--from", q.Get("from"), "--to", q.Get("to")}, c.flags...)...)
+			path = c.path
+		}
+		var out, errOut bytes.Buffer
+		if code := run(ctx, args, &out, &errOut); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errOut.String())
+		}
+		want := apiGet(strings.Replace(path, "?&", "?", 1))
+		if !bytes.Equal(out.Bytes(), want) {
+			t.Errorf("wahook %s %v:\n%s\nAPI:\n%s", c.report, c.flags, out.Bytes(), want)
+		}
+		if !json.Valid(want) || len(want) < 20 {
+			t.Errorf("%s: answer %s", path, want)
+		}
+	}
+	// A readable table too.
+	var out bytes.Buffer
+	if code := run(ctx, []string{"report", "errors", "--clickhouse-dsn", ch.DSN, "--from", from, "--to", to}, &out, io.Discard); code != 0 ||
+		!strings.Contains(out.String(), "Message undeliverable") || !strings.Contains(out.String(), "VERDICT") {
+		t.Errorf("table (exit %d):\n%s", code, out.String())
+	}
+	var errOut bytes.Buffer
+	if code := run(ctx, []string{"report", "errors", "--clickhouse-dsn", ch.DSN, "--group-by", "planet"}, io.Discard, &errOut); code != 2 ||
+		!strings.Contains(errOut.String(), "--group-by") {
+		t.Errorf("bad flag: exit %d: %s", code, errOut.String())
 	}
 }
 

@@ -17,9 +17,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		no   natsOptions
 		eo   embeddedOptions
 		po   processOptions
+		ao   apiOptions
 		logo logOptions
 	)
 	io_.register(f)
+	ao.register(f)
 	po.register(f, true)
 	no.register(f, "external NATS server URLs, comma-separated (empty: the embedded server)")
 	eo.register(f)
@@ -42,6 +44,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if err := po.validate(); err != nil {
 		return err
+	}
+	if ao.enabled() {
+		if err := ao.build(); err != nil {
+			return err
+		}
 	}
 	log, err := commandLogger(f, logo, stdout, stderr)
 	if log == nil || err != nil {
@@ -68,6 +75,19 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		stopEmbedded()
 		return err
 	}
+	var queryAPI *apiServer
+	apiErrc := make(chan error) // never ready when the API is off
+	if ao.enabled() {
+		if queryAPI, err = startAPI(ctx, log, &ao, po.dsn, reg); err != nil {
+			e.stop(log)
+			drainNATS(log, nc)
+			stopEmbedded()
+			return err
+		}
+		apiErrc = queryAPI.errc
+	} else {
+		log.Info("query API off: no --api-token")
+	}
 	pctx, stopProcessing := context.WithCancel(context.Background())
 	defer stopProcessing()
 	processing := make(chan error, 1)
@@ -82,8 +102,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case err = <-processing:
 		log.Error("stage 1 stopped", zap.Error(err))
 		processing <- nil
+	case err = <-apiErrc:
+		log.Error("query API stopped", zap.Error(err))
 	}
 	e.stop(log)
+	if queryAPI != nil {
+		queryAPI.stop(log)
+	}
 	if !po.disabled {
 		stopProcessing()
 		step(log, "stage 1 stopped, last batch written", func() error { return <-processing })

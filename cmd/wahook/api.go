@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+
+	"github.com/wahook/wahook/api"
+)
+
+// apiOptions are the flags of the query API.
+type apiOptions struct {
+	cfg     api.Config
+	tokens  stringList
+	proxies stringList
+	tiers   stringList
+	limits  map[string]*string
+}
+
+// apiLimitFlags are the limit flags and where each goes.
+var apiLimitFlags = []struct {
+	name, usage string
+	field       func(*api.Limits) *api.Limit
+}{
+	{"api-limit-global", "requests per window per client IP, all of /api/v1", func(l *api.Limits) *api.Limit { return &l.GlobalIP }},
+	{"api-limit-global-token", "requests per window per token, all of /api/v1", func(l *api.Limits) *api.Limit { return &l.GlobalToken }},
+	{"api-limit-reports", "report requests per window per client IP", func(l *api.Limits) *api.Limit { return &l.ReportsIP }},
+	{"api-limit-reports-token", "report requests per window per token", func(l *api.Limits) *api.Limit { return &l.ReportsToken }},
+	{"api-limit-send-results", "send-result requests per window per client IP", func(l *api.Limits) *api.Limit { return &l.SendResultsIP }},
+	{"api-limit-send-results-token", "send-result requests per window per token", func(l *api.Limits) *api.Limit { return &l.SendResultsToken }},
+}
+
+func (o *apiOptions) register(f *flags) {
+	o.cfg = api.DefaultConfig()
+	f.StringVar(&o.cfg.Listen, "api-listen", o.cfg.Listen, "address of the query API (/api/v1/...)")
+	f.ListVar(&o.tokens, "api-token", "bearer token of the query API; repeat for several clients or to rotate (secret; at least 16 characters)")
+	f.Secret("api-token")
+	o.limits = map[string]*string{}
+	for _, l := range apiLimitFlags {
+		def := l.field(&o.cfg.Limits).String()
+		o.limits[l.name] = f.String(l.name, def, l.usage+": REQUESTS/WINDOW (e.g. 600/60s) or off")
+	}
+	f.ListVar(&o.proxies, "api-trusted-proxy", "address or CIDR of a proxy whose X-Forwarded-For names the client, for the per-IP limits; repeat")
+	f.DurationVar(&o.cfg.QueryTimeout, "api-query-timeout", o.cfg.QueryTimeout, "longest a report may run in ClickHouse")
+	f.ListVar(&o.tiers, "number-tier", "throughput tier of a number, overriding what webhooks say: PHONE_NUMBER_ID=MPS; repeat")
+}
+
+// enabled reports whether any token is configured: without one the API
+// would refuse everything, so serve leaves it off.
+func (o *apiOptions) enabled() bool { return len(o.tokens) > 0 }
+
+// build validates the flags into o.cfg.
+func (o *apiOptions) build() error {
+	o.cfg.Tokens = nil
+	for _, t := range o.tokens {
+		if t = strings.TrimSpace(t); t != "" {
+			o.cfg.Tokens = append(o.cfg.Tokens, t)
+		}
+	}
+	for _, l := range apiLimitFlags {
+		v, err := api.ParseLimit(*o.limits[l.name])
+		if err != nil {
+			return fmt.Errorf("%w: --%s: %v", errUsage, l.name, err)
+		}
+		*l.field(&o.cfg.Limits) = v
+	}
+	o.cfg.TrustedProxies = o.proxies
+	if err := o.cfg.Validate(); err != nil {
+		return fmt.Errorf("%w: %v (--api-token, %s)", errUsage, err, EnvName("api-token"))
+	}
+	_, err := o.tierOverrides()
+	return err
+}
+
+func (o *apiOptions) tierOverrides() (api.Tiers, error) {
+	t := api.DefaultTiers()
+	for _, v := range o.tiers {
+		id, mps, ok := strings.Cut(v, "=")
+		n, err := strconv.Atoi(mps)
+		if !ok || id == "" || err != nil || n <= 0 {
+			return t, fmt.Errorf("%w: --number-tier %q: want PHONE_NUMBER_ID=MPS", errUsage, v)
+		}
+		if t.Overrides == nil {
+			t.Overrides = map[string]int{}
+		}
+		t.Overrides[id] = n
+	}
+	return t, nil
+}
+
+// openStore connects to the ClickHouse of dsn for queries. It does not
+// migrate: the processors do.
+func openStore(ctx context.Context, dsn string, tiers api.Tiers) (*api.Store, func(), error) {
+	opts, db, err := parseClickHouseDSN(dsn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	conn, err := clickhouse.Open(opts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("clickhouse: %w", err)
+	}
+	return api.NewStore(conn, db, tiers), func() { conn.Close() }, nil
+}
+
+// apiServer is a running query API.
+type apiServer struct {
+	srv   *api.Server
+	close func()
+	errc  chan error
+}
+
+// startAPI serves the query API on o's listen address.
+func startAPI(ctx context.Context, log *zap.Logger, o *apiOptions, dsn string, reg prometheus.Registerer) (*apiServer, error) {
+	tiers, err := o.tierOverrides()
+	if err != nil {
+		return nil, err
+	}
+	store, closeStore, err := openStore(ctx, dsn, tiers)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := api.New(o.cfg, store, reg, log.Named("api"))
+	if err != nil {
+		closeStore()
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", o.cfg.Listen)
+	if err != nil {
+		closeStore()
+		return nil, fmt.Errorf("api listen %s: %w", o.cfg.Listen, err)
+	}
+	a := &apiServer{srv: srv, close: closeStore, errc: make(chan error, 1)}
+	go func() { a.errc <- srv.Serve(ln) }()
+	log.Info("query API listening", zap.String("addr", ln.Addr().String()), zap.Int("tokens", len(o.cfg.Tokens)))
+	return a, nil
+}
+
+// stop lets running reports finish (bounded), then closes ClickHouse.
+func (a *apiServer) stop(log *zap.Logger) {
+	step(log, "query API stopped", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		err := a.srv.Shutdown(ctx)
+		a.close()
+		return err
+	})
+}
+
+// runAPI runs the query API alone against ClickHouse.
+func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newFlags("api", stderr)
+	var (
+		ao   apiOptions
+		logo logOptions
+		dsn  string
+	)
+	ao.register(f)
+	f.StringVar(&dsn, "clickhouse-dsn", "clickhouse://127.0.0.1:9000/wahook", "ClickHouse, native protocol: clickhouse://user:password@host:9000/database (secret)")
+	f.Secret("clickhouse-dsn")
+	logo.register(f)
+	if err := f.Parse(args); err != nil {
+		return err
+	}
+	if f.Dump {
+		f.WriteDump(stdout)
+		return nil
+	}
+	if err := ao.build(); err != nil {
+		return err
+	}
+	if _, _, err := parseClickHouseDSN(dsn); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	log, err := commandLogger(f, logo, stdout, stderr)
+	if log == nil || err != nil {
+		return err
+	}
+	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+	reg := newRegistry()
+	ao.cfg.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+	a, err := startAPI(ctx, log, &ao, dsn, reg)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case err = <-a.errc:
+		if err != nil && !errors.Is(err, net.ErrClosed) {
+			log.Error("query API stopped", zap.Error(err))
+		}
+	}
+	a.stop(log)
+	return err
+}
