@@ -3,8 +3,8 @@
 # serve" with an embedded NATS JetStream under ./data, writing to a local
 # ClickHouse, which it installs from Debian's packages and starts (data under
 # ./data/clickhouse, port 9000) when none answers. Settings come from WAHOOK_*
-# variables (see the README); for a first look it uses a demo app secret and
-# verify token, which it prints.
+# variables (see the README); for a first look it uses a demo app secret,
+# verify token and query API token (API on :8081), which it prints.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -16,6 +16,10 @@ fi
 if [ -z "${WAHOOK_VERIFY_TOKEN:-}${WAHOOK_VERIFY_TOKEN_FILE:-}" ]; then
 	export WAHOOK_VERIFY_TOKEN=demo-verify-token
 	echo "run.sh: WAHOOK_VERIFY_TOKEN not set; using 'demo-verify-token'" >&2
+fi
+if [ -z "${WAHOOK_API_TOKEN:-}${WAHOOK_API_TOKEN_FILE:-}" ]; then
+	export WAHOOK_API_TOKEN=demo-api-token-change-me
+	echo "run.sh: WAHOOK_API_TOKEN not set; the query API on :8081 takes 'Authorization: Bearer demo-api-token-change-me'" >&2
 fi
 if [ -z "${WAHOOK_CLICKHOUSE_DSN:-}" ]; then
 	scripts/clickhouse.sh install
