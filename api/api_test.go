@@ -343,6 +343,7 @@ func TestAuthAndErrors(t *testing.T) {
 		{"number missing", "/api/v1/throughput", token1, 400, api.CodeBadParameter, "phone_number_id"},
 		{"too many seconds", "/api/v1/throughput?phone_number_id=1&step=1s&from=2026-03-01&to=2026-03-14", token1, 400, api.CodeBadParameter, "step"},
 		{"no such route", "/api/v1/nothing", token1, 404, api.CodeNotFound, ""},
+		{"too many values", "/api/v1/failures?campaign=" + strings.Repeat("c,", 1001), token1, 400, api.CodeBadParameter, "campaign"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, h, b := get(t, app, tc.path, tc.token)

@@ -87,6 +87,9 @@ type Query struct {
 	Limit   int
 }
 
+// maxValues bounds the values of one list parameter.
+const maxValues = 1000
+
 // maxRange bounds the time range of a query.
 const maxRange = 1096 * 24 * time.Hour // three years
 
@@ -134,6 +137,9 @@ func parseQuery(params []param, values url.Values, now time.Time) (Query, error)
 		}
 		if len(vs) == 0 {
 			continue
+		}
+		if len(vs) > maxValues {
+			return q, BadParameter(p.Name, "%d values; at most %d", len(vs), maxValues)
 		}
 		if (p.Kind != kindStrings && p.Kind != kindInts && p.Kind != kindEnums) && len(vs) > 1 {
 			return q, BadParameter(p.Name, "given %d times; give it once", len(vs))
