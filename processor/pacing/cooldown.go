@@ -1,0 +1,33 @@
+package pacing
+
+import (
+	"math"
+	"time"
+
+	"github.com/wahook/wahook/schema"
+)
+
+// Pair-rate limits (WEBHOOKS.md 10.1): about one message per 6 s to the
+// same recipient, bursts allowed; after 131056, wait 4^X seconds, X the
+// number of 131056 in a row for the pair (0 for the first).
+const (
+	PairInterval   = 6 * time.Second
+	maxPairStrikes = 7 // 4^6 s is about 68 min; longer waits are capped there
+)
+
+// NextCooldown is a pair's cool-down after a 131056 at at: one more strike
+// than prev if prev has not expired by then, and a wait of 4^(strikes-1)
+// seconds, never less than the pair interval.
+func NextCooldown(prev *schema.PairCooldown, phoneNumberID, recipient string, at time.Time) schema.PairCooldown {
+	strikes := 1
+	if prev != nil && at.Before(prev.Until) {
+		strikes = min(prev.Strikes+1, maxPairStrikes)
+	}
+	wait := time.Duration(math.Pow(4, float64(strikes-1))) * time.Second
+	wait = max(wait, PairInterval)
+	until := at.Add(wait).UTC()
+	if prev != nil && prev.Until.After(until) {
+		until = prev.Until
+	}
+	return schema.PairCooldown{Version: schema.PacingVersion, PhoneNumberID: phoneNumberID, Recipient: recipient, Strikes: strikes, Until: until}
+}

@@ -1,0 +1,284 @@
+package pacing
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"runtime"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/wahook/wahook/schema"
+)
+
+var t0 = time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
+
+func TestClassCount(t *testing.T) {
+	if numClasses != len(schema.ErrorClasses()) {
+		t.Fatalf("numClasses %d, schema has %d classes", numClasses, len(schema.ErrorClasses()))
+	}
+}
+
+// traffic is synthetic traffic of one number at known rates.
+type traffic struct {
+	id          string
+	out, in     int // messages per second
+	coexistence bool
+	tier        int
+}
+
+// Synthetic traffic at known per-number rates, in and out, delivered late,
+// out of order and partly twice: the observed rates equal the truth in
+// every window (the bar is 1%), and a coexistence number is measured
+// against 20.
+func TestObservedRates(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	nums := []traffic{
+		{id: "1001", out: 50, in: 10, tier: 80},
+		{id: "1002", out: 700, in: 90, tier: 1000},
+		{id: "1003", out: 15, in: 3, coexistence: true, tier: 20},
+		{id: "1004", out: 1, in: 0, tier: 80},
+	}
+	type ev struct {
+		num string
+		id  string
+		e   Event
+	}
+	var evs []ev
+	const seconds = 90
+	for _, n := range nums {
+		if n.tier == 1000 {
+			evs = append(evs, ev{n.id, "up-" + n.id, Event{At: t0.Unix() - 600, Field: "phone_number_quality_update", Name: "THROUGHPUT_UPGRADE"}})
+		}
+		if n.coexistence {
+			evs = append(evs, ev{n.id, "co-" + n.id, Event{At: t0.Unix() - 600, Coexistence: true}})
+		}
+		for s := 0; s < seconds; s++ {
+			at := t0.Unix() + int64(s)
+			for k := 0; k < n.out; k++ {
+				id := fmt.Sprintf("%s-o-%d-%d", n.id, s, k)
+				evs = append(evs, ev{n.id, id, Event{Kind: schema.KindStatus, At: at, Status: "sent", Outbound: true}})
+				// The message's later statuses are not traffic.
+				evs = append(evs, ev{n.id, id + "-d", Event{Kind: schema.KindStatus, At: at + 1, Status: "delivered"}})
+			}
+			for k := 0; k < n.in; k++ {
+				evs = append(evs, ev{n.id, fmt.Sprintf("%s-i-%d-%d", n.id, s, k), Event{Kind: schema.KindInbound, At: at, Inbound: true}})
+			}
+		}
+	}
+	// Late and out of order: each event arrives up to 5 s after its time, in
+	// arrival order; 2% arrive twice.
+	type arrival struct {
+		at int64
+		ev ev
+	}
+	var arrivals []arrival
+	for _, e := range evs {
+		arrivals = append(arrivals, arrival{e.e.At + rng.Int63n(6), e})
+		if rng.Intn(50) == 0 {
+			arrivals = append(arrivals, arrival{e.e.At + rng.Int63n(6), e})
+		}
+	}
+	rng.Shuffle(len(arrivals), func(i, j int) { arrivals[i], arrivals[j] = arrivals[j], arrivals[i] })
+	state := map[string]*Number{}
+	dd := NewDeduper()
+	for _, a := range arrivals {
+		counted := a.ev.e.Inbound || a.ev.e.Outbound || len(a.ev.e.Codes) > 0
+		if counted && dd.Seen(a.ev.id, a.ev.e.At) {
+			continue
+		}
+		n := state[a.ev.num]
+		if n == nil {
+			n = NewNumber(a.ev.num)
+			state[a.ev.num] = n
+		}
+		n.Apply(a.ev.e)
+	}
+	now := t0.Add(seconds*time.Second + Settle)
+	for _, tn := range nums {
+		s := state[tn.id].Signal(now, DefaultTiers())
+		want := float64(tn.out + tn.in)
+		for name, got := range map[string]float64{"1s": s.Observed.S1, "10s": s.Observed.S10, "60s": s.Observed.S60} {
+			if math.Abs(got-want) > 0.01*want {
+				t.Errorf("number %s, %s: %v mps, want %v", tn.id, name, got, want)
+			}
+		}
+		if s.Observed.Inbound10 != float64(tn.in) || s.Observed.Outbound10 != float64(tn.out) {
+			t.Errorf("number %s: in %v out %v", tn.id, s.Observed.Inbound10, s.Observed.Outbound10)
+		}
+		if s.TierMPS != tn.tier || s.Utilization != want/float64(tn.tier) {
+			t.Errorf("number %s: tier %d (%s), utilization %v", tn.id, s.TierMPS, s.TierSource, s.Utilization)
+		}
+	}
+	if s := state["1003"].Signal(now, DefaultTiers()); s.TierSource != "coexistence" || s.Advice != schema.AdviceSlowDown {
+		t.Errorf("coexistence number at 18 of 20 mps: %+v", s)
+	}
+}
+
+func at(sec int) int64 { return t0.Unix() + int64(sec) }
+
+func TestThroughputUpgradeOpensMaintenance(t *testing.T) {
+	n := NewNumber("1001")
+	if s := n.Signal(t0, DefaultTiers()); s.TierMPS != 80 || s.Advice != schema.AdviceOK || s.RecommendedMPS != 80 {
+		t.Fatalf("before: %+v", s)
+	}
+	n.Apply(Event{At: at(0), Field: "phone_number_quality_update", Name: "THROUGHPUT_UPGRADE", NewValue: "TIER_UNLIMITED"})
+	s := n.Signal(t0.Add(30*time.Second), DefaultTiers())
+	if s.TierMPS != 1000 || s.TierSource != "throughput_upgrade" || s.Advice != schema.AdvicePause || s.RecommendedMPS != 0 ||
+		s.MaintenanceUntil == nil || !s.MaintenanceUntil.Equal(t0.Add(time.Minute)) || s.MessagingLimit != "TIER_UNLIMITED" {
+		t.Fatalf("during maintenance: %+v", s)
+	}
+	if s := n.Signal(t0.Add(61*time.Second), DefaultTiers()); s.Advice != schema.AdviceOK || s.RecommendedMPS != 1000 || s.MaintenanceUntil != nil {
+		t.Fatalf("after maintenance: %+v", s)
+	}
+	// A 131057 from a send opens it again.
+	n.Apply(Event{At: at(100), Codes: []int32{131057}})
+	if s := n.Signal(t0.Add(120*time.Second), DefaultTiers()); s.Advice != schema.AdvicePause || s.RecentErrors[schema.ClassMaintenance] != 1 {
+		t.Fatalf("after 131057: %+v", s)
+	}
+}
+
+// A burst of 130429 gives slow_down with a lower recommended rate; a
+// minute after it stops, ok again.
+func TestThrottleBurst(t *testing.T) {
+	n := NewNumber("1001")
+	for s := 0; s < 20; s++ {
+		for k := 0; k < 70; k++ {
+			n.Apply(Event{At: at(s), Outbound: true})
+		}
+		for k := 0; k < 5; k++ {
+			n.Apply(Event{At: at(s), Inbound: true})
+		}
+	}
+	before := n.Signal(t0.Add(20*time.Second), DefaultTiers())
+	if before.Advice != schema.AdviceSlowDown || before.RecommendedMPS != 67 { // 75 of 80: over 90%; 72 - 5 inbound
+		t.Fatalf("at 75 of 80 mps: %+v", before)
+	}
+	for k := 0; k < 30; k++ {
+		n.Apply(Event{At: at(19), Codes: []int32{130429}})
+	}
+	s := n.Signal(t0.Add(21*time.Second), DefaultTiers())
+	if s.Advice != schema.AdviceSlowDown || s.RecommendedMPS != 35 || s.RecentErrors[schema.ClassThroughput] != 30 {
+		t.Fatalf("after the burst: %+v", s)
+	}
+	s = n.Signal(t0.Add(45*time.Second), DefaultTiers()) // traffic stopped at 20 s; 130429 26 s ago
+	if s.Advice != schema.AdviceSlowDown || s.RecommendedMPS != 64 {
+		t.Fatalf("within the minute: %+v", s)
+	}
+	s = n.Signal(t0.Add(80*time.Second), DefaultTiers())
+	if s.Advice != schema.AdviceOK || s.RecommendedMPS != 80 || len(s.RecentErrors) != 0 {
+		t.Fatalf("a minute later: %+v", s)
+	}
+}
+
+func TestQualityStop(t *testing.T) {
+	n := NewNumber("1001")
+	n.Apply(Event{At: at(0), Field: "phone_number_quality_update", Name: "FLAGGED", NewValue: "TIER_250"})
+	if s := n.Signal(t0.Add(time.Second), DefaultTiers()); s.Advice != schema.AdviceOK || s.Quality != "flagged" || s.MessagingLimit != "TIER_250" {
+		t.Fatalf("flagged: %+v", s)
+	}
+	n.Apply(Event{At: at(10), Codes: []int32{131048}})
+	if s := n.Signal(t0.Add(11*time.Minute), DefaultTiers()); s.Advice != schema.AdviceStop || s.RecommendedMPS != 0 {
+		t.Fatalf("after 131048: %+v", s)
+	}
+	if s := n.Signal(t0.Add(16*time.Minute), DefaultTiers()); s.Advice != schema.AdviceOK {
+		t.Fatalf("15 min after 131048: %+v", s)
+	}
+	// Errors that are not the number's pace change nothing.
+	n.Apply(Event{At: at(1000), Codes: []int32{131026, 131047}})
+	if s := n.Signal(t0.Add(1001*time.Second), DefaultTiers()); s.Advice != schema.AdviceOK || s.RecentErrors[schema.ClassUndeliverable] != 1 {
+		t.Fatalf("undeliverable: %+v", s)
+	}
+}
+
+func TestOverrideTier(t *testing.T) {
+	n := NewNumber("1001")
+	n.Apply(Event{At: at(0), Field: "phone_number_quality_update", Name: "THROUGHPUT_UPGRADE"})
+	tiers := DefaultTiers()
+	tiers.Overrides = map[string]int{"1001": 200}
+	if s := n.Signal(t0.Add(2*time.Minute), tiers); s.TierMPS != 200 || s.TierSource != "override" {
+		t.Fatalf("%+v", s)
+	}
+}
+
+func TestPairCooldown(t *testing.T) {
+	c := NextCooldown(nil, "1001", "r1", t0)
+	if c.Strikes != 1 || !c.Until.Equal(t0.Add(PairInterval)) {
+		t.Fatalf("first: %+v", c)
+	}
+	waits := []time.Duration{6 * time.Second, 16 * time.Second, 64 * time.Second, 256 * time.Second}
+	at := t0.Add(time.Second)
+	for i, w := range waits {
+		c = NextCooldown(&c, "1001", "r1", at)
+		if c.Strikes != i+2 || !c.Until.Equal(at.Add(w)) {
+			t.Fatalf("strike %d: %+v, want wait %v", i+2, c, w)
+		}
+		at = at.Add(time.Second)
+	}
+	for i := 0; i < 10; i++ {
+		c = NextCooldown(&c, "1001", "r1", at)
+	}
+	if c.Strikes != maxPairStrikes {
+		t.Fatalf("strikes not capped: %+v", c)
+	}
+	// Expired: the count starts again.
+	if c = NextCooldown(&c, "1001", "r1", c.Until.Add(time.Second)); c.Strikes != 1 {
+		t.Fatalf("after expiry: %+v", c)
+	}
+}
+
+func TestDeduper(t *testing.T) {
+	d := NewDeduper()
+	if d.Seen("a", at(0)) || !d.Seen("a", at(0)) || d.Seen("b", at(0)) || d.Seen("a", at(1)) {
+		t.Fatal("within a second")
+	}
+	if d.Seen("c", at(100)) || !d.Seen("a", at(0)) {
+		t.Fatal("an event older than the window counts as seen")
+	}
+	if d.Seen("a", at(99)) {
+		t.Fatal("the window moved: a at 99 is new")
+	}
+}
+
+// The state of one number stays under the 4 KiB bar.
+func TestNumberSize(t *testing.T) {
+	if sz := unsafe.Sizeof(Number{}); sz > 4096 {
+		t.Fatalf("Number is %d bytes", sz)
+	}
+}
+
+// BenchmarkNumberMemory reports the heap per active number: 100,000
+// numbers, each with traffic, errors and a quality event.
+func BenchmarkNumberMemory(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		const numbers = 100_000
+		state := make(map[string]*Number, numbers)
+		for k := 0; k < numbers; k++ {
+			id := fmt.Sprintf("1065403522%05d", k)
+			n := NewNumber(id)
+			n.Apply(Event{At: at(k % 60), Outbound: true})
+			n.Apply(Event{At: at(k % 60), Codes: []int32{130429}})
+			n.Apply(Event{At: at(0), Field: "phone_number_quality_update", Name: "FLAGGED", NewValue: "TIER_250"})
+			state[id] = n
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/numbers, "bytes/number")
+		runtime.KeepAlive(state)
+	}
+}
+
+func BenchmarkApplyAndSignal(b *testing.B) {
+	n := NewNumber("1001")
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		n.Apply(Event{At: at(i / 1000), Outbound: true})
+		if i%100 == 0 {
+			_ = n.Signal(t0.Add(time.Duration(i/1000)*time.Second), DefaultTiers())
+		}
+	}
+}

@@ -1,0 +1,92 @@
+package schema
+
+import (
+	"strings"
+	"time"
+)
+
+// PacingVersion is the version of the pacing signal's JSON. A change that
+// removes or redefines a field raises it; new fields do not.
+const PacingVersion = 1
+
+// Advice is what a sending service should do with a number now.
+type Advice string
+
+// The advice values, from the mildest.
+const (
+	AdviceOK       Advice = "ok"        // send up to recommended_mps
+	AdviceSlowDown Advice = "slow_down" // throttled (130429) or close to the tier: send at recommended_mps, queue the rest
+	AdvicePause    Advice = "pause"     // maintenance (throughput upgrade, 131057): send nothing until maintenance_until
+	AdviceStop     Advice = "stop"      // quality or account errors (131048, ...): stop sending and look at the number
+)
+
+// ObservedMPS is a number's traffic, messages per second by Meta's
+// timestamps, inbound and outbound together (Meta counts both against the
+// tier), over the last 1, 10 and 60 complete seconds.
+type ObservedMPS struct {
+	S1         float64 `json:"1s"`
+	S10        float64 `json:"10s"`
+	S60        float64 `json:"60s"`
+	Inbound10  float64 `json:"inbound_10s"`
+	Outbound10 float64 `json:"outbound_10s"`
+}
+
+// PacingSignal is the value of a number's key in the wahook_pacing bucket,
+// and of each message on wahook.pacing.<phone_number_id>. schema/README.md
+// documents every field and the rule that sets advice and recommended_mps.
+type PacingSignal struct {
+	Version          int                `json:"version"`
+	PhoneNumberID    string             `json:"phone_number_id"`
+	UpdatedAt        time.Time          `json:"updated_at"`
+	TierMPS          int                `json:"tier_mps"`
+	TierSource       string             `json:"tier_source"` // default, throughput_upgrade, coexistence, override
+	Observed         ObservedMPS        `json:"observed_mps"`
+	Utilization      float64            `json:"utilization"` // observed_mps.10s / tier_mps
+	Quality          string             `json:"quality"`     // flagged, unflagged or unknown
+	MessagingLimit   string             `json:"messaging_limit,omitempty"`
+	RecentErrors     map[ErrorClass]int `json:"recent_errors"` // error occurrences of the last 60 s by class
+	MaintenanceUntil *time.Time         `json:"maintenance_until,omitempty"`
+	Advice           Advice             `json:"advice"`
+	RecommendedMPS   float64            `json:"recommended_mps"`
+	Reason           string             `json:"reason"`
+}
+
+// PairCooldown is the value of a key of the wahook_pair_cooldown bucket:
+// after 131056 (pair rate limit) the number waits before messaging that
+// recipient again; other recipients are not affected. The entry expires at
+// Until.
+type PairCooldown struct {
+	Version       int       `json:"version"`
+	PhoneNumberID string    `json:"phone_number_id"`
+	Recipient     string    `json:"recipient"` // the keyed hash of the recipient, as in ClickHouse
+	Strikes       int       `json:"strikes"`   // 131056 errors in a row for this pair
+	Until         time.Time `json:"until"`
+}
+
+// PacingSubject is the subject on which a number's signal is published on
+// every change.
+func PacingSubject(phoneNumberID string) string {
+	return SubjectPacingPrefix + SubjectToken(phoneNumberID)
+}
+
+// PairCooldownKey is the key of a pair's cool-down: <phone_number_id>.<recipient hash>.
+func PairCooldownKey(phoneNumberID, recipientHash string) string {
+	return kvToken(phoneNumberID) + "." + kvToken(recipientHash)
+}
+
+// PacingKey is the key of a number's signal in wahook_pacing.
+func PacingKey(phoneNumberID string) string { return kvToken(phoneNumberID) }
+
+// kvToken keeps the characters a KV key token may hold.
+func kvToken(s string) string {
+	if s == "" {
+		return NoNumber
+	}
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '=':
+			return r
+		}
+		return '_'
+	}, s)
+}
