@@ -11,4 +11,19 @@
 //
 // Rows and events carry deterministic ids, so a redelivery or a replay
 // writes the same ids again and every query stays exact.
+//
+// Beyond RAW and dead letters, which keep bodies as received, message text
+// is kept nowhere unless an operator switches content storage on (wahook
+// --store-content, WAHOOK_STORE_CONTENT; NewNormalizer with
+// WithContent(true)). Then the text of each inbound message (text body,
+// media caption, reply button or list row title, template button text,
+// reaction emoji, location name and address, order text, an edit's new
+// text) goes into InboundRow.Content: the content column of
+// inbound_messages and the "content" key of the message's event on
+// WAHOOK_EVENTS. Off, the column stays empty and the key is left out. Event
+// ids do not depend on the switch. Switching it off does not remove text
+// already stored: a replay of RAW writes the same rows without it, which
+// replace the old ones when ClickHouse merges them (OPTIMIZE TABLE ...
+// FINAL forces that), and WAHOOK_EVENTS drops old events after
+// --events-max-age.
 package processor

@@ -2,12 +2,10 @@ package processor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wahook/wahook/schema"
@@ -66,62 +64,11 @@ type Event struct {
 }
 
 // PublishEvents publishes every event of rows on its per-number subject with
-// Nats-Msg-Id = its event id, and returns once all are acknowledged.
+// Nats-Msg-Id = its event id, and returns once all are acknowledged. Stage1
+// and Replay keep one publisher for all their batches; this makes one for a
+// single call.
 func PublishEvents(ctx context.Context, js jetstream.JetStream, rows *schema.Rows) error {
-	pafs := make([]jetstream.PubAckFuture, 0, eventsChunk)
-	pub := func(number string, k schema.Kind, id string, row any) error {
-		data, err := json.Marshal(Event{Kind: k, V: 1, Row: row})
-		if err != nil {
-			return fmt.Errorf("encode %s event: %w", k, err)
-		}
-		msg := &nats.Msg{Subject: schema.EventsSubject(number, k), Data: data, Header: nats.Header{schema.HeaderMsgID: []string{id}}}
-		paf, err := js.PublishMsgAsync(msg)
-		if err != nil {
-			return fmt.Errorf("publish %s: %w", msg.Subject, err)
-		}
-		pafs = append(pafs, paf)
-		if len(pafs) == eventsChunk {
-			if err := waitAcks(ctx, pafs); err != nil {
-				return err
-			}
-			pafs = pafs[:0]
-		}
-		return nil
-	}
-	for i := range rows.Statuses {
-		r := &rows.Statuses[i]
-		if err := pub(r.PhoneNumberID, schema.KindStatus, r.EventID, r); err != nil {
-			return err
-		}
-	}
-	for i := range rows.Inbound {
-		r := &rows.Inbound[i]
-		if err := pub(r.PhoneNumberID, schema.KindInbound, r.EventID, r); err != nil {
-			return err
-		}
-	}
-	for i := range rows.Management {
-		r := &rows.Management[i]
-		if err := pub(r.PhoneNumberID, r.Kind, r.EventID, r); err != nil {
-			return err
-		}
-	}
-	return waitAcks(ctx, pafs)
-}
-
-// eventsChunk bounds the publishes awaiting acks: a 50k-row batch must not
-// overrun the async publish window and fail on a stall.
-const eventsChunk = 4096
-
-func waitAcks(ctx context.Context, pafs []jetstream.PubAckFuture) error {
-	for _, paf := range pafs {
-		select {
-		case <-paf.Ok():
-		case err := <-paf.Err():
-			return fmt.Errorf("publish %s: %w", paf.Msg().Subject, err)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
+	p := newEventPublisher(js.Conn(), eventsWindow)
+	defer p.close()
+	return p.publish(ctx, rows)
 }

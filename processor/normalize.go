@@ -27,7 +27,9 @@ type NumberResolver interface {
 // and is safe for concurrent use if its NumberResolver is.
 //
 // What is kept of end users (DESIGN.md, "ClickHouse"): their phone numbers
-// and BSUIDs become keyed hashes; message text is never copied into a row.
+// and BSUIDs become keyed hashes; message text is copied into a row only
+// when an operator switches content storage on (WithContent), and then
+// only into InboundRow.Content.
 // Raw values are kept only for management fields that carry no end-user
 // content, and for fields and keys not known yet, which are kept verbatim
 // (WEBHOOKS.md 11.2 rule 1): a change of an unknown field (and of the
@@ -53,11 +55,16 @@ type NumberResolver interface {
 type Normalizer struct {
 	hash    *schema.Hasher
 	numbers NumberResolver
+	content bool // WithContent
 }
 
 // NewNormalizer returns a Normalizer; numbers may be nil (no mapping).
-func NewNormalizer(h *schema.Hasher, numbers NumberResolver) *Normalizer {
-	return &Normalizer{hash: h, numbers: numbers}
+func NewNormalizer(h *schema.Hasher, numbers NumberResolver, opts ...NormalizerOption) *Normalizer {
+	n := &Normalizer{hash: h, numbers: numbers}
+	for _, o := range opts {
+		o(n)
+	}
+	return n
 }
 
 // Dead-letter reasons set here. A whole body that cannot be decoded has the
@@ -312,6 +319,9 @@ func (b *run) inbound() {
 		}
 		if rf := m.Referral; rf != nil {
 			r.ReferralSourceType, r.ReferralSourceID, r.ReferralCtwaClid = rf.SourceType, rf.SourceID, rf.CtwaClid
+		}
+		if b.n.content {
+			r.Content = content(m) // never part of the id
 		}
 		if m.ID != "" {
 			r.EventID = schema.EventID(schema.KindInbound, r.PhoneNumberID, r.MessageID)

@@ -16,8 +16,9 @@ import (
 // FuzzNormalize: whatever the body, Normalize does not panic; a body gives
 // rows or dead letters, never nothing; within a body every event id is
 // distinct (error rows share their owner's id, one per index); the ids do
-// not depend on when or for which app the body came; and every JSON column
-// holds JSON.
+// not depend on when or for which app the body came; every JSON column
+// holds JSON; and every event's JSON is the bytes encoding/json makes of it
+// (content storage on, so that text is encoded too).
 func FuzzNormalize(f *testing.F) {
 	for _, dir := range []string{normFixtures, normTestdata} {
 		names, err := filepath.Glob(filepath.Join(dir, "*.json"))
@@ -65,6 +66,10 @@ func FuzzNormalize(f *testing.F) {
 		for _, r := range rows.Management {
 			validJSON(t, "management raw", r.Raw)
 		}
+
+		var withContent schema.Rows
+		NewNormalizer(h, memNumbers{}, WithContent(true)).Normalize(body, normSource(0), "", &withContent)
+		checkEventJSON(t, &withContent)
 
 		var again schema.Rows
 		NewNormalizer(h, memNumbers{}).Normalize(body, other, "", &again)

@@ -55,13 +55,18 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 	}
 	defer it.Stop()
 
+	var events *eventPublisher
+	if cfg.PublishEvents {
+		events = newEventPublisher(js.Conn(), eventsWindow)
+		defer events.close()
+	}
 	var rows schema.Rows
 	flush := func() error {
 		backoff := cfg.BackoffMin
 		for {
 			err := w.Write(ctx, &rows)
 			if err == nil && cfg.PublishEvents {
-				err = PublishEvents(ctx, js, &rows)
+				err = events.publish(ctx, &rows)
 			}
 			if err == nil {
 				res.Rows += rows.Len()

@@ -39,6 +39,7 @@ type Stage1 struct {
 	log     *zap.Logger
 	metrics *metrics
 	backoff time.Duration
+	events  *eventPublisher // used by the writer goroutine only
 }
 
 // NewStage1 returns a stage 1 consumer; log may be nil.
@@ -49,7 +50,11 @@ func NewStage1(cfg Config, js jetstream.JetStream, w Writer, n BodyNormalizer, r
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Stage1{cfg: cfg, js: js, w: w, n: n, log: log, metrics: newMetrics(reg), backoff: cfg.BackoffMin}, nil
+	s := &Stage1{cfg: cfg, js: js, w: w, n: n, log: log, metrics: newMetrics(reg), backoff: cfg.BackoffMin}
+	if cfg.PublishEvents {
+		s.events = newEventPublisher(js.Conn(), eventsWindow)
+	}
+	return s, nil
 }
 
 // batch is the RAW messages being gathered and their rows.
@@ -109,6 +114,9 @@ func (s *Stage1) Run(ctx context.Context) error {
 		return fmt.Errorf("consume %s: %w", schema.StreamRaw, err)
 	}
 	defer it.Stop()
+	if s.events != nil {
+		defer s.events.close()
+	}
 
 	// The writer goroutine takes full batches and gives them back empty;
 	// two batches take turns.
@@ -215,7 +223,7 @@ func (s *Stage1) flush(runCtx context.Context, b *batch) {
 	var pubErr error
 	published := make(chan struct{})
 	if s.cfg.PublishEvents {
-		go func() { defer close(published); pubErr = PublishEvents(ctx, s.js, &b.rows) }()
+		go func() { defer close(published); pubErr = s.events.publish(ctx, &b.rows) }()
 	} else {
 		close(published)
 	}

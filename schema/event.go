@@ -205,7 +205,10 @@ type ErrorRow struct {
 }
 
 // InboundRow is one inbound message (WEBHOOKS.md 7). Id parts: phone number
-// id, message id. Message text is never stored.
+// id, message id. Message text is stored only in Content, and only when an
+// operator switches content storage on (wahook --store-content); otherwise
+// Content is empty and the text is kept nowhere. Content is never part of
+// the id.
 type InboundRow struct {
 	Source
 	EventID            string    `json:"event_id,omitempty"`
@@ -226,6 +229,11 @@ type InboundRow struct {
 	ReferralCtwaClid   string    `json:"referral_ctwa_clid,omitempty"`
 	ErrorCodes         []int32   `json:"error_codes,omitempty"`
 	Extra              string    `json:"extra,omitempty"`
+	// Content is what the user wrote or chose: the text, a media caption,
+	// the title of the reply button or list row, a template button's text,
+	// a reaction's emoji, a location's name and address, an order's text
+	// (processor's content has the list). "" unless content storage is on.
+	Content string `json:"content,omitempty"`
 }
 
 // ManagementRow is one event of any field other than message statuses and

@@ -32,6 +32,9 @@ type processOptions struct {
 	events   processor.EventsConfig
 	migrate  bool
 	disabled bool
+	// storeContent switches content storage on: the text of inbound
+	// messages goes into inbound_messages.content and their EVENTS.
+	storeContent bool
 }
 
 func (o *processOptions) register(f *flags, withSwitch bool) {
@@ -48,6 +51,7 @@ func (o *processOptions) register(f *flags, withSwitch bool) {
 	f.DurationVar(&o.events.MaxAge, "events-max-age", o.events.MaxAge, "how long WAHOOK_EVENTS keeps events (it can be rebuilt from RAW)")
 	f.DurationVar(&o.events.DuplicateWindow, "events-duplicate-window", o.events.DuplicateWindow, "an event republished within it is stored once; consumers dedupe by event id beyond it (each id costs server memory)")
 	f.IntVar(&o.events.Replicas, "events-replicas", o.events.Replicas, "replicas of WAHOOK_EVENTS")
+	f.BoolVar(&o.storeContent, "store-content", false, "store the text of inbound messages (text, captions, reply titles, reactions, locations) in inbound_messages.content and their WAHOOK_EVENTS; off: the text is kept nowhere")
 	f.BoolVar(&o.migrate, "migrate", true, "apply ClickHouse migrations at start-up")
 	if withSwitch {
 		f.BoolVar(&o.disabled, "no-process", false, "run without stage 1 (webhooks are stored; nothing is written to ClickHouse)")
@@ -187,6 +191,10 @@ func setupStage1(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *process
 		}
 		wait = min(2*wait, 30*time.Second)
 	}
+	if o.storeContent {
+		log.Warn("content storage is on: the text of inbound messages is stored in ClickHouse (inbound_messages.content) and published on " +
+			schema.StreamEvents)
+	}
 	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := processor.EnsureEventsStream(ectx, js, o.events, false); err != nil {
@@ -202,7 +210,7 @@ func setupStage1(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *process
 		js:     js,
 		conn:   conn,
 		writer: chwriter.New(conn, db),
-		norm:   processor.NewNormalizer(schema.NewHasher(key), numbers),
+		norm:   processor.NewNormalizer(schema.NewHasher(key), numbers, processor.WithContent(o.storeContent)),
 	}, nil
 }
 

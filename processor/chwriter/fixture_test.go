@@ -122,7 +122,7 @@ func fixture() *schema.Rows {
 	}, {
 		Source: src(3), EventID: schema.EventID(schema.KindInbound, number, "wamid.IN2"),
 		EventTime: base.Add(31 * time.Second), WabaID: waba, PhoneNumberID: number,
-		MessageID: "wamid.IN2", Type: "text", FromHash: "f2",
+		MessageID: "wamid.IN2", Type: "text", FromHash: "f2", Content: "Is the store open on Sunday? <&> \u00e9",
 	}}
 
 	rows.Management = []schema.ManagementRow{{

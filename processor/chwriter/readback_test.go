@@ -43,12 +43,12 @@ func readInbound(t *testing.T, ch *schematest.ClickHouseDB) []schema.InboundRow 
 	var forwarded uint8
 	return readAll(t, ch, "SELECT event_id, event_time, waba_id, phone_number_id, display_phone_number, message_id, "+
 		"type, from_hash, from_user_hash, group_id, context_message_id, context_forwarded, interactive_type, "+
-		"referral_source_type, referral_source_id, referral_ctwa_clid, error_codes, extra, received_at, app, raw_seq "+
+		"referral_source_type, referral_source_id, referral_ctwa_clid, error_codes, extra, content, received_at, app, raw_seq "+
 		"FROM inbound_messages FINAL ORDER BY event_id",
 		func(r *schema.InboundRow) []any {
 			return []any{&r.EventID, &r.EventTime, &r.WabaID, &r.PhoneNumberID, &r.DisplayPhoneNumber, &r.MessageID,
 				&r.Type, &r.FromHash, &r.FromUserHash, &r.GroupID, &r.ContextMessageID, &forwarded, &r.InteractiveType,
-				&r.ReferralSourceType, &r.ReferralSourceID, &r.ReferralCtwaClid, &r.ErrorCodes, &r.Extra,
+				&r.ReferralSourceType, &r.ReferralSourceID, &r.ReferralCtwaClid, &r.ErrorCodes, &r.Extra, &r.Content,
 				&r.ReceivedAt, &r.App, &r.RawSeq}
 		}, func(r *schema.InboundRow) { r.ContextForwarded = forwarded == 1 })
 }

@@ -86,6 +86,7 @@ var inboundMessages = table[schema.InboundRow]{name: "inbound_messages", cols: a
 	str("referral_ctwa_clid", func(r *schema.InboundRow) string { return r.ReferralCtwaClid }),
 	int32Array("error_codes", func(r *schema.InboundRow) []int32 { return r.ErrorCodes }),
 	str("extra", func(r *schema.InboundRow) string { return r.Extra }),
+	str("content", func(r *schema.InboundRow) string { return r.Content }), // 0009; "" unless content storage is on
 }, sourceCols(func(r *schema.InboundRow) *schema.Source { return &r.Source })...)}
 
 var managementEvents = table[schema.ManagementRow]{name: "management_events", cols: append([]column[schema.ManagementRow]{

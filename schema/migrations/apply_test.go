@@ -125,6 +125,37 @@ func TestApplyConcurrently(t *testing.T) {
 	}
 }
 
+// TestApplyAddColumnTwice: 18.16 has no ADD COLUMN IF NOT EXISTS, so a
+// plain ADD COLUMN (as in 0009_inbound_content.sql) that finds its column
+// made already, by another process applying it at once or by one that
+// stopped before recording it, counts as done; any other failure of an
+// ALTER still fails the migration.
+func TestApplyAddColumnTwice(t *testing.T) {
+	ch := schematest.ClickHouse(t)
+	ctx := context.Background()
+	create := "CREATE TABLE IF NOT EXISTS {{.Database}}.things (n UInt8) ENGINE = MergeTree ORDER BY n;\n"
+	add := "ALTER TABLE {{.Database}}.things ADD COLUMN note String DEFAULT '';\n"
+	v1 := fstest.MapFS{"0001_things.sql": {Data: []byte(create)}, "0002_note.sql": {Data: []byte(add)}}
+	if _, err := migrations.Apply(ctx, ch.Conn, ch.Database, migrations.WithFiles(v1)); err != nil {
+		t.Fatal(err)
+	}
+	v2 := fstest.MapFS{"0001_things.sql": {Data: []byte(create)}, "0002_note.sql": {Data: []byte(add)},
+		"0003_note_again.sql": {Data: []byte(add)}}
+	res, err := migrations.Apply(ctx, ch.Conn, ch.Database, migrations.WithFiles(v2))
+	if err != nil {
+		t.Fatalf("ADD COLUMN of a column that exists: %v, want it taken as done", err)
+	}
+	if !slices.Equal(res.Applied, []string{"0003_note_again"}) {
+		t.Errorf("Applied = %v, want [0003_note_again]", res.Applied)
+	}
+	v3 := fstest.MapFS{"0001_things.sql": {Data: []byte(create)}, "0002_note.sql": {Data: []byte(add)},
+		"0003_note_again.sql": {Data: []byte(add)},
+		"0004_bad.sql":        {Data: []byte("ALTER TABLE {{.Database}}.things ADD COLUMN other NoSuchType;\n")}}
+	if _, err := migrations.Apply(ctx, ch.Conn, ch.Database, migrations.WithFiles(v3)); err == nil {
+		t.Error("ADD COLUMN of an unknown type succeeded")
+	}
+}
+
 func TestApplyRefusesChangedChecksum(t *testing.T) {
 	ch := schematest.ClickHouse(t)
 	ctx := context.Background()

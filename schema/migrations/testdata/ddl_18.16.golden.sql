@@ -308,3 +308,10 @@ AS SELECT
 FROM wahook.status_events
 GROUP BY phone_number_id, minute, status, pricing_category, waba_id, campaign;
 
+-- 0009_inbound_content.sql
+-- inbound_messages.content: the text of an inbound message
+-- (schema.InboundRow.Content), written only when an operator switches
+-- content storage on (--store-content); '' otherwise. 18.16 has no
+-- ADD COLUMN IF NOT EXISTS: Apply takes "already exists" as done.
+ALTER TABLE wahook.inbound_messages ADD COLUMN content String DEFAULT '';
+
