@@ -119,9 +119,18 @@ func (p *eventPublisher) publish(ctx context.Context, rows *schema.Rows) (err er
 		}
 		return nil
 	}
+	// An event larger than the server takes (max_payload) would fail its
+	// batch for ever: it goes out without the fields that keep unknown JSON
+	// as received (extra, raw), which ClickHouse has in full.
+	limit := int(p.nc.MaxPayload()) - 4096
 	for i := range rows.Statuses {
 		r := &rows.Statuses[i]
 		p.data, err = appendStatusEvent(p.data[:0], r)
+		if err == nil && len(p.data) > limit {
+			small := *r
+			small.Extra = ""
+			p.data, err = appendStatusEvent(p.data[:0], &small)
+		}
 		if err = send(r.PhoneNumberID, schema.KindStatus, r.EventID, err); err != nil {
 			return err
 		}
@@ -129,6 +138,11 @@ func (p *eventPublisher) publish(ctx context.Context, rows *schema.Rows) (err er
 	for i := range rows.Inbound {
 		r := &rows.Inbound[i]
 		p.data, err = appendInboundEvent(p.data[:0], r)
+		if err == nil && len(p.data) > limit {
+			small := *r
+			small.Extra = ""
+			p.data, err = appendInboundEvent(p.data[:0], &small)
+		}
 		if err = send(r.PhoneNumberID, schema.KindInbound, r.EventID, err); err != nil {
 			return err
 		}
@@ -136,6 +150,11 @@ func (p *eventPublisher) publish(ctx context.Context, rows *schema.Rows) (err er
 	for i := range rows.Management {
 		r := &rows.Management[i]
 		p.data, err = appendManagementEvent(p.data[:0], r)
+		if err == nil && len(p.data) > limit {
+			small := *r
+			small.Raw = ""
+			p.data, err = appendManagementEvent(p.data[:0], &small)
+		}
 		if err = send(r.PhoneNumberID, r.Kind, r.EventID, err); err != nil {
 			return err
 		}

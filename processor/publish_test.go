@@ -227,3 +227,33 @@ func TestPublishEventsFailures(t *testing.T) {
 		}
 	})
 }
+
+// TestPublishOversizedEvent: an event whose raw JSON is larger than the
+// server's max_payload goes out without it, instead of failing its batch
+// for ever; the others are unchanged.
+func TestPublishOversizedEvent(t *testing.T) {
+	nc, js := publishEnv(t, true)
+	big := strings.Repeat(`{"k":"<&>"}`, int(nc.MaxPayload())/11+1)
+	rows := &schema.Rows{
+		Management: []schema.ManagementRow{
+			{EventID: "big", Kind: schema.KindOther, Field: "new_field", PhoneNumberID: "1001", Raw: big},
+			{EventID: "small", Kind: schema.KindOther, Field: "new_field", PhoneNumberID: "1001", Raw: `{"k":1}`},
+		},
+		Statuses: []schema.StatusRow{{EventID: "status", PhoneNumberID: "1001", Status: "sent", Extra: big}},
+	}
+	p := newEventPublisher(nc, 16)
+	defer p.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.publish(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, m := range storedEvents(t, js) {
+		got[m.Header.Get(schema.HeaderMsgID)] = string(m.Data)
+	}
+	if len(got) != 3 || strings.Contains(got["big"], `"raw"`) || !strings.Contains(got["small"], `"raw":"{\"k\":1}"`) ||
+		strings.Contains(got["status"], `"extra"`) || !strings.Contains(got["status"], `"status":"sent"`) {
+		t.Fatalf("stored %d events: big %.200s small %s status %.200s", len(got), got["big"], got["small"], got["status"])
+	}
+}
