@@ -89,6 +89,8 @@ const (
 	originInbound = "inbound" // messages[].errors[] of field messages
 	originHistory = "history" // history[].errors[]
 	originCall    = "call"    // errors of call statuses and calls[] (field calls)
+	// originSendResult: the error of a failed send result (sendresults.go).
+	originSendResult = "send_result"
 )
 
 // maxDateTime is the last second a ClickHouse DateTime holds; a timestamp
@@ -97,6 +99,10 @@ const maxDateTime = math.MaxUint32
 
 // Normalize implements BodyNormalizer.
 func (n *Normalizer) Normalize(body []byte, src schema.Source, rawMsgID string, rows *schema.Rows) {
+	if src.App == schema.SendResultsApp {
+		n.sendResults(body, src, rawMsgID, rows)
+		return
+	}
 	before := rows.Len()
 	p, err := meta.Decode(body)
 	if err != nil {

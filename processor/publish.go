@@ -159,6 +159,16 @@ func (p *eventPublisher) publish(ctx context.Context, rows *schema.Rows) (err er
 			return err
 		}
 	}
+	for i := range rows.SendResults {
+		r := &rows.SendResults[i]
+		// Few: encoding/json is fast enough.
+		var b []byte
+		b, err = json.Marshal(Event{Kind: schema.KindSendResult, V: 1, Row: r})
+		p.data = append(p.data[:0], b...)
+		if err = send(r.PhoneNumberID, schema.KindSendResult, r.EventID, err); err != nil {
+			return err
+		}
+	}
 	if cap(p.data) > 1<<20 {
 		p.data = nil // do not keep one huge event's buffer
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -196,6 +197,11 @@ func (s *Stage1) add(b *batch, msg jetstream.Msg) {
 // SourceOf reads the source of a RAW message from its headers and metadata.
 func SourceOf(msg jetstream.Msg) schema.Source {
 	src := schema.Source{App: msg.Headers().Get(schema.HeaderApp)}
+	if src.App == "" {
+		// Published straight to a RAW subject (send results from a sending
+		// service): the app is the subject's last token.
+		src.App = strings.TrimPrefix(msg.Subject(), schema.SubjectRawPrefix)
+	}
 	if t, err := schema.ParseReceivedAt(msg.Headers().Get(schema.HeaderReceivedAt)); err == nil {
 		src.ReceivedAt = t
 	}

@@ -81,10 +81,11 @@ func FormatReceivedAt(t time.Time) string { return t.UTC().Format(time.RFC3339Na
 func ParseReceivedAt(s string) (time.Time, error) { return time.Parse(time.RFC3339Nano, s) }
 
 // ValidAppName reports whether name can name an app: 1 to 64 characters of
-// ASCII letters, digits, '-' and '_'. The name is a path segment and a subject
-// token, so nothing else is allowed.
+// ASCII letters, digits, '-' and '_', not starting with '_' (reserved:
+// SendResultsApp). The name is a path segment and a subject token, so
+// nothing else is allowed.
 func ValidAppName(name string) bool {
-	if name == "" || len(name) > 64 {
+	if name == "" || len(name) > 64 || name[0] == '_' {
 		return false
 	}
 	return strings.IndexFunc(name, func(r rune) bool {

@@ -259,6 +259,26 @@ type ManagementRow struct {
 	Raw                string    `json:"raw,omitempty"` // the change's value as received (JSON)
 }
 
+// SendResultRow is one send result a sending service reported
+// (SendResult). Id parts: phone number id, message id, request id,
+// recipient hash, status, timestamp (Unix seconds), error code. It goes to
+// EVENTS (kind send_result); a failed one also gives an ErrorRow of origin
+// send_result, so it counts in the failure distribution.
+type SendResultRow struct {
+	Source
+	EventID       string    `json:"event_id,omitempty"`
+	EventTime     time.Time `json:"event_time,omitempty"`
+	WabaID        string    `json:"waba_id,omitempty"`
+	PhoneNumberID string    `json:"phone_number_id,omitempty"`
+	MessageID     string    `json:"message_id,omitempty"`
+	RequestID     string    `json:"request_id,omitempty"`
+	RecipientHash string    `json:"recipient_hash,omitempty"`
+	Status        string    `json:"status,omitempty"` // accepted or failed
+	ErrorCodes    []int32   `json:"error_codes,omitempty"`
+	Campaign      string    `json:"campaign,omitempty"`
+	Template      string    `json:"template,omitempty"`
+}
+
 // DeadLetter is a body, or one item of it, that could not be decoded.
 type DeadLetter struct {
 	Source
@@ -276,11 +296,12 @@ type Rows struct {
 	Inbound     []InboundRow
 	Management  []ManagementRow
 	DeadLetters []DeadLetter
+	SendResults []SendResultRow // EVENTS only; their failures are in Errors
 }
 
 // Len is the number of rows.
 func (r *Rows) Len() int {
-	return len(r.Statuses) + len(r.Errors) + len(r.Inbound) + len(r.Management) + len(r.DeadLetters)
+	return len(r.Statuses) + len(r.Errors) + len(r.Inbound) + len(r.Management) + len(r.DeadLetters) + len(r.SendResults)
 }
 
 // Append adds o's rows to r.
@@ -290,10 +311,11 @@ func (r *Rows) Append(o *Rows) {
 	r.Inbound = append(r.Inbound, o.Inbound...)
 	r.Management = append(r.Management, o.Management...)
 	r.DeadLetters = append(r.DeadLetters, o.DeadLetters...)
+	r.SendResults = append(r.SendResults, o.SendResults...)
 }
 
 // Reset empties r, keeping its memory for reuse.
 func (r *Rows) Reset() {
 	r.Statuses, r.Errors, r.Inbound = r.Statuses[:0], r.Errors[:0], r.Inbound[:0]
-	r.Management, r.DeadLetters = r.Management[:0], r.DeadLetters[:0]
+	r.Management, r.DeadLetters, r.SendResults = r.Management[:0], r.DeadLetters[:0], r.SendResults[:0]
 }
