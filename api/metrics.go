@@ -7,6 +7,7 @@ type metrics struct {
 	duration     *prometheus.HistogramVec
 	limited      *prometheus.CounterVec
 	unauthorized prometheus.Counter
+	sendResults  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -28,9 +29,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "wahook_api_unauthorized_total",
 			Help: "Requests answered 401: no bearer token, or not a configured one.",
 		}),
+		sendResults: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wahook_api_send_results_total",
+			Help: "Send results stored through POST /api/v1/send-results.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.duration, m.limited, m.unauthorized)
+		reg.MustRegister(m.requests, m.duration, m.limited, m.unauthorized, m.sendResults)
 	}
 	return m
 }

@@ -25,6 +25,8 @@ var responseTypes = map[string]reflect.Type{
 	"DeadLetters": reflect.TypeOf(DeadLetters{}),
 	"ErrorCodes":  reflect.TypeOf(errorCodes{}),
 	"Error":       reflect.TypeOf(errorBody{}),
+	"SendResults": reflect.TypeOf(schema.SendResults{}),
+	"Accepted":    reflect.TypeOf(SendResultsAnswer{}),
 }
 
 var (
@@ -75,6 +77,22 @@ func buildOpenAPI() obj {
 		}
 		paths[r.Path] = obj{"get": op}
 	}
+	paths["/api/v1/send-results"] = obj{"post": obj{
+		"operationId": "send_results",
+		"summary": "Report the outcomes of sends (accepted with the message id, or failed with Meta's error code), " +
+			"as the sending service got them from the send API. Checked whole: one wrong result refuses the request and nothing is stored. " +
+			"Stored in JetStream before the 202; counted in the failure distribution (origin send_result) and in the pacing state. " +
+			"The same JSON can be published to the JetStream subject " + schema.SubjectSendResults + ".",
+		"security":    []obj{{"bearer": []string{}}},
+		"requestBody": obj{"required": true, "content": obj{"application/json": obj{"schema": obj{"$ref": "#/components/schemas/SendResults"}}}},
+		"responses": obj{
+			"202": obj{"description": "stored", "content": obj{"application/json": obj{"schema": obj{"$ref": "#/components/schemas/Accepted"}}}},
+			"400": errResp("the document or one result is wrong (code bad_parameter; parameter is its path, e.g. results[3].error_code)"),
+			"401": errResp("no bearer token, or not a configured one (code unauthorized)"),
+			"429": errResp("a send-results limit's window is used up (code rate_limited); Retry-After gives the seconds to wait"),
+			"503": errResp("JetStream did not take the document, or intake is off (code unavailable); retry"),
+		},
+	}}
 	paths["/api/v1/openapi.json"] = obj{"get": obj{
 		"operationId": "openapi", "summary": "This document", "security": []obj{},
 		"responses": obj{"200": obj{"description": "OpenAPI 3.0 document", "content": obj{"application/json": obj{}}}},
@@ -129,7 +147,10 @@ func paramDoc(p param) obj {
 	return d
 }
 
-var timeType = reflect.TypeOf(time.Time{})
+var (
+	timeType      = reflect.TypeOf(time.Time{})
+	timestampType = reflect.TypeOf(schema.Timestamp{})
+)
 
 // typeSchema is the JSON schema of the JSON encoding/json makes of t.
 func typeSchema(t reflect.Type) obj {
@@ -139,6 +160,8 @@ func typeSchema(t reflect.Type) obj {
 	}
 	var s obj
 	switch {
+	case t == timestampType:
+		s = obj{"description": "Unix seconds, or RFC 3339", "oneOf": []obj{{"type": "integer"}, {"type": "string", "format": "date-time"}}}
 	case t == timeType:
 		s = obj{"type": "string", "format": "date-time"}
 	case t.Kind() == reflect.String:

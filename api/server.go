@@ -32,6 +32,15 @@ type Config struct {
 	TrustedProxies []string      // addresses or CIDRs whose X-Forwarded-For names the client
 	QueryTimeout   time.Duration // longest a query may run in ClickHouse
 	Metrics        http.Handler  // served at /metrics when set (wahook api alone)
+	// Intake stores send-result documents; nil turns POST
+	// /api/v1/send-results off (503).
+	Intake Publisher
+}
+
+// Publisher stores a send-results document durably (JetStream, RAW app
+// schema.SendResultsApp) and returns once it is acknowledged.
+type Publisher interface {
+	PublishRaw(ctx context.Context, app string, body []byte) error
 }
 
 // DefaultConfig is the configuration without tokens.
@@ -245,6 +254,7 @@ func newServer(cfg Config, store *Store, reg prometheus.Registerer, log *zap.Log
 		r := &routes[i]
 		v1.Get(strings.TrimPrefix(r.Path, "/api/v1"), s.authorize, s.limitGroup(r.Group), s.handle(r))
 	}
+	v1.Post("/send-results", s.authorize, s.limitGroup(groupSendResults), s.sendResults)
 	v1.Use(func(c *fiber.Ctx) error {
 		return s.writeError(c, &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "no such route; see /api/v1/openapi.json"})
 	})
@@ -408,8 +418,11 @@ func routeName(c *fiber.Ctx) string {
 			return r.Name
 		}
 	}
-	if p == "/api/v1/openapi.json" {
+	switch p {
+	case "/api/v1/openapi.json":
 		return "openapi"
+	case "/api/v1/send-results":
+		return "send-results"
 	}
 	return "other"
 }
@@ -417,3 +430,5 @@ func routeName(c *fiber.Ctx) string {
 // clientIP is the request's client address, copied: Fiber's strings point
 // into buffers it reuses, and the windows keep their keys.
 func clientIP(c *fiber.Ctx) string { return strings.Clone(c.IP()) }
+
+func errField(err error) zap.Field { return zap.Error(err) }

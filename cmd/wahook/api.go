@@ -11,11 +11,14 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
 	"github.com/wahook/wahook/api"
+	"github.com/wahook/wahook/schema"
 )
 
 // apiOptions are the flags of the query API.
@@ -112,6 +115,29 @@ func openStore(ctx context.Context, dsn string, tiers api.Tiers) (*api.Store, fu
 	return api.NewStore(conn, db, tiers), func() { conn.Close() }, nil
 }
 
+// rawPublisher stores send-results documents in RAW as ingest stores
+// webhook bodies: Nats-Msg-Id = the body's hash, the receive time and the
+// app in headers, returning once JetStream has acknowledged.
+type rawPublisher struct{ js jetstream.JetStream }
+
+func (p rawPublisher) PublishRaw(ctx context.Context, app string, body []byte) error {
+	_, err := p.js.PublishMsg(ctx, &nats.Msg{Subject: schema.RawSubject(app), Data: body, Header: nats.Header{
+		schema.HeaderMsgID:      []string{schema.RawMsgID(body)},
+		schema.HeaderReceivedAt: []string{schema.FormatReceivedAt(time.Now())},
+		schema.HeaderApp:        []string{app},
+	}})
+	return err
+}
+
+// intake is the send-result publisher on nc.
+func intake(nc *nats.Conn) (api.Publisher, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	return rawPublisher{js}, nil
+}
+
 // apiServer is a running query API.
 type apiServer struct {
 	srv   *api.Server
@@ -161,10 +187,12 @@ func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	f := newFlags("api", stderr)
 	var (
 		ao   apiOptions
+		no   natsOptions
 		logo logOptions
 		dsn  string
 	)
 	ao.register(f)
+	no.register(f, "NATS server URLs, comma-separated, for POST /api/v1/send-results (empty: that route answers 503)")
 	f.StringVar(&dsn, "clickhouse-dsn", "clickhouse://127.0.0.1:9000/wahook", "ClickHouse, native protocol: clickhouse://user:password@host:9000/database (secret)")
 	f.Secret("clickhouse-dsn")
 	logo.register(f)
@@ -186,6 +214,19 @@ func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+	if no.urls != "" {
+		if err := no.validate(); err != nil {
+			return err
+		}
+		nc, err := connectExternal(no, "wahook-api")
+		if err != nil {
+			return err
+		}
+		defer drainNATS(log, nc)
+		if ao.cfg.Intake, err = intake(nc); err != nil {
+			return err
+		}
+	}
 	reg := newRegistry()
 	ao.cfg.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 	a, err := startAPI(ctx, log, &ao, dsn, reg)

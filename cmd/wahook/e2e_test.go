@@ -198,6 +198,63 @@ func TestServeFixturesEndToEnd(t *testing.T) {
 		}
 	}
 	checkReports(t, ctx, ch, "http://"+apiListen, statusCodes)
+	checkSendResults(t, "http://"+apiListen)
+}
+
+// checkSendResults posts send results to serve's API (twice: a client's
+// retry) and finds their failures in the API's failure distribution.
+func checkSendResults(t *testing.T, base string) {
+	t.Helper()
+	doc := `{"results": [
+ {"phone_number_id": "106540352242922", "status": "accepted", "message_id": "wamid.SR1", "recipient": "15551230001", "timestamp": "2026-03-14T15:00:00Z"},
+ {"phone_number_id": "106540352242922", "status": "failed", "error_code": 130429, "recipient": "15551230002", "timestamp": "2026-03-14T15:00:01Z"},
+ {"phone_number_id": "106540352242922", "status": "failed", "error_code": 130429, "recipient": "15551230003", "timestamp": "2026-03-14T15:00:01Z"},
+ {"phone_number_id": "106540352242922", "status": "failed", "error_code": 131056, "recipient": "15551230004", "timestamp": "2026-03-14T15:00:02Z"}]}`
+	for i := 0; i < 2; i++ {
+		req, _ := http.NewRequest(http.MethodPost, base+"/api/v1/send-results", strings.NewReader(doc))
+		req.Header.Set("Authorization", "Bearer "+e2eToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted || !strings.Contains(string(b), `"accepted":4`) {
+			t.Fatalf("send results: %d %s", resp.StatusCode, b)
+		}
+	}
+	want := "map[130429:2 131056:1]"
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		req, _ := http.NewRequest(http.MethodGet, base+"/api/v1/failures?origin=send_result&from=2026-03-14&to=2026-03-15", nil)
+		req.Header.Set("Authorization", "Bearer "+e2eToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f struct {
+			Rows []struct {
+				Code     int32
+				Failures uint64
+			}
+		}
+		err = json.NewDecoder(resp.Body).Decode(&f)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[int32]uint64{}
+		for _, r := range f.Rows {
+			got[r.Code] = r.Failures
+		}
+		if fmt.Sprint(got) == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("send-result failures: got %v, want %s", got, want)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 const e2eToken = "e2e-api-token-0123456789"

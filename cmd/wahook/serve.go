@@ -78,7 +78,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var queryAPI *apiServer
 	apiErrc := make(chan error) // never ready when the API is off
 	if ao.enabled() {
-		if queryAPI, err = startAPI(ctx, log, &ao, po.dsn, reg); err != nil {
+		ao.cfg.Intake, err = intake(nc)
+		if err == nil {
+			queryAPI, err = startAPI(ctx, log, &ao, po.dsn, reg)
+		}
+		if err != nil {
 			e.stop(log)
 			drainNATS(log, nc)
 			stopEmbedded()

@@ -1,0 +1,56 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/wahook/wahook/schema"
+)
+
+// SendResultsAnswer is the answer to a stored send-results document.
+type SendResultsAnswer struct {
+	Accepted int    `json:"accepted"` // results stored
+	ID       string `json:"id"`       // the document's id in RAW (its Nats-Msg-Id): a retry of the same bytes is stored once
+}
+
+// intakeTimeout bounds the wait for JetStream's ack of a document.
+const intakeTimeout = 5 * time.Second
+
+// sendResults takes a send-results document (schema.SendResults): checked
+// whole, so that a wrong result refuses the request and nothing of it is
+// stored; then stored in RAW and answered 202 once JetStream holds it.
+// Stage 1 turns it into events and error rows like a webhook.
+func (s *Server) sendResults(c *fiber.Ctx) error {
+	if s.cfg.Intake == nil {
+		return s.writeError(c, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Message: "send-result intake is off: this API runs without NATS"})
+	}
+	body := append([]byte(nil), c.Body()...) // Fiber reuses its buffer
+	doc, bad, err := schema.ParseSendResults(body)
+	if err != nil {
+		e := err.(*schema.SendResultError)
+		return s.writeError(c, BadParameter(e.Path, "%s", e.Message))
+	}
+	if len(bad) > 0 {
+		return s.writeError(c, BadParameter(bad[0].Path, "%s (%d wrong results in all; nothing was stored)", bad[0].Message, len(bad)))
+	}
+	ctx, cancel := context.WithTimeout(c.UserContext(), intakeTimeout)
+	defer cancel()
+	if err := s.cfg.Intake.PublishRaw(ctx, schema.SendResultsApp, body); err != nil {
+		s.log.Warn("send results not stored", errField(err))
+		s.metrics.requests.WithLabelValues("send-results", "503").Inc()
+		return s.writeError(c, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Message: "JetStream did not take the document in time; retry"})
+	}
+	s.metrics.sendResults.Add(float64(len(doc.Results)))
+	b, err := Encode(SendResultsAnswer{Accepted: len(doc.Results), ID: schema.RawMsgID(body)})
+	if err != nil {
+		return s.writeError(c, err)
+	}
+	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSONCharsetUTF8)
+	s.metrics.requests.WithLabelValues("send-results", "202").Inc()
+	return c.Status(http.StatusAccepted).Send(b)
+}

@@ -1,0 +1,147 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wahook/wahook/schema"
+)
+
+// memPublisher keeps what it is given; err fails every publish.
+type memPublisher struct {
+	mu   sync.Mutex
+	apps []string
+	docs [][]byte
+	err  error
+}
+
+func (p *memPublisher) PublishRaw(_ context.Context, app string, body []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err != nil {
+		return p.err
+	}
+	p.apps, p.docs = append(p.apps, app), append(p.docs, body)
+	return nil
+}
+
+const goodResults = `{"results": [
+ {"phone_number_id": "1001", "status": "accepted", "message_id": "wamid.A", "recipient": "15551230001", "timestamp": 1773500000},
+ {"phone_number_id": "1001", "status": "failed", "error_code": 130429, "recipient": "15551230002", "timestamp": "2026-03-14T15:00:01Z"}]}`
+
+func post(t *testing.T, s *Server, body, ip, token string) (int, http.Header, []byte) {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodPost, "/api/v1/send-results", bytes.NewBufferString(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Forwarded-For", ip)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := s.App().Test(req, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, b
+}
+
+func intakeServer(t *testing.T, pub Publisher, limits Limits, c *clock) *Server {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Tokens = []string{"token-one-0123456789", "token-two-0123456789"}
+	cfg.Limits = limits
+	cfg.TrustedProxies = []string{"0.0.0.0"}
+	cfg.Intake = pub
+	s, err := newServer(cfg, nil, nil, nil, c.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestSendResultsIntake(t *testing.T) {
+	const tok = "token-one-0123456789"
+	pub := &memPublisher{}
+	s := intakeServer(t, pub, DefaultLimits(), &clock{t: time.Now()})
+	code, _, b := post(t, s, goodResults, "192.0.2.1", tok)
+	var a SendResultsAnswer
+	if err := json.Unmarshal(b, &a); code != http.StatusAccepted || err != nil || a.Accepted != 2 || a.ID != schema.RawMsgID([]byte(goodResults)) {
+		t.Fatalf("%d %s", code, b)
+	}
+	if len(pub.docs) != 1 || pub.apps[0] != schema.SendResultsApp || string(pub.docs[0]) != goodResults {
+		t.Fatalf("published %v %q", pub.apps, pub.docs)
+	}
+	for _, tc := range []struct{ name, body, param string }{
+		{"not json", `{"results": [`, "body"},
+		{"no results", `{"results": []}`, "results"},
+		{"failed without code", `{"results": [{"phone_number_id": "1", "status": "failed", "timestamp": 1}]}`, "results[0].error_code"},
+		{"bad status", `{"results": [{"phone_number_id": "1", "status": "maybe", "timestamp": 1}]}`, "results[0].status"},
+		{"bad time", `{"results": [{"phone_number_id": "1", "status": "accepted", "message_id": "m", "timestamp": "yesterday"}]}`, "body"},
+		{"second wrong", `{"results": [{"phone_number_id": "1", "status": "accepted", "message_id": "m", "timestamp": 1},
+			{"phone_number_id": "1", "status": "accepted", "timestamp": 1}]}`, "results[1].message_id"},
+	} {
+		code, _, b := post(t, s, tc.body, "192.0.2.1", tok)
+		var e struct{ Error Error }
+		_ = json.Unmarshal(b, &e)
+		if code != 400 || e.Error.Code != CodeBadParameter || e.Error.Parameter != tc.param {
+			t.Errorf("%s: %d %s, want parameter %s", tc.name, code, b, tc.param)
+		}
+	}
+	if len(pub.docs) != 1 {
+		t.Fatalf("a refused document was stored: %d", len(pub.docs))
+	}
+	if code, _, _ := post(t, s, goodResults, "192.0.2.1", ""); code != 401 {
+		t.Fatalf("no token: %d", code)
+	}
+	pub.err = errors.New("nats: timeout")
+	if code, _, b := post(t, s, goodResults, "192.0.2.1", tok); code != 503 {
+		t.Fatalf("publish failed: %d %s", code, b)
+	}
+	off := intakeServer(t, nil, DefaultLimits(), &clock{t: time.Now()})
+	if code, _, _ := post(t, off, goodResults, "192.0.2.1", tok); code != 503 {
+		t.Fatalf("intake off: %d", code)
+	}
+}
+
+// Send results have their own limits, per IP and per token, apart from
+// the reports'.
+func TestSendResultsLimits(t *testing.T) {
+	start := time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
+	c := &clock{t: start}
+	s := intakeServer(t, &memPublisher{}, Limits{SendResultsIP: Limit{3, time.Minute}, SendResultsToken: Limit{4, time.Minute}, ReportsIP: Limit{1, time.Minute}}, c)
+	const one, two = "token-one-0123456789", "token-two-0123456789"
+	for i := 0; i < 3; i++ {
+		if code, _, b := post(t, s, goodResults, "192.0.2.1", one); code != 202 {
+			t.Fatalf("post %d: %d %s", i, code, b)
+		}
+	}
+	if code, h, _ := post(t, s, goodResults, "192.0.2.1", one); code != 429 || h.Get("Retry-After") != "60" {
+		t.Fatalf("4th from one IP: %d", code)
+	}
+	if code, _, _ := post(t, s, goodResults, "192.0.2.2", one); code != 202 {
+		t.Fatalf("from another IP: %d", code)
+	}
+	if code, _, _ := post(t, s, goodResults, "192.0.2.3", one); code != 429 {
+		t.Fatalf("5th of the token: %d", code)
+	}
+	if code, _, _ := post(t, s, goodResults, "192.0.2.3", two); code != 202 {
+		t.Fatalf("the other token: %d", code)
+	}
+	// Reports are limited apart: one report still passes.
+	if code, _, _ := call(t, s, "/api/v1/error-codes", "192.0.2.1", one); code != 200 {
+		t.Fatalf("a report after send results: %d", code)
+	}
+	c.set(start.Add(time.Minute))
+	if code, _, _ := post(t, s, goodResults, "192.0.2.1", one); code != 202 {
+		t.Fatalf("next window: %d", code)
+	}
+}
