@@ -38,17 +38,17 @@ type SendResults struct {
 // SendResult is one send's outcome, as the sending service saw the
 // synchronous answer of Meta's send API.
 type SendResult struct {
-	PhoneNumberID string    `json:"phone_number_id"`          // required: the number that sent
-	WabaID        string    `json:"waba_id,omitempty"`        //
-	Status        string    `json:"status"`                   // required: accepted or failed
-	MessageID     string    `json:"message_id,omitempty"`     // required when accepted: the wamid
-	ErrorCode     int32     `json:"error_code,omitempty"`     // required when failed
-	ErrorTitle    string    `json:"error_title,omitempty"`    //
-	Recipient     string    `json:"recipient,omitempty"`      // the number or BSUID sent to; stored only as a keyed hash
-	Timestamp     Timestamp `json:"timestamp"`                // required: when the send API answered
-	RequestID     string    `json:"request_id,omitempty"`     // the service's own id of the send; tells apart two identical failures
-	Campaign      string    `json:"campaign,omitempty"`       // the biz_opaque_callback_data sent with it
-	Template      string    `json:"template,omitempty"`       // the template name, if one was sent
+	PhoneNumberID string    `json:"phone_number_id"`       // required: the number that sent
+	WabaID        string    `json:"waba_id,omitempty"`     //
+	Status        string    `json:"status"`                // required: accepted or failed
+	MessageID     string    `json:"message_id,omitempty"`  // required when accepted: the wamid
+	ErrorCode     int32     `json:"error_code,omitempty"`  // required when failed
+	ErrorTitle    string    `json:"error_title,omitempty"` //
+	Recipient     string    `json:"recipient,omitempty"`   // the number or BSUID sent to; stored only as a keyed hash
+	Timestamp     Timestamp `json:"timestamp"`             // required: when the send API answered
+	RequestID     string    `json:"request_id,omitempty"`  // the service's own id of the send; tells apart two identical failures
+	Campaign      string    `json:"campaign,omitempty"`    // the biz_opaque_callback_data sent with it
+	Template      string    `json:"template,omitempty"`    // the template name, if one was sent
 }
 
 // Timestamp is a time given as Unix seconds (a number or a string of
