@@ -31,7 +31,19 @@ type Config struct {
 	// ShutdownDelay is how long /readyz fails before the listener closes, so
 	// that a load balancer stops sending first.
 	ShutdownDelay time.Duration
+	// Publisher is how NewPublisher sends bodies to JetStream: PublisherBatch
+	// (fast-ingest batches, one ack for several bodies) or PublisherAsync
+	// (a PubAck per body).
+	Publisher string
+	// Batch tunes the batch publisher.
+	Batch BatchOptions
 }
+
+// The publishers NewPublisher builds.
+const (
+	PublisherBatch = "batch"
+	PublisherAsync = "async"
+)
 
 // DefaultConfig returns the defaults documented in the README.
 func DefaultConfig() Config {
@@ -40,6 +52,8 @@ func DefaultConfig() Config {
 		BodyLimit:   4 << 20,
 		AckTimeout:  2 * time.Second,
 		MaxInflight: 8192,
+		Publisher:   PublisherBatch,
+		Batch:       DefaultBatchOptions(),
 	}
 }
 
@@ -78,6 +92,15 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownDelay < 0 {
 		return errors.New("shutdown delay must not be negative")
+	}
+	switch c.Publisher {
+	case PublisherBatch:
+		if err := c.Batch.Validate(); err != nil {
+			return err
+		}
+	case PublisherAsync:
+	default:
+		return fmt.Errorf("publisher %q: use %s or %s", c.Publisher, PublisherBatch, PublisherAsync)
 	}
 	return nil
 }

@@ -7,6 +7,12 @@
 // the processor (DESIGN.md). It does as little as possible on the hot path:
 // read the body, check the signature, publish, wait for the ack, answer.
 //
+// Two publishers send bodies to the RAW stream (Config.Publisher):
+// BatchPublisher, the default, uses JetStream's fast-ingest batches, so that
+// one flow ack covers several concurrent bodies; JetStreamPublisher waits
+// for a PubAck per body. Either answers a request only once an ack covering
+// its body has come back.
+//
 // Answers to POST /webhook[/:app]:
 //
 //	200  the body is stored in the RAW stream (or was already, a Meta retry)

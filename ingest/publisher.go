@@ -21,6 +21,37 @@ type Publisher interface {
 	Publish(app string, body []byte, receivedAt, deadline time.Time) (duplicate bool, err error)
 }
 
+// BodyLender is a Publisher that keeps no reference to a body once Publish
+// has returned, so that the caller may reuse the body's buffer right after.
+type BodyLender interface {
+	Publisher
+	// LendsBody is a marker; it does nothing.
+	LendsBody()
+}
+
+// RawPublisher is a Publisher to the RAW stream with its lifecycle: Drain
+// waits until every publish awaiting an ack is answered or ctx ends; Close
+// then stops it.
+type RawPublisher interface {
+	Publisher
+	Drain(ctx context.Context) error
+	Close()
+}
+
+// NewPublisher returns the publisher cfg.Publisher names on nc, with
+// cfg.MaxInflight publishes awaiting an ack at most, each given up after
+// cfg.AckTimeout. The batch publisher needs a RAW stream that allows
+// batches (StreamConfig.AllowBatch).
+func NewPublisher(nc *nats.Conn, cfg Config) (RawPublisher, error) {
+	switch cfg.Publisher {
+	case PublisherBatch:
+		return NewBatchPublisher(nc, cfg.MaxInflight, cfg.AckTimeout, cfg.Batch)
+	case PublisherAsync:
+		return NewJetStreamPublisher(nc, cfg.MaxInflight, cfg.AckTimeout)
+	}
+	return nil, fmt.Errorf("publisher %q: use %s or %s", cfg.Publisher, PublisherBatch, PublisherAsync)
+}
+
 // JetStreamPublisher publishes to the RAW stream asynchronously, so that
 // concurrent requests share broker round trips, with a bounded window of
 // publishes awaiting their ack.
@@ -108,6 +139,9 @@ func (p *JetStreamPublisher) Publish(app string, body []byte, receivedAt, deadli
 		return false, ErrAckTimeout
 	}
 }
+
+// Close implements RawPublisher; the JetStream context holds nothing to stop.
+func (p *JetStreamPublisher) Close() {}
 
 // Drain waits until every publish awaiting an ack is answered or ctx ends.
 func (p *JetStreamPublisher) Drain(ctx context.Context) error {

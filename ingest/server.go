@@ -14,6 +14,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
@@ -39,6 +40,9 @@ type Server struct {
 
 	shuttingDown atomic.Bool
 	conns        connSet
+	// copyBody: the publisher may hold a body after Publish returns, so
+	// the handler gives it a copy.
+	copyBody bool
 }
 
 // appRoute is what the hot path needs of one configured app.
@@ -65,6 +69,8 @@ func New(cfg Config, pub Publisher, ready ReadyFunc, reg *prometheus.Registry, l
 		metrics: newMetrics(reg),
 		apps:    make(map[string]*appRoute, len(cfg.Apps)),
 	}
+	_, lends := pub.(BodyLender)
+	s.copyBody = !lends
 	s.tokenDigest = sha256.Sum256([]byte(cfg.VerifyToken))
 	for name, secrets := range cfg.Apps {
 		s.apps[name] = &appRoute{name: name, verifier: NewVerifier(secrets...), metrics: s.metrics.forApp(name)}
@@ -272,10 +278,14 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 		s.metrics.latency.Observe(time.Since(start).Seconds())
 		return c.Status(fiber.StatusUnauthorized).SendString(err.Error())
 	}
-	// The body is copied: fasthttp reuses the request's buffer once the
-	// handler returns, and a publish that times out can still hold it.
-	data := make([]byte, len(body))
-	copy(data, body)
+	// fasthttp reuses the request's buffer once the handler returns, and
+	// a publish that times out can still hold the body: it gets a copy,
+	// unless the publisher lets go of the body when Publish returns.
+	data := body
+	if s.copyBody {
+		data = make([]byte, len(body))
+		copy(data, body)
+	}
 
 	pubStart := time.Now()
 	dup, err := s.pub.Publish(r.name, data, start, start.Add(s.cfg.AckTimeout))
@@ -334,10 +344,14 @@ func (s *Server) handleError(c *fiber.Ctx, err error) error {
 }
 
 // JetStreamReady returns a ReadyFunc that checks that JetStream answers and
-// the RAW stream exists.
-func JetStreamReady(p *JetStreamPublisher) ReadyFunc {
+// the RAW stream exists, on the JetStream context of p.
+func JetStreamReady(p *JetStreamPublisher) ReadyFunc { return StreamReady(p.js) }
+
+// StreamReady returns a ReadyFunc that checks that JetStream answers and the
+// RAW stream exists.
+func StreamReady(js jetstream.JetStream) ReadyFunc {
 	return func(ctx context.Context) error {
-		if _, err := p.js.Stream(ctx, schema.StreamRaw); err != nil {
+		if _, err := js.Stream(ctx, schema.StreamRaw); err != nil {
 			return fmt.Errorf("stream %s: %w", schema.StreamRaw, err)
 		}
 		return nil

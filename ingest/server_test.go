@@ -43,11 +43,26 @@ type harness struct {
 	nats   *schematest.JetStream
 	nc     *nats.Conn
 	js     jetstream.JetStream
-	pub    *ingest.JetStreamPublisher
+	pub    ingest.RawPublisher
 	srv    *ingest.Server
 	reg    *prometheus.Registry
 	base   string
 	client *http.Client
+}
+
+// publishers are the publishers every harness test runs with.
+var publishers = []string{ingest.PublisherBatch, ingest.PublisherAsync}
+
+// forEachPublisher runs f as a subtest for each publisher, with the test
+// configuration using it.
+func forEachPublisher(t *testing.T, f func(t *testing.T, cfg ingest.Config)) {
+	for _, pub := range publishers {
+		t.Run(pub, func(t *testing.T) {
+			cfg := defaultTestConfig()
+			cfg.Publisher = pub
+			f(t, cfg)
+		})
+	}
 }
 
 func defaultTestConfig() ingest.Config {
@@ -71,17 +86,19 @@ func newHarness(t *testing.T, cfg ingest.Config) *harness {
 	}
 	t.Cleanup(nc.Close)
 	h.nc = nc
-	h.pub, err = ingest.NewJetStreamPublisher(nc, cfg.MaxInflight, cfg.AckTimeout)
-	if err != nil {
+	if h.js, err = jetstream.New(nc); err != nil {
 		t.Fatal(err)
 	}
-	h.js = h.pub.JetStream()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := ingest.EnsureRawStream(ctx, h.js, ingest.DefaultStreamConfig(), false); err != nil {
 		t.Fatal(err)
 	}
-	h.srv, err = ingest.New(cfg, h.pub, ingest.JetStreamReady(h.pub), h.reg, zaptest.NewLogger(t))
+	if h.pub, err = ingest.NewPublisher(nc, cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.pub.Close)
+	h.srv, err = ingest.New(cfg, h.pub, ingest.StreamReady(h.js), h.reg, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,312 +213,327 @@ func body(n int) []byte {
 }
 
 func TestHandshake(t *testing.T) {
-	h := newHarness(t, defaultTestConfig())
-	q := func(mode, token, challenge string) string {
-		v := url.Values{}
-		if mode != "" {
-			v.Set("hub.mode", mode)
+	forEachPublisher(t, func(t *testing.T, cfg ingest.Config) {
+		h := newHarness(t, cfg)
+		q := func(mode, token, challenge string) string {
+			v := url.Values{}
+			if mode != "" {
+				v.Set("hub.mode", mode)
+			}
+			if token != "" {
+				v.Set("hub.verify_token", token)
+			}
+			v.Set("hub.challenge", challenge)
+			return "?" + v.Encode()
 		}
-		if token != "" {
-			v.Set("hub.verify_token", token)
+		tests := []struct {
+			name, path string
+			status     int
+			body       string
+		}{
+			{"right token", "/webhook" + q("subscribe", verifyToken, "8830214467"), 200, "8830214467"},
+			{"right token, named app", "/webhook/shop" + q("subscribe", verifyToken, "abc-123"), 200, "abc-123"},
+			{"wrong token", "/webhook" + q("subscribe", "nope", "1"), 403, ""},
+			{"token prefix", "/webhook" + q("subscribe", verifyToken[:3], "1"), 403, ""},
+			{"missing token", "/webhook" + q("subscribe", "", "1"), 403, ""},
+			{"wrong mode", "/webhook" + q("unsubscribe", verifyToken, "1"), 403, ""},
+			{"missing mode", "/webhook" + q("", verifyToken, "1"), 403, ""},
+			{"unknown app", "/webhook/nosuch" + q("subscribe", verifyToken, "1"), 404, ""},
 		}
-		v.Set("hub.challenge", challenge)
-		return "?" + v.Encode()
-	}
-	tests := []struct {
-		name, path string
-		status     int
-		body       string
-	}{
-		{"right token", "/webhook" + q("subscribe", verifyToken, "8830214467"), 200, "8830214467"},
-		{"right token, named app", "/webhook/shop" + q("subscribe", verifyToken, "abc-123"), 200, "abc-123"},
-		{"wrong token", "/webhook" + q("subscribe", "nope", "1"), 403, ""},
-		{"token prefix", "/webhook" + q("subscribe", verifyToken[:3], "1"), 403, ""},
-		{"missing token", "/webhook" + q("subscribe", "", "1"), 403, ""},
-		{"wrong mode", "/webhook" + q("unsubscribe", verifyToken, "1"), 403, ""},
-		{"missing mode", "/webhook" + q("", verifyToken, "1"), 403, ""},
-		{"unknown app", "/webhook/nosuch" + q("subscribe", verifyToken, "1"), 404, ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			r := h.get(tt.path)
-			if r.err != nil {
-				t.Fatal(r.err)
-			}
-			if r.status != tt.status {
-				t.Fatalf("status: got %d, want %d (body %q)", r.status, tt.status, r.body)
-			}
-			if tt.status == 200 && r.body != tt.body {
-				t.Fatalf("body: got %q, want %q", r.body, tt.body)
-			}
-		})
-	}
-	if got := len(h.stored()); got != 0 {
-		t.Fatalf("handshakes stored %d messages, want 0", got)
-	}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				r := h.get(tt.path)
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				if r.status != tt.status {
+					t.Fatalf("status: got %d, want %d (body %q)", r.status, tt.status, r.body)
+				}
+				if tt.status == 200 && r.body != tt.body {
+					t.Fatalf("body: got %q, want %q", r.body, tt.body)
+				}
+			})
+		}
+		if got := len(h.stored()); got != 0 {
+			t.Fatalf("handshakes stored %d messages, want 0", got)
+		}
+	})
 }
 
 func TestHandshakeWithoutConfiguredTokenIsRefused(t *testing.T) {
-	cfg := defaultTestConfig()
-	cfg.VerifyToken = ""
-	h := newHarness(t, cfg)
-	if r := h.get("/webhook?hub.mode=subscribe&hub.verify_token=&hub.challenge=1"); r.status != 403 {
-		t.Fatalf("status: got %d, want 403", r.status)
-	}
+	forEachPublisher(t, func(t *testing.T, cfg ingest.Config) {
+		cfg.VerifyToken = ""
+		h := newHarness(t, cfg)
+		if r := h.get("/webhook?hub.mode=subscribe&hub.verify_token=&hub.challenge=1"); r.status != 403 {
+			t.Fatalf("status: got %d, want 403", r.status)
+		}
+	})
 }
 
 func TestSignature(t *testing.T) {
-	h := newHarness(t, defaultTestConfig())
-	b := body(1)
-	tests := []struct {
-		name, path, sig string
-		status          int
-		reason          string // signature failure reason counted, if any
-		app             string
-	}{
-		{"right", "/webhook", schema.Sign([]byte(secretA), b), 200, "", schema.DefaultApp},
-		{"rotated secret", "/webhook", schema.Sign([]byte(secretA2), body(2)), 200, "", schema.DefaultApp},
-		{"named app", "/webhook/shop", schema.Sign([]byte(secretB), body(3)), 200, "", "shop"},
-		{"wrong secret", "/webhook", schema.Sign([]byte("guess"), body(4)), 401, "mismatch", schema.DefaultApp},
-		{"other app's secret", "/webhook/shop", schema.Sign([]byte(secretA), body(5)), 401, "mismatch", "shop"},
-		{"signature of another body", "/webhook", schema.Sign([]byte(secretA), body(99)), 401, "mismatch", schema.DefaultApp},
-		{"missing", "/webhook", "", 401, "missing", schema.DefaultApp},
-		{"sha1 prefix", "/webhook", "sha1=" + strings.Repeat("0", 40), 401, "malformed", schema.DefaultApp},
-		{"not hex", "/webhook", "sha256=" + strings.Repeat("z", 64), 401, "malformed", schema.DefaultApp},
-		{"uppercase prefix", "/webhook", "SHA256=" + schema.Sign([]byte(secretA), b)[7:], 401, "malformed", schema.DefaultApp},
-		{"truncated", "/webhook", schema.Sign([]byte(secretA), b)[:40], 401, "malformed", schema.DefaultApp},
-	}
-	okBodies := 0
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var payload []byte
-			switch tt.name {
-			case "rotated secret":
-				payload = body(2)
-			case "named app":
-				payload = body(3)
-			case "wrong secret":
-				payload = body(4)
-			case "other app's secret":
-				payload = body(5)
-			default:
-				payload = b
-			}
-			before := h.counter("wahook_ingest_signature_failures_total", "app", tt.app, "reason", tt.reason)
-			r := h.post(tt.path, payload, tt.sig)
-			if r.err != nil {
-				t.Fatal(r.err)
-			}
-			if r.status != tt.status {
-				t.Fatalf("status: got %d, want %d (%s)", r.status, tt.status, r.body)
-			}
-			if tt.status == 200 {
-				okBodies++
-				return
-			}
-			after := h.counter("wahook_ingest_signature_failures_total", "app", tt.app, "reason", tt.reason)
-			if after != before+1 {
-				t.Fatalf("signature failures{app=%s,reason=%s}: got %v, want %v", tt.app, tt.reason, after, before+1)
-			}
-		})
-	}
-	msgs := h.stored()
-	if len(msgs) != okBodies {
-		t.Fatalf("stored %d messages, want %d (only the signed ones)", len(msgs), okBodies)
-	}
-	m := msgs[0]
-	if !bytes.Equal(m.Data, b) {
-		t.Fatalf("stored body differs from the posted one")
-	}
-	if got, want := m.Header.Get(schema.HeaderMsgID), schema.RawMsgID(b); got != want {
-		t.Fatalf("Nats-Msg-Id: got %q, want %q", got, want)
-	}
-	if got := m.Header.Get(schema.HeaderApp); got != schema.DefaultApp {
-		t.Fatalf("app header: got %q, want %q", got, schema.DefaultApp)
-	}
-	if m.Subject != schema.RawSubject(schema.DefaultApp) {
-		t.Fatalf("subject: got %q, want %q", m.Subject, schema.RawSubject(schema.DefaultApp))
-	}
-	at, err := schema.ParseReceivedAt(m.Header.Get(schema.HeaderReceivedAt))
-	if err != nil || time.Since(at) > time.Minute || time.Since(at) < 0 {
-		t.Fatalf("received-at header %q: %v", m.Header.Get(schema.HeaderReceivedAt), err)
-	}
-	if got := msgs[2].Header.Get(schema.HeaderApp); got != "shop" {
-		t.Fatalf("app header of /webhook/shop: got %q, want shop", got)
-	}
+	forEachPublisher(t, func(t *testing.T, cfg ingest.Config) {
+		h := newHarness(t, cfg)
+		b := body(1)
+		tests := []struct {
+			name, path, sig string
+			status          int
+			reason          string // signature failure reason counted, if any
+			app             string
+		}{
+			{"right", "/webhook", schema.Sign([]byte(secretA), b), 200, "", schema.DefaultApp},
+			{"rotated secret", "/webhook", schema.Sign([]byte(secretA2), body(2)), 200, "", schema.DefaultApp},
+			{"named app", "/webhook/shop", schema.Sign([]byte(secretB), body(3)), 200, "", "shop"},
+			{"wrong secret", "/webhook", schema.Sign([]byte("guess"), body(4)), 401, "mismatch", schema.DefaultApp},
+			{"other app's secret", "/webhook/shop", schema.Sign([]byte(secretA), body(5)), 401, "mismatch", "shop"},
+			{"signature of another body", "/webhook", schema.Sign([]byte(secretA), body(99)), 401, "mismatch", schema.DefaultApp},
+			{"missing", "/webhook", "", 401, "missing", schema.DefaultApp},
+			{"sha1 prefix", "/webhook", "sha1=" + strings.Repeat("0", 40), 401, "malformed", schema.DefaultApp},
+			{"not hex", "/webhook", "sha256=" + strings.Repeat("z", 64), 401, "malformed", schema.DefaultApp},
+			{"uppercase prefix", "/webhook", "SHA256=" + schema.Sign([]byte(secretA), b)[7:], 401, "malformed", schema.DefaultApp},
+			{"truncated", "/webhook", schema.Sign([]byte(secretA), b)[:40], 401, "malformed", schema.DefaultApp},
+		}
+		okBodies := 0
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				var payload []byte
+				switch tt.name {
+				case "rotated secret":
+					payload = body(2)
+				case "named app":
+					payload = body(3)
+				case "wrong secret":
+					payload = body(4)
+				case "other app's secret":
+					payload = body(5)
+				default:
+					payload = b
+				}
+				before := h.counter("wahook_ingest_signature_failures_total", "app", tt.app, "reason", tt.reason)
+				r := h.post(tt.path, payload, tt.sig)
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				if r.status != tt.status {
+					t.Fatalf("status: got %d, want %d (%s)", r.status, tt.status, r.body)
+				}
+				if tt.status == 200 {
+					okBodies++
+					return
+				}
+				after := h.counter("wahook_ingest_signature_failures_total", "app", tt.app, "reason", tt.reason)
+				if after != before+1 {
+					t.Fatalf("signature failures{app=%s,reason=%s}: got %v, want %v", tt.app, tt.reason, after, before+1)
+				}
+			})
+		}
+		msgs := h.stored()
+		if len(msgs) != okBodies {
+			t.Fatalf("stored %d messages, want %d (only the signed ones)", len(msgs), okBodies)
+		}
+		m := msgs[0]
+		if !bytes.Equal(m.Data, b) {
+			t.Fatalf("stored body differs from the posted one")
+		}
+		if got, want := m.Header.Get(schema.HeaderMsgID), schema.RawMsgID(b); got != want {
+			t.Fatalf("Nats-Msg-Id: got %q, want %q", got, want)
+		}
+		if got := m.Header.Get(schema.HeaderApp); got != schema.DefaultApp {
+			t.Fatalf("app header: got %q, want %q", got, schema.DefaultApp)
+		}
+		if m.Subject != schema.RawSubject(schema.DefaultApp) {
+			t.Fatalf("subject: got %q, want %q", m.Subject, schema.RawSubject(schema.DefaultApp))
+		}
+		at, err := schema.ParseReceivedAt(m.Header.Get(schema.HeaderReceivedAt))
+		if err != nil || time.Since(at) > time.Minute || time.Since(at) < 0 {
+			t.Fatalf("received-at header %q: %v", m.Header.Get(schema.HeaderReceivedAt), err)
+		}
+		if got := msgs[2].Header.Get(schema.HeaderApp); got != "shop" {
+			t.Fatalf("app header of /webhook/shop: got %q, want shop", got)
+		}
+	})
 }
 
 // TestFixtures posts every shared fixture as Meta would, with the signature
 // recorded in expected.json, and finds each stored byte for byte.
 func TestFixtures(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(fixturesPath, "expected.json"))
-	if err != nil {
-		t.Fatalf("shared fixtures missing (they sit in ../shared beside the repo): %v", err)
-	}
-	var expected map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &expected); err != nil {
-		t.Fatal(err)
-	}
-	h := newHarness(t, defaultTestConfig())
-	posted := map[string][]byte{}
-	for name, facts := range expected {
-		var f struct {
-			Sig string `json:"x_hub_signature_256"`
-		}
-		if err := json.Unmarshal(facts, &f); err != nil || f.Sig == "" {
-			continue // not a fixture entry
-		}
-		b, err := os.ReadFile(filepath.Join(fixturesPath, name))
+	forEachPublisher(t, func(t *testing.T, cfg ingest.Config) {
+		raw, err := os.ReadFile(filepath.Join(fixturesPath, "expected.json"))
 		if err != nil {
-			t.Fatalf("%s: %v", name, err)
+			t.Fatalf("shared fixtures missing (they sit in ../shared beside the repo): %v", err)
 		}
-		if err := ingest.NewVerifier([]byte(fixtureKey)).Verify([]byte(f.Sig), b); err != nil {
-			t.Errorf("%s: verifier refuses Meta's signature: %v", name, err)
+		var expected map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &expected); err != nil {
+			t.Fatal(err)
 		}
-		r := h.post("/webhook/fixtures", b, f.Sig)
-		if r.err != nil || r.status != 200 {
-			t.Errorf("%s: got %d %v (%s), want 200", name, r.status, r.err, r.body)
+		h := newHarness(t, cfg)
+		posted := map[string][]byte{}
+		for name, facts := range expected {
+			var f struct {
+				Sig string `json:"x_hub_signature_256"`
+			}
+			if err := json.Unmarshal(facts, &f); err != nil || f.Sig == "" {
+				continue // not a fixture entry
+			}
+			b, err := os.ReadFile(filepath.Join(fixturesPath, name))
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if err := ingest.NewVerifier([]byte(fixtureKey)).Verify([]byte(f.Sig), b); err != nil {
+				t.Errorf("%s: verifier refuses Meta's signature: %v", name, err)
+			}
+			r := h.post("/webhook/fixtures", b, f.Sig)
+			if r.err != nil || r.status != 200 {
+				t.Errorf("%s: got %d %v (%s), want 200", name, r.status, r.err, r.body)
+			}
+			posted[schema.RawMsgID(b)] = b
 		}
-		posted[schema.RawMsgID(b)] = b
-	}
-	if len(posted) < 40 {
-		t.Fatalf("posted %d fixtures, want the 40 of the shared set", len(posted))
-	}
-	msgs := h.stored()
-	if len(msgs) != len(posted) {
-		t.Fatalf("stored %d, want %d", len(msgs), len(posted))
-	}
-	for _, m := range msgs {
-		want, ok := posted[m.Header.Get(schema.HeaderMsgID)]
-		if !ok || !bytes.Equal(m.Data, want) {
-			t.Fatalf("stored message %d is not byte-identical to a posted fixture", m.Sequence)
+		if len(posted) < 40 {
+			t.Fatalf("posted %d fixtures, want the 40 of the shared set", len(posted))
 		}
-	}
+		msgs := h.stored()
+		if len(msgs) != len(posted) {
+			t.Fatalf("stored %d, want %d", len(msgs), len(posted))
+		}
+		for _, m := range msgs {
+			want, ok := posted[m.Header.Get(schema.HeaderMsgID)]
+			if !ok || !bytes.Equal(m.Data, want) {
+				t.Fatalf("stored message %d is not byte-identical to a posted fixture", m.Sequence)
+			}
+		}
+	})
 }
 
 func TestOversizeBody(t *testing.T) {
-	cfg := defaultTestConfig()
-	cfg.BodyLimit = 64 << 10
-	h := newHarness(t, cfg)
-	big := bytes.Repeat([]byte("x"), cfg.BodyLimit+1)
-	r := h.post("/webhook", big, schema.Sign([]byte(secretA), big))
-	if r.err == nil && r.status != 413 {
-		t.Fatalf("status: got %d, want 413", r.status)
-	}
-	// fasthttp may close the connection before the client reads the 413; the
-	// counter says what the server did either way.
-	if got := h.counter("wahook_ingest_requests_total", "result", "too_large"); got != 1 {
-		t.Fatalf("too_large count: got %v, want 1", got)
-	}
-	at := bytes.Repeat([]byte("y"), cfg.BodyLimit)
-	if r := h.post("/webhook", at, schema.Sign([]byte(secretA), at)); r.status != 200 {
-		t.Fatalf("body at the limit: got %d %v, want 200", r.status, r.err)
-	}
-	if got := len(h.stored()); got != 1 {
-		t.Fatalf("stored %d, want 1", got)
-	}
+	forEachPublisher(t, func(t *testing.T, cfg ingest.Config) {
+		cfg.BodyLimit = 64 << 10
+		h := newHarness(t, cfg)
+		big := bytes.Repeat([]byte("x"), cfg.BodyLimit+1)
+		r := h.post("/webhook", big, schema.Sign([]byte(secretA), big))
+		if r.err == nil && r.status != 413 {
+			t.Fatalf("status: got %d, want 413", r.status)
+		}
+		// fasthttp may close the connection before the client reads the 413; the
+		// counter says what the server did either way.
+		if got := h.counter("wahook_ingest_requests_total", "result", "too_large"); got != 1 {
+			t.Fatalf("too_large count: got %v, want 1", got)
+		}
+		at := bytes.Repeat([]byte("y"), cfg.BodyLimit)
+		if r := h.post("/webhook", at, schema.Sign([]byte(secretA), at)); r.status != 200 {
+			t.Fatalf("body at the limit: got %d %v, want 200", r.status, r.err)
+		}
+		if got := len(h.stored()); got != 1 {
+			t.Fatalf("stored %d, want 1", got)
+		}
+	})
 }
 
 // TestContentEncodingRefused: a compressed body is refused before the
 // signature check and never inflated (a small gzip body could expand to
 // gigabytes) or stored.
 func TestContentEncodingRefused(t *testing.T) {
-	h := newHarness(t, defaultTestConfig())
-	var zipped bytes.Buffer
-	zw := gzip.NewWriter(&zipped)
-	zw.Write(bytes.Repeat([]byte("a"), 8<<20))
-	zw.Close()
-	for _, enc := range []string{"gzip", "deflate", "br", "identity"} {
-		req, _ := http.NewRequest(http.MethodPost, h.base+"/webhook", bytes.NewReader(zipped.Bytes()))
-		req.Header.Set("Content-Encoding", enc)
-		req.Header.Set(schema.SignatureHeader, schema.Sign([]byte(secretA), zipped.Bytes()))
-		resp, err := h.client.Do(req)
-		if err != nil {
-			t.Fatal(err)
+	forEachPublisher(t, func(t *testing.T, cfg ingest.Config) {
+		h := newHarness(t, cfg)
+		var zipped bytes.Buffer
+		zw := gzip.NewWriter(&zipped)
+		zw.Write(bytes.Repeat([]byte("a"), 8<<20))
+		zw.Close()
+		for _, enc := range []string{"gzip", "deflate", "br", "identity"} {
+			req, _ := http.NewRequest(http.MethodPost, h.base+"/webhook", bytes.NewReader(zipped.Bytes()))
+			req.Header.Set("Content-Encoding", enc)
+			req.Header.Set(schema.SignatureHeader, schema.Sign([]byte(secretA), zipped.Bytes()))
+			resp, err := h.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 415 {
+				t.Errorf("Content-Encoding %s: got %d, want 415", enc, resp.StatusCode)
+			}
 		}
-		resp.Body.Close()
-		if resp.StatusCode != 415 {
-			t.Errorf("Content-Encoding %s: got %d, want 415", enc, resp.StatusCode)
+		if got := len(h.stored()); got != 0 {
+			t.Fatalf("stored %d, want 0", got)
 		}
-	}
-	if got := len(h.stored()); got != 0 {
-		t.Fatalf("stored %d, want 0", got)
-	}
-	if got := h.counter("wahook_ingest_requests_total", "result", "bad_encoding"); got != 4 {
-		t.Fatalf("bad_encoding count: got %v, want 4", got)
-	}
+		if got := h.counter("wahook_ingest_requests_total", "result", "bad_encoding"); got != 4 {
+			t.Fatalf("bad_encoding count: got %v, want 4", got)
+		}
+	})
 }
 
 func TestUnknownAppPost(t *testing.T) {
-	h := newHarness(t, defaultTestConfig())
-	b := body(1)
-	if r := h.post("/webhook/nosuch", b, schema.Sign([]byte(secretA), b)); r.status != 404 {
-		t.Fatalf("status: got %d, want 404", r.status)
-	}
+	forEachPublisher(t, func(t *testing.T, cfg ingest.Config) {
+		h := newHarness(t, cfg)
+		b := body(1)
+		if r := h.post("/webhook/nosuch", b, schema.Sign([]byte(secretA), b)); r.status != 404 {
+			t.Fatalf("status: got %d, want 404", r.status)
+		}
+	})
 }
 
 func TestRetriedBodyStoredOnce(t *testing.T) {
-	h := newHarness(t, defaultTestConfig())
-	b := body(7)
-	sig := schema.Sign([]byte(secretA), b)
-	for i := 0; i < 3; i++ {
-		if r := h.post("/webhook", b, sig); r.status != 200 {
-			t.Fatalf("post %d: got %d %v, want 200", i, r.status, r.err)
+	forEachPublisher(t, func(t *testing.T, cfg ingest.Config) {
+		h := newHarness(t, cfg)
+		b := body(7)
+		sig := schema.Sign([]byte(secretA), b)
+		for i := 0; i < 3; i++ {
+			if r := h.post("/webhook", b, sig); r.status != 200 {
+				t.Fatalf("post %d: got %d %v, want 200", i, r.status, r.err)
+			}
 		}
-	}
-	if got := len(h.stored()); got != 1 {
-		t.Fatalf("stored %d, want 1", got)
-	}
-	if got := h.counter("wahook_ingest_requests_total", "result", "duplicate"); got != 2 {
-		t.Fatalf("duplicates counted: got %v, want 2", got)
-	}
+		if got := len(h.stored()); got != 1 {
+			t.Fatalf("stored %d, want 1", got)
+		}
+		if got := h.counter("wahook_ingest_requests_total", "result", "duplicate"); got != 2 {
+			t.Fatalf("duplicates counted: got %v, want 2", got)
+		}
+	})
 }
 
 // TestConcurrentRequests sends a few thousand signed bodies at once: every
 // 200 maps to exactly one stored message.
 func TestConcurrentRequests(t *testing.T) {
-	cfg := defaultTestConfig()
-	cfg.AckTimeout = 5 * time.Second // 2 cores, -race, other packages' tests beside it
-	h := newHarness(t, cfg)
-	const n, workers = 3000, 200
-	statuses := make([]int, n)
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				b := body(i)
-				statuses[i] = h.post("/webhook", b, schema.Sign([]byte(secretA), b)).status
+	forEachPublisher(t, func(t *testing.T, cfg ingest.Config) {
+		cfg.AckTimeout = 5 * time.Second // 2 cores, -race, other packages' tests beside it
+		h := newHarness(t, cfg)
+		const n, workers = 3000, 200
+		statuses := make([]int, n)
+		var wg sync.WaitGroup
+		next := make(chan int)
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range next {
+					b := body(i)
+					statuses[i] = h.post("/webhook", b, schema.Sign([]byte(secretA), b)).status
+				}
+			}()
+		}
+		for i := 0; i < n; i++ {
+			next <- i
+		}
+		close(next)
+		wg.Wait()
+		ok := map[string]bool{}
+		for i, s := range statuses {
+			if s == 200 {
+				ok[schema.RawMsgID(body(i))] = true
+			} else if s != 503 {
+				t.Fatalf("request %d: status %d, want 200 (or 503)", i, s)
 			}
-		}()
-	}
-	for i := 0; i < n; i++ {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	ok := map[string]bool{}
-	for i, s := range statuses {
-		if s == 200 {
-			ok[schema.RawMsgID(body(i))] = true
-		} else if s != 503 {
-			t.Fatalf("request %d: status %d, want 200 (or 503)", i, s)
 		}
-	}
-	if len(ok) < n*99/100 {
-		t.Fatalf("only %d of %d requests got 200 on an idle machine", len(ok), n)
-	}
-	seen := map[string]int{}
-	for _, m := range h.stored() {
-		seen[m.Header.Get(schema.HeaderMsgID)]++
-	}
-	for id := range ok {
-		if seen[id] != 1 {
-			t.Fatalf("a body answered 200 is stored %d times, want 1", seen[id])
+		if len(ok) < n*99/100 {
+			t.Fatalf("only %d of %d requests got 200 on an idle machine", len(ok), n)
 		}
-	}
+		seen := map[string]int{}
+		for _, m := range h.stored() {
+			seen[m.Header.Get(schema.HeaderMsgID)]++
+		}
+		for id := range ok {
+			if seen[id] != 1 {
+				t.Fatalf("a body answered 200 is stored %d times, want 1", seen[id])
+			}
+		}
+	})
 }
 
 // TestNATSOutage stops the NATS server while requests flow: each request
@@ -509,208 +541,212 @@ func TestConcurrentRequests(t *testing.T) {
 // is back, 200s resume without a restart of ingest; every body that got a 200
 // is stored exactly once.
 func TestNATSOutage(t *testing.T) {
-	cfg := defaultTestConfig()
-	h := newHarness(t, cfg)
+	forEachPublisher(t, func(t *testing.T, cfg ingest.Config) {
+		h := newHarness(t, cfg)
 
-	type result struct {
-		id         string
-		start, end time.Time
-		r          response
-	}
-	var (
-		mu      sync.Mutex
-		results []result
-		stop    = make(chan struct{})
-		wg      sync.WaitGroup
-		seq     int
-	)
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
+		type result struct {
+			id         string
+			start, end time.Time
+			r          response
+		}
+		var (
+			mu      sync.Mutex
+			results []result
+			stop    = make(chan struct{})
+			wg      sync.WaitGroup
+			seq     int
+		)
+		for w := 0; w < 8; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					mu.Lock()
+					seq++
+					i := seq
+					mu.Unlock()
+					b := body(100000 + i)
+					start := time.Now()
+					r := h.post("/webhook", b, schema.Sign([]byte(secretA), b))
+					mu.Lock()
+					results = append(results, result{schema.RawMsgID(b), start, time.Now(), r})
+					mu.Unlock()
+					time.Sleep(2 * time.Millisecond)
 				}
-				mu.Lock()
-				seq++
-				i := seq
-				mu.Unlock()
-				b := body(100000 + i)
-				start := time.Now()
-				r := h.post("/webhook", b, schema.Sign([]byte(secretA), b))
-				mu.Lock()
-				results = append(results, result{schema.RawMsgID(b), start, time.Now(), r})
-				mu.Unlock()
-				time.Sleep(2 * time.Millisecond)
+			}()
+		}
+		time.Sleep(300 * time.Millisecond)
+		h.nats.Shutdown()
+		downAt := time.Now()
+		if r := h.get("/readyz"); r.status != 503 {
+			t.Errorf("readyz during the outage: got %d, want 503", r.status)
+		}
+		time.Sleep(1500 * time.Millisecond)
+		upAt := time.Now()
+		h.nats.Start()
+		// Wait until 200s come back, bounded.
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			b := body(-1)
+			if r := h.post("/webhook", b, schema.Sign([]byte(secretA), b)); r.status == 200 {
+				break
 			}
-		}()
-	}
-	time.Sleep(300 * time.Millisecond)
-	h.nats.Shutdown()
-	downAt := time.Now()
-	if r := h.get("/readyz"); r.status != 503 {
-		t.Errorf("readyz during the outage: got %d, want 503", r.status)
-	}
-	time.Sleep(1500 * time.Millisecond)
-	upAt := time.Now()
-	h.nats.Start()
-	// Wait until 200s come back, bounded.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		b := body(-1)
-		if r := h.post("/webhook", b, schema.Sign([]byte(secretA), b)); r.status == 200 {
-			break
+			if time.Now().After(deadline) {
+				t.Fatal("no 200 within 20s of NATS coming back")
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no 200 within 20s of NATS coming back")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	time.Sleep(300 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+		time.Sleep(300 * time.Millisecond)
+		close(stop)
+		wg.Wait()
 
-	var during, after200, before200 int
-	okIDs := map[string]bool{schema.RawMsgID(body(-1)): true}
-	for _, res := range results {
-		if res.r.err != nil {
-			t.Fatalf("request error: %v", res.r.err)
-		}
-		if res.r.status != 200 && res.r.status != 503 {
-			t.Fatalf("status %d, want 200 or 503", res.r.status)
-		}
-		if res.r.status == 503 && res.r.elapsed > cfg.AckTimeout+250*time.Millisecond {
-			t.Errorf("503 after %s, want within the ack timeout %s", res.r.elapsed, cfg.AckTimeout)
-		}
-		if res.start.After(downAt) && res.end.Before(upAt) {
-			during++
+		var during, after200, before200 int
+		okIDs := map[string]bool{schema.RawMsgID(body(-1)): true}
+		for _, res := range results {
+			if res.r.err != nil {
+				t.Fatalf("request error: %v", res.r.err)
+			}
+			if res.r.status != 200 && res.r.status != 503 {
+				t.Fatalf("status %d, want 200 or 503", res.r.status)
+			}
+			if res.r.status == 503 && res.r.elapsed > cfg.AckTimeout+250*time.Millisecond {
+				t.Errorf("503 after %s, want within the ack timeout %s", res.r.elapsed, cfg.AckTimeout)
+			}
+			if res.start.After(downAt) && res.end.Before(upAt) {
+				during++
+				if res.r.status == 200 {
+					t.Errorf("a request made while NATS was down got 200")
+				}
+			}
 			if res.r.status == 200 {
-				t.Errorf("a request made while NATS was down got 200")
+				okIDs[res.id] = true
+				if res.start.After(upAt) {
+					after200++
+				}
+				if res.end.Before(downAt) {
+					before200++
+				}
 			}
 		}
-		if res.r.status == 200 {
-			okIDs[res.id] = true
-			if res.start.After(upAt) {
-				after200++
-			}
-			if res.end.Before(downAt) {
-				before200++
+		if during < 10 || before200 < 10 || after200 < 10 {
+			t.Fatalf("too little traffic to judge: %d requests during the outage, %d 200s before, %d after", during, before200, after200)
+		}
+		seen := map[string]int{}
+		for _, m := range h.stored() {
+			seen[m.Header.Get(schema.HeaderMsgID)]++
+		}
+		for id := range okIDs {
+			if seen[id] != 1 {
+				t.Fatalf("a body answered 200 is stored %d times, want 1", seen[id])
 			}
 		}
-	}
-	if during < 10 || before200 < 10 || after200 < 10 {
-		t.Fatalf("too little traffic to judge: %d requests during the outage, %d 200s before, %d after", during, before200, after200)
-	}
-	seen := map[string]int{}
-	for _, m := range h.stored() {
-		seen[m.Header.Get(schema.HeaderMsgID)]++
-	}
-	for id := range okIDs {
-		if seen[id] != 1 {
-			t.Fatalf("a body answered 200 is stored %d times, want 1", seen[id])
+		if r := h.get("/readyz"); r.status != 200 {
+			t.Fatalf("readyz after the outage: got %d (%s), want 200", r.status, r.body)
 		}
-	}
-	if r := h.get("/readyz"); r.status != 200 {
-		t.Fatalf("readyz after the outage: got %d (%s), want 200", r.status, r.body)
-	}
-	t.Logf("%d requests: %d during the outage (all 503), %d 200s before, %d after", len(results), during, before200, after200)
+		t.Logf("%d requests: %d during the outage (all 503), %d 200s before, %d after", len(results), during, before200, after200)
+	})
 }
 
 func TestHealthReadyMetrics(t *testing.T) {
-	h := newHarness(t, defaultTestConfig())
-	if r := h.get("/healthz"); r.status != 200 {
-		t.Fatalf("healthz: got %d", r.status)
-	}
-	if r := h.get("/readyz"); r.status != 200 {
-		t.Fatalf("readyz: got %d (%s)", r.status, r.body)
-	}
-	b := body(1)
-	h.post("/webhook", b, schema.Sign([]byte(secretA), b))
-	h.post("/webhook", b, "sha256=00")
-	r := h.get("/metrics")
-	for _, want := range []string{
-		`wahook_ingest_requests_total{app="default",result="ok"} 1`,
-		`wahook_ingest_signature_failures_total{app="default",reason="malformed"} 1`,
-		`wahook_ingest_request_duration_seconds_count 2`,
-		`wahook_ingest_publish_duration_seconds_count 1`,
-		`wahook_ingest_bytes_total ` + fmt.Sprint(len(b)),
-		`wahook_ingest_inflight_requests 0`,
-	} {
-		if !strings.Contains(r.body, want) {
-			t.Errorf("/metrics lacks %q", want)
+	forEachPublisher(t, func(t *testing.T, cfg ingest.Config) {
+		h := newHarness(t, cfg)
+		if r := h.get("/healthz"); r.status != 200 {
+			t.Fatalf("healthz: got %d", r.status)
 		}
-	}
+		if r := h.get("/readyz"); r.status != 200 {
+			t.Fatalf("readyz: got %d (%s)", r.status, r.body)
+		}
+		b := body(1)
+		h.post("/webhook", b, schema.Sign([]byte(secretA), b))
+		h.post("/webhook", b, "sha256=00")
+		r := h.get("/metrics")
+		for _, want := range []string{
+			`wahook_ingest_requests_total{app="default",result="ok"} 1`,
+			`wahook_ingest_signature_failures_total{app="default",reason="malformed"} 1`,
+			`wahook_ingest_request_duration_seconds_count 2`,
+			`wahook_ingest_publish_duration_seconds_count 1`,
+			`wahook_ingest_bytes_total ` + fmt.Sprint(len(b)),
+			`wahook_ingest_inflight_requests 0`,
+		} {
+			if !strings.Contains(r.body, want) {
+				t.Errorf("/metrics lacks %q", want)
+			}
+		}
+	})
 }
 
 // TestShutdownOrder: readiness fails first, requests in flight finish with
 // their ack, and every 200 is stored.
 func TestShutdownFinishesInflight(t *testing.T) {
-	cfg := defaultTestConfig()
-	cfg.ShutdownDelay = 2 * time.Second // long enough to ask /readyz under -race
-	h := newHarness(t, cfg)
-	const n = 400
-	var wg sync.WaitGroup
-	statuses := make([]response, n)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			b := body(i)
-			statuses[i] = h.post("/webhook", b, schema.Sign([]byte(secretA), b))
-		}(i)
-	}
-	time.Sleep(5 * time.Millisecond)
-	shutdownErr := make(chan error, 1)
-	go func() {
-		// The product's bound (cmd/wahook shutdownTimeout): fasthttp waits
-		// up to 5 s for a connection accepted but never used (the client's
-		// spare dials) before it counts as idle.
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		shutdownErr <- h.srv.Shutdown(ctx)
-	}()
-	time.Sleep(50 * time.Millisecond)
-	// 400 requests are connecting at this moment; a reset connection is
-	// retried, but an answer must be 503.
-	var ready response
-	for i := 0; i < 5; i++ {
-		if ready = h.get("/readyz"); ready.err == nil {
-			break
+	forEachPublisher(t, func(t *testing.T, cfg ingest.Config) {
+		cfg.ShutdownDelay = 2 * time.Second // long enough to ask /readyz under -race
+		h := newHarness(t, cfg)
+		const n = 400
+		var wg sync.WaitGroup
+		statuses := make([]response, n)
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				b := body(i)
+				statuses[i] = h.post("/webhook", b, schema.Sign([]byte(secretA), b))
+			}(i)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if ready.err != nil || ready.status != 503 {
-		t.Errorf("readyz during shutdown delay: got %d %v, want 503", ready.status, ready.err)
-	}
-	wg.Wait()
-	if err := <-shutdownErr; err != nil {
-		t.Fatal(err)
-	}
-	ok := map[string]bool{}
-	for i, r := range statuses {
-		if r.err == nil && r.status == 200 {
-			ok[schema.RawMsgID(body(i))] = true
-		} else if r.err == nil && r.status != 503 {
-			t.Fatalf("status %d during shutdown", r.status)
+		time.Sleep(5 * time.Millisecond)
+		shutdownErr := make(chan error, 1)
+		go func() {
+			// The product's bound (cmd/wahook shutdownTimeout): fasthttp waits
+			// up to 5 s for a connection accepted but never used (the client's
+			// spare dials) before it counts as idle.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			shutdownErr <- h.srv.Shutdown(ctx)
+		}()
+		time.Sleep(50 * time.Millisecond)
+		// 400 requests are connecting at this moment; a reset connection is
+		// retried, but an answer must be 503.
+		var ready response
+		for i := 0; i < 5; i++ {
+			if ready = h.get("/readyz"); ready.err == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-	}
-	if len(ok) == 0 {
-		t.Fatal("no request finished")
-	}
-	stored := map[string]bool{}
-	for _, m := range h.stored() {
-		stored[m.Header.Get(schema.HeaderMsgID)] = true
-	}
-	for id := range ok {
-		if !stored[id] {
-			t.Fatal("a body answered 200 during shutdown is not stored")
+		if ready.err != nil || ready.status != 503 {
+			t.Errorf("readyz during shutdown delay: got %d %v, want 503", ready.status, ready.err)
 		}
-	}
-	if c, err := net.DialTimeout("tcp", strings.TrimPrefix(h.base, "http://"), time.Second); err == nil {
-		c.Close()
-		t.Fatal("listener still accepts after shutdown")
-	}
+		wg.Wait()
+		if err := <-shutdownErr; err != nil {
+			t.Fatal(err)
+		}
+		ok := map[string]bool{}
+		for i, r := range statuses {
+			if r.err == nil && r.status == 200 {
+				ok[schema.RawMsgID(body(i))] = true
+			} else if r.err == nil && r.status != 503 {
+				t.Fatalf("status %d during shutdown", r.status)
+			}
+		}
+		if len(ok) == 0 {
+			t.Fatal("no request finished")
+		}
+		stored := map[string]bool{}
+		for _, m := range h.stored() {
+			stored[m.Header.Get(schema.HeaderMsgID)] = true
+		}
+		for id := range ok {
+			if !stored[id] {
+				t.Fatal("a body answered 200 during shutdown is not stored")
+			}
+		}
+		if c, err := net.DialTimeout("tcp", strings.TrimPrefix(h.base, "http://"), time.Second); err == nil {
+			c.Close()
+			t.Fatal("listener still accepts after shutdown")
+		}
+	})
 }

@@ -24,11 +24,14 @@ type StreamConfig struct {
 	// costs server memory, so it is kept short; stage 1 deduplicates events
 	// by their own ids beyond it.
 	DuplicateWindow time.Duration
+	// AllowBatch switches on JetStream's fast-ingest batches (allow_batched,
+	// nats-server 2.14+), which BatchPublisher needs.
+	AllowBatch bool
 }
 
 // DefaultStreamConfig returns the one-machine defaults.
 func DefaultStreamConfig() StreamConfig {
-	return StreamConfig{Replicas: 1, MaxAge: 7 * 24 * time.Hour, MaxBytes: -1, DuplicateWindow: 2 * time.Minute}
+	return StreamConfig{Replicas: 1, MaxAge: 7 * 24 * time.Hour, MaxBytes: -1, DuplicateWindow: 2 * time.Minute, AllowBatch: true}
 }
 
 // Validate reports the first problem of c.
@@ -58,13 +61,18 @@ func (c StreamConfig) RawStreamConfig() jetstream.StreamConfig {
 		MaxMsgs:     -1,
 		Replicas:    c.Replicas,
 		Duplicates:  c.DuplicateWindow,
+		// Fast batches change nothing of what is stored; they only let a
+		// publisher have many messages covered by one ack.
+		AllowBatchPublish: c.AllowBatch,
 	}
 }
 
 // EnsureRawStream creates the RAW stream when it is absent. An existing
 // stream is changed to c only with update (wahook migrate): a service
 // started with default flags must not turn an R3 stream into R1 or shorten
-// its retention.
+// its retention. Without update, it only switches on fast batches when c
+// asks for them and the stream lacks them, which changes nothing stored; if
+// that fails, the stream info it returns says batches are off.
 func EnsureRawStream(ctx context.Context, js jetstream.JetStream, c StreamConfig, update bool) (*jetstream.StreamInfo, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -73,7 +81,18 @@ func EnsureRawStream(ctx context.Context, js jetstream.JetStream, c StreamConfig
 	if !update {
 		s, err := js.Stream(ctx, cfg.Name)
 		if err == nil {
-			return s.CachedInfo(), nil
+			info := s.CachedInfo()
+			if c.AllowBatch && !info.Config.AllowBatchPublish {
+				// Best effort: without the right to update the stream, or
+				// on a server before 2.14, the stream stays as it is and
+				// the caller sees batches off.
+				existing := info.Config
+				existing.AllowBatchPublish = true
+				if s, err := js.UpdateStream(ctx, existing); err == nil {
+					info = s.CachedInfo()
+				}
+			}
+			return info, nil
 		}
 		if !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return nil, fmt.Errorf("provision stream %s: %w", cfg.Name, err)

@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
 
 	"github.com/wahook/wahook/ingest"
+	"github.com/wahook/wahook/schema"
 )
 
 // shutdownTimeout bounds each ordered shutdown.
@@ -26,31 +28,43 @@ func newRegistry() *prometheus.Registry {
 
 // provisionRaw creates or updates the RAW stream, retrying until JetStream
 // answers or ctx ends: an external NATS may come up after wahook.
-func provisionRaw(ctx context.Context, log *zap.Logger, pub *ingest.JetStreamPublisher, sc ingest.StreamConfig) error {
+func provisionRaw(ctx context.Context, log *zap.Logger, js jetstream.JetStream, sc ingest.StreamConfig) (*jetstream.StreamInfo, error) {
 	wait := 250 * time.Millisecond
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		info, err := ingest.EnsureRawStream(cctx, pub.JetStream(), sc, false)
+		info, err := ingest.EnsureRawStream(cctx, js, sc, false)
 		cancel()
 		if err == nil {
 			log.Info("stream ready", zap.String("stream", info.Config.Name), zap.Uint64("msgs", info.State.Msgs),
-				zap.Int("replicas", info.Config.Replicas), zap.Duration("max_age", info.Config.MaxAge))
-			return nil
+				zap.Int("replicas", info.Config.Replicas), zap.Duration("max_age", info.Config.MaxAge),
+				zap.Bool("allow_batched", info.Config.AllowBatchPublish))
+			return info, nil
 		}
 		log.Warn("provisioning the raw stream, retrying", zap.Error(err), zap.Duration("in", wait))
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("provision: %w (last error: %v)", ctx.Err(), err)
+			return nil, fmt.Errorf("provision: %w (last error: %v)", ctx.Err(), err)
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, 5*time.Second)
 	}
 }
 
+// registerPublisher registers the flags of the publisher that sends bodies
+// to JetStream; ingestOptions.register calls it after setting o.cfg to the
+// defaults.
+func (o *ingestOptions) registerPublisher(f *flags) {
+	f.StringVar(&o.cfg.Publisher, "publisher", o.cfg.Publisher,
+		"how bodies go to JetStream: batch (fast-ingest batches, one ack covers several bodies; nats-server 2.14+) or async (a PubAck per body)")
+	f.IntVar(&o.cfg.Batch.Flow, "batch-flow", o.cfg.Batch.Flow, "batch publisher: most bodies one flow ack covers")
+	f.DurationVar(&o.cfg.Batch.Linger, "batch-linger", o.cfg.Batch.Linger, "batch publisher: how long a batch waits for another body before it ends")
+	f.DurationVar(&o.cfg.Batch.MaxDelay, "batch-max-delay", o.cfg.Batch.MaxDelay, "batch publisher: a batch ends when a body has waited this long for its ack")
+}
+
 // endpoint is a running webhook endpoint.
 type endpoint struct {
 	srv  *ingest.Server
-	pub  *ingest.JetStreamPublisher
+	pub  ingest.RawPublisher
 	errc chan error
 	addr net.Addr
 }
@@ -58,31 +72,54 @@ type endpoint struct {
 // startEndpoint provisions the RAW stream (unless told not to) and starts
 // answering webhooks on o.cfg.Listen.
 func startEndpoint(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *ingestOptions, reg *prometheus.Registry) (*endpoint, error) {
-	pub, err := ingest.NewJetStreamPublisher(nc, o.cfg.MaxInflight, o.cfg.AckTimeout)
+	js, err := jetstream.New(nc)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("jetstream: %w", err)
 	}
+	var info *jetstream.StreamInfo
 	if o.provision {
-		if err := provisionRaw(ctx, log, pub, o.stream); err != nil {
+		if info, err = provisionRaw(ctx, log, js, o.stream); err != nil {
 			return nil, err
 		}
+	} else {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if s, err := js.Stream(cctx, schema.StreamRaw); err == nil {
+			info = s.CachedInfo()
+		}
+		cancel()
 	}
 	// A body NATS cannot carry would get 503 until Meta gives up: refuse
 	// to start instead (nats-server's default max_payload is 1 MB).
 	if mp := nc.MaxPayload(); mp > 0 && int64(o.cfg.BodyLimit)+4096 > mp {
 		return nil, fmt.Errorf("%w: --body-limit %d does not fit the NATS max_payload of %d bytes: raise max_payload on the servers or lower --body-limit", errUsage, o.cfg.BodyLimit, mp)
 	}
-	srv, err := ingest.New(o.cfg, pub, ingest.JetStreamReady(pub), reg, log.Named("ingest"))
+	cfg := o.cfg
+	// Fast batches need a stream that allows them (nats-server 2.14+, the
+	// stream provisioned by this version or switched on by wahook migrate);
+	// a stream not known to allow them gets a PubAck per body.
+	if cfg.Publisher == ingest.PublisherBatch && (info == nil || !info.Config.AllowBatchPublish) {
+		log.Warn("the raw stream does not allow fast batches (allow_batched, nats-server 2.14+): publishing with a PubAck per body",
+			zap.String("stream", schema.StreamRaw))
+		cfg.Publisher = ingest.PublisherAsync
+	}
+	pub, err := ingest.NewPublisher(nc, cfg)
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", o.cfg.Listen)
+	srv, err := ingest.New(cfg, pub, ingest.StreamReady(js), reg, log.Named("ingest"))
 	if err != nil {
-		return nil, fmt.Errorf("listen %s: %w", o.cfg.Listen, err)
+		pub.Close()
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		pub.Close()
+		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	e := &endpoint{srv: srv, pub: pub, errc: make(chan error, 1), addr: ln.Addr()}
 	go func() { e.errc <- srv.Serve(ln) }()
-	log.Info("webhook endpoint listening", zap.String("addr", ln.Addr().String()), zap.Strings("apps", srv.AppNames()))
+	log.Info("webhook endpoint listening", zap.String("addr", ln.Addr().String()), zap.Strings("apps", srv.AppNames()),
+		zap.String("publisher", cfg.Publisher))
 	return e, nil
 }
 
@@ -93,6 +130,7 @@ func (e *endpoint) stop(log *zap.Logger) {
 	defer cancel()
 	step(log, "http stopped, in-flight requests answered", func() error { return e.srv.Shutdown(ctx) })
 	step(log, "pending publishes acknowledged", func() error { return e.pub.Drain(ctx) })
+	e.pub.Close()
 }
 
 // step runs one shutdown step and logs how long it took.

@@ -34,6 +34,7 @@ func (o *ingestOptions) register(f *flags) {
 	f.Int64Var(&o.stream.MaxBytes, "raw-max-bytes", o.stream.MaxBytes, "size cap of the RAW stream in bytes (-1: none)")
 	f.DurationVar(&o.stream.DuplicateWindow, "raw-duplicate-window", o.stream.DuplicateWindow, "how long a body's id is remembered to store Meta's retries once")
 	f.BoolVar(&o.provision, "provision", true, "create or update streams at start-up")
+	o.registerPublisher(f)
 }
 
 // build turns the flags into validated configuration.

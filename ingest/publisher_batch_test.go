@@ -1,0 +1,445 @@
+package ingest_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wahook/wahook/ingest"
+	"github.com/wahook/wahook/schema"
+	"github.com/wahook/wahook/schema/schematest"
+)
+
+// TestBatchPublisherDeduplicates: JetStream's duplicate window applies to
+// fast-batch messages. Bodies published several times at once, within one
+// batch and across batches, are stored once each, and every publish is
+// answered as stored.
+func TestBatchPublisherDeduplicates(t *testing.T) {
+	srv := schematest.StartJetStream(t)
+	nc, err := nats.Connect(srv.URL(), ingest.NATSOptions("dedupe-test")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js := rawStream(t, nc, ingest.DefaultStreamConfig())
+	opts := ingest.DefaultBatchOptions()
+	opts.Flow = 4 // flow acks as well as commits cover messages
+	pub, err := ingest.NewBatchPublisher(nc, 1024, 5*time.Second, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+
+	const distinct, copies = 60, 4
+	var wg sync.WaitGroup
+	errs := make(chan error, distinct*copies)
+	for c := 0; c < copies; c++ {
+		for i := 0; i < distinct; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				now := time.Now()
+				if _, err := pub.Publish(schema.DefaultApp, body(i), now, now.Add(5*time.Second)); err != nil {
+					errs <- err
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("publish: %v", err)
+	}
+	// Once more, alone: a batch of only duplicates reports them. (Which
+	// message of a batch with stored ones was a duplicate is not known.)
+	time.Sleep(20 * time.Millisecond)
+	now := time.Now()
+	if dup, err := pub.Publish(schema.DefaultApp, body(0), now, now.Add(5*time.Second)); err != nil || !dup {
+		t.Fatalf("a lone retry: got duplicate %v, %v; want true, nil", dup, err)
+	}
+	seen := storedIDs(t, js)
+	if len(seen) != distinct {
+		t.Fatalf("stored %d distinct bodies, want %d", len(seen), distinct)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Fatalf("body %s stored %d times, want 1", id, n)
+		}
+	}
+}
+
+// TestBatchPublisherRefusedMessage: a message the stream refuses for itself
+// (here: over the stream's max message size) fails at once, while the
+// messages around it, whose batch the refusal ends, are published again and
+// stored.
+func TestBatchPublisherRefusedMessage(t *testing.T) {
+	srv := schematest.StartJetStream(t)
+	nc, err := nats.Connect(srv.URL(), ingest.NATSOptions("refused-test")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js := rawStream(t, nc, ingest.DefaultStreamConfig())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, schema.StreamRaw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.MaxMsgSize = 4096
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := ingest.NewBatchPublisher(nc, 1024, 3*time.Second, ingest.DefaultBatchOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+
+	big := []byte(fmt.Sprintf(`{"pad":%q}`, strings.Repeat("x", 8000)))
+	for round := 0; round < 3; round++ {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var failed []int
+		var bigErr error
+		for i := 0; i < 40; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				b := body(1000*round + i)
+				if i == 20 {
+					b = append(big, byte(round))
+				}
+				start := time.Now()
+				_, err := pub.Publish(schema.DefaultApp, b, start, start.Add(3*time.Second))
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case i == 20:
+					bigErr = err
+					if time.Since(start) > 2*time.Second {
+						t.Errorf("the refused message took %s to fail, want well within the ack timeout", time.Since(start))
+					}
+				case err != nil:
+					failed = append(failed, i)
+					t.Errorf("publish %d: %v", i, err)
+				}
+			}()
+		}
+		wg.Wait()
+		if bigErr == nil || errors.Is(bigErr, ingest.ErrAckTimeout) {
+			t.Fatalf("round %d: the oversize message: got %v, want the stream's refusal", round, bigErr)
+		}
+		if len(failed) > 0 {
+			t.Fatalf("round %d: %d messages beside the refused one failed", round, len(failed))
+		}
+	}
+	if seen := storedIDs(t, js); len(seen) != 3*39 {
+		t.Fatalf("stored %d bodies, want %d", len(seen), 3*39)
+	}
+}
+
+// TestBatchPublisherStreamWithoutBatches: a stream that does not allow
+// batches refuses each message at once; nothing waits for the ack timeout.
+func TestBatchPublisherStreamWithoutBatches(t *testing.T) {
+	srv := schematest.StartJetStream(t)
+	nc, err := nats.Connect(srv.URL(), ingest.NATSOptions("nobatch-test")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	sc := ingest.DefaultStreamConfig()
+	sc.AllowBatch = false
+	rawStream(t, nc, sc)
+	pub, err := ingest.NewBatchPublisher(nc, 16, 3*time.Second, ingest.DefaultBatchOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	start := time.Now()
+	_, err = pub.Publish(schema.DefaultApp, body(1), start, start.Add(3*time.Second))
+	if err == nil || errors.Is(err, ingest.ErrAckTimeout) || time.Since(start) > time.Second {
+		t.Fatalf("got %v after %s, want the stream's refusal at once", err, time.Since(start))
+	}
+}
+
+// TestBatchPublisherProtocol runs the publisher against a scripted stream (a
+// plain subscriber answering as JetStream does), to reach the answers a real
+// stream gives only after a gap, a restart or a lost message: a publish
+// succeeds only once an answer covers its message, and a message the stream
+// did not store for its batch is published again in a new batch.
+func TestBatchPublisherProtocol(t *testing.T) {
+	tests := []struct {
+		name string
+		// answer returns the reply to message seq of the n-th batch (from
+		// 0) holding sent messages so far, commit telling whether it ends
+		// the batch; "" sends none.
+		answer func(n int, seq uint64, commit bool, sent uint64) string
+		// wantResent: a message is seen in two batches.
+		wantResent bool
+		// wantTimeout: every publish ends with ErrAckTimeout.
+		wantTimeout bool
+	}{
+		{
+			name: "flow acks and commits",
+			answer: func(n int, seq uint64, commit bool, sent uint64) string {
+				switch {
+				case commit:
+					return pubAck(7, sent)
+				case seq%2 == 0:
+					return fmt.Sprintf(`{"type":"ack","seq":%d,"msgs":2}`, seq)
+				}
+				return ""
+			},
+		},
+		{
+			name: "commit covering less than was sent",
+			answer: func(n int, seq uint64, commit bool, sent uint64) string {
+				if !commit {
+					return ""
+				}
+				if n == 0 {
+					return pubAck(7, sent-1) // the last message was not stored
+				}
+				return pubAck(9, sent)
+			},
+			wantResent: true,
+		},
+		{
+			name: "batch unknown to the stream",
+			answer: func(n int, seq uint64, commit bool, sent uint64) string {
+				switch {
+				case n == 0 && (seq > 1 || commit):
+					// The stream lost the batch after its first message
+					// (say, in a restart): it refuses the rest and the
+					// commit. The first message is covered by no answer.
+					return `{"error":{"code":400,"err_code":10208,"description":"batch publish ID unknown"},"stream":"WAHOOK_RAW"}`
+				case n == 0:
+					return ""
+				case commit:
+					return pubAck(9, sent)
+				}
+				return ""
+			},
+			wantResent: true,
+		},
+		{
+			name:        "no answer",
+			answer:      func(int, uint64, bool, uint64) string { return "" },
+			wantTimeout: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := schematest.StartJetStream(t)
+			nc, err := nats.Connect(srv.URL(), ingest.NATSOptions("protocol-test")...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			st := newScriptedStream(t, nc, tt.answer)
+			opts := ingest.DefaultBatchOptions()
+			opts.Linger, opts.MaxDelay = 5*time.Millisecond, 5*time.Millisecond
+			pub, err := ingest.NewBatchPublisher(nc, 64, 500*time.Millisecond, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pub.Close()
+			var wg sync.WaitGroup
+			for i := 0; i < 6; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					b := body(i)
+					now := time.Now()
+					_, err := pub.Publish(schema.DefaultApp, b, now, now.Add(500*time.Millisecond))
+					switch {
+					case tt.wantTimeout && !errors.Is(err, ingest.ErrAckTimeout):
+						t.Errorf("publish %d: got %v, want ErrAckTimeout", i, err)
+					case !tt.wantTimeout && err != nil:
+						t.Errorf("publish %d: %v", i, err)
+					case err == nil && !st.isCovered(schema.RawMsgID(b)):
+						t.Errorf("publish %d succeeded, but no answer covered its message", i)
+					}
+				}()
+			}
+			wg.Wait()
+			if got := st.resent(); got != tt.wantResent {
+				t.Fatalf("a message published in two batches: got %v, want %v", got, tt.wantResent)
+			}
+		})
+	}
+}
+
+// TestBatchPublisherClose: Close answers the messages still awaiting an
+// ack, so that no request hangs past a shutdown.
+func TestBatchPublisherClose(t *testing.T) {
+	srv := schematest.StartJetStream(t)
+	nc, err := nats.Connect(srv.URL(), ingest.NATSOptions("close-test")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	newScriptedStream(t, nc, func(int, uint64, bool, uint64) string { return "" })
+	pub, err := ingest.NewBatchPublisher(nc, 64, time.Minute, ingest.DefaultBatchOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		now := time.Now()
+		_, err := pub.Publish(schema.DefaultApp, body(1), now, now.Add(time.Minute))
+		errc <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	pub.Close()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ingest.ErrClosed) {
+			t.Fatalf("got %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a publish awaiting its ack did not return after Close")
+	}
+	now := time.Now()
+	if _, err := pub.Publish(schema.DefaultApp, body(2), now, now.Add(time.Second)); !errors.Is(err, ingest.ErrClosed) {
+		t.Fatalf("publish after Close: got %v, want ErrClosed", err)
+	}
+}
+
+func pubAck(streamSeq, count uint64) string {
+	return fmt.Sprintf(`{"stream":"WAHOOK_RAW","seq":%d,"batch":"b","count":%d}`, streamSeq, count)
+}
+
+// scriptedStream answers fast-batch messages on the RAW subjects as its
+// script says, and records which message ids each answer covered.
+type scriptedStream struct {
+	mu      sync.Mutex
+	batches map[string]int      // batch id -> n
+	ids     map[string][]string // batch id -> message ids by sequence
+	covered map[string]bool
+	twice   bool
+}
+
+func newScriptedStream(t *testing.T, nc *nats.Conn, answer func(n int, seq uint64, commit bool, sent uint64) string) *scriptedStream {
+	st := &scriptedStream{batches: map[string]int{}, ids: map[string][]string{}, covered: map[string]bool{}}
+	seenIn := map[string]string{}
+	sub, err := nc.Subscribe(schema.SubjectRawAll, func(m *nats.Msg) {
+		tok := strings.Split(m.Reply, ".")
+		if len(tok) < 6 || tok[len(tok)-1] != "$FI" {
+			t.Errorf("reply %q is not a fast-batch reply", m.Reply)
+			return
+		}
+		id, op := tok[len(tok)-6], tok[len(tok)-2]
+		seq, _ := strconv.ParseUint(tok[len(tok)-3], 10, 64)
+		st.mu.Lock()
+		n, ok := st.batches[id]
+		if !ok {
+			n = len(st.batches)
+			st.batches[id] = n
+		}
+		if op != "3" {
+			msgID := m.Header.Get(schema.HeaderMsgID)
+			if b, ok := seenIn[msgID]; ok && b != id {
+				st.twice = true
+			}
+			seenIn[msgID] = id
+			st.ids[id] = append(st.ids[id], msgID)
+		}
+		sent := uint64(len(st.ids[id]))
+		reply := answer(n, seq, op == "2" || op == "3", sent)
+		// Record what the answer covers before the publisher can see it.
+		var r struct {
+			Type  string `json:"type"`
+			Seq   uint64 `json:"seq"`
+			Count uint64 `json:"count"`
+			Error any    `json:"error"`
+		}
+		if reply != "" {
+			_ = json.Unmarshal([]byte(reply), &r)
+			upto := r.Count
+			if r.Type == "ack" {
+				upto = r.Seq
+			}
+			if r.Error == nil {
+				for i := uint64(0); i < upto && i < sent; i++ {
+					st.covered[st.ids[id][i]] = true
+				}
+			}
+		}
+		st.mu.Unlock()
+		if reply != "" {
+			_ = m.Respond([]byte(reply))
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func (st *scriptedStream) isCovered(id string) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.covered[id]
+}
+
+func (st *scriptedStream) resent() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.twice
+}
+
+// rawStream provisions the RAW stream as sc says and returns a JetStream
+// context.
+func rawStream(t *testing.T, nc *nats.Conn, sc ingest.StreamConfig) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := ingest.EnsureRawStream(ctx, js, sc, true); err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// storedIDs counts the stored messages of the RAW stream by Nats-Msg-Id.
+func storedIDs(t *testing.T, js jetstream.JetStream) map[string]int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, schema.StreamRaw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatalf("get msg %d: %v", seq, err)
+		}
+		seen[m.Header.Get(schema.HeaderMsgID)]++
+	}
+	return seen
+}
