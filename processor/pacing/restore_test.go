@@ -1,0 +1,55 @@
+package pacing
+
+import (
+	"testing"
+	"time"
+
+	"github.com/wahook/wahook/schema"
+)
+
+// A number restored from its last signal has the tier, quality, limit and
+// maintenance window of that signal, and nothing of its traffic.
+func TestRestore(t *testing.T) {
+	up := NewNumber("1001")
+	up.Apply(Event{At: at(0), Field: "phone_number_quality_update", Name: "THROUGHPUT_UPGRADE", NewValue: "TIER_UNLIMITED"})
+	up.Apply(Event{At: at(1), Field: "phone_number_quality_update", Name: "FLAGGED"})
+	up.Apply(Event{At: at(1), Outbound: true})
+	last := up.Signal(t0.Add(10*time.Second), DefaultTiers())
+
+	n := NewNumber("1001")
+	n.Restore(last)
+	s := n.Signal(t0.Add(10*time.Second), DefaultTiers())
+	if s.TierMPS != 1000 || s.TierSource != "throughput_upgrade" || s.Quality != "flagged" || s.MessagingLimit != "TIER_UNLIMITED" ||
+		s.Advice != schema.AdvicePause || s.MaintenanceUntil == nil || !s.MaintenanceUntil.Equal(t0.Add(time.Minute)) || s.Observed.S60 != 0 {
+		t.Fatalf("restored: %+v", s)
+	}
+	stop := NewNumber("1003")
+	stop.Apply(Event{At: at(0), Codes: []int32{131048}})
+	n = NewNumber("1003")
+	n.Restore(stop.Signal(t0.Add(time.Minute), DefaultTiers()))
+	if s := n.Signal(t0.Add(10*time.Minute), DefaultTiers()); s.Advice != schema.AdviceStop || s.Reason != stop.Signal(t0, DefaultTiers()).Reason {
+		t.Fatalf("stop restored: %+v", s)
+	}
+	if s := n.Signal(t0.Add(17*time.Minute), DefaultTiers()); s.Advice != schema.AdviceOK {
+		t.Fatalf("stop after 15 min from the signal: %+v", s)
+	}
+	co := NewNumber("1002")
+	co.Restore(schema.PacingSignal{TierSource: "coexistence", Quality: "unknown"})
+	if s := co.Signal(t0, DefaultTiers()); s.TierMPS != 20 || s.Quality != "unknown" {
+		t.Fatalf("coexistence: %+v", s)
+	}
+}
+
+func TestDeduperHolds(t *testing.T) {
+	d := NewDeduper()
+	if !d.Holds(at(0)) {
+		t.Fatal("an empty deduper holds every second")
+	}
+	d.Seen("a", at(100))
+	if !d.Holds(at(37)) || d.Holds(at(36)) {
+		t.Fatal("the window is the 64 s up to the newest")
+	}
+	if MaxPairWait != 4096*time.Second {
+		t.Fatalf("MaxPairWait %v", MaxPairWait)
+	}
+}

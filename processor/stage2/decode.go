@@ -1,0 +1,102 @@
+package stage2
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/wahook/wahook/processor/pacing"
+	"github.com/wahook/wahook/schema"
+)
+
+// The fields of management rows whose events come from the Business app:
+// a number that has them is a coexistence number (WEBHOOKS.md 9.13-9.15).
+const (
+	fieldEchoes    = "smb_message_echoes"
+	fieldHistory   = "history"
+	fieldStateSync = "smb_app_state_sync"
+)
+
+// wireEvent is what stage 2 reads of an EVENTS message (schema/README.md,
+// "Messages on WAHOOK_EVENTS"); the rest of the row is skipped.
+type wireEvent struct {
+	Kind schema.Kind `json:"kind"`
+	V    int         `json:"v"`
+	Row  struct {
+		EventID       string    `json:"event_id"`
+		EventTime     time.Time `json:"event_time"`
+		PhoneNumberID string    `json:"phone_number_id"`
+		Status        string    `json:"status"`
+		ErrorCodes    []int32   `json:"error_codes"`
+		RecipientHash string    `json:"recipient_hash"`
+		Field         string    `json:"field"`
+		Event         string    `json:"event"`
+		NewValue      string    `json:"new_value"`
+	} `json:"row"`
+}
+
+// event is one decoded EVENTS message.
+type event struct {
+	id     string // the event id, for de-duplication
+	number string // phone number id
+	e      pacing.Event
+}
+
+// countable reports whether the event adds to counts (traffic, errors), so
+// that it must count once however often it is delivered.
+func (ev *event) countable() bool { return ev.e.Inbound || ev.e.Outbound || len(ev.e.Codes) > 0 }
+
+var errNoNumber = errors.New("no phone number id")
+
+// decodeEvent maps an EVENTS message to what pacing needs:
+//
+//   - outbound: a status "sent", or an echo of a message sent from the
+//     Business app (field smb_message_echoes); it also marks coexistence;
+//   - inbound: an event of kind inbound;
+//   - codes: the error codes of a failed status;
+//   - management: field, event and new value (quality updates); history
+//     and app state syncs mark coexistence.
+//
+// It reports errNoNumber for an event without a number (templates,
+// accounts), which stage 2 has nothing to do with.
+func decodeEvent(data []byte, ev *event) error {
+	var w wireEvent
+	if err := json.Unmarshal(data, &w); err != nil {
+		return fmt.Errorf("decode event: %w", err)
+	}
+	if w.V != 1 {
+		return fmt.Errorf("decode event: version %d", w.V)
+	}
+	r := &w.Row
+	if r.PhoneNumberID == "" || r.PhoneNumberID == schema.NoNumber {
+		return errNoNumber
+	}
+	*ev = event{id: r.EventID, number: r.PhoneNumberID}
+	e := &ev.e
+	e.Kind, e.At, e.Status = w.Kind, r.EventTime.Unix(), r.Status
+	switch w.Kind {
+	case schema.KindStatus:
+		switch r.Status {
+		case "sent":
+			e.Outbound = true
+		case "failed":
+			e.Codes = r.ErrorCodes
+			e.Recipient = r.RecipientHash
+		}
+	case schema.KindInbound:
+		e.Inbound = true
+	default:
+		e.Field, e.Name, e.NewValue = r.Field, r.Event, r.NewValue
+		switch r.Field {
+		case fieldEchoes:
+			e.Outbound, e.Coexistence = true, true
+		case fieldHistory, fieldStateSync:
+			e.Coexistence = true
+		}
+	}
+	if r.EventTime.IsZero() {
+		return fmt.Errorf("decode event %s: no event_time", r.EventID)
+	}
+	return nil
+}

@@ -1,0 +1,67 @@
+package stage2
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/wahook/wahook/processor"
+	"github.com/wahook/wahook/processor/pacing"
+	"github.com/wahook/wahook/schema"
+)
+
+func TestDecodeEvent(t *testing.T) {
+	at := t0.Unix()
+	cases := []struct {
+		name string
+		kind schema.Kind
+		row  any
+		want pacing.Event
+		err  error
+	}{
+		{"sent", schema.KindStatus, schema.StatusRow{EventID: "a", EventTime: t0, PhoneNumberID: "1", Status: "sent", RecipientHash: "r"},
+			pacing.Event{Kind: schema.KindStatus, At: at, Status: "sent", Outbound: true}, nil},
+		{"delivered is no traffic", schema.KindStatus, schema.StatusRow{EventID: "a", EventTime: t0, PhoneNumberID: "1", Status: "delivered"},
+			pacing.Event{Kind: schema.KindStatus, At: at, Status: "delivered"}, nil},
+		{"failed", schema.KindStatus, schema.StatusRow{EventID: "a", EventTime: t0, PhoneNumberID: "1", Status: "failed", RecipientHash: "r", ErrorCodes: []int32{131056}},
+			pacing.Event{Kind: schema.KindStatus, At: at, Status: "failed", Codes: []int32{131056}, Recipient: "r"}, nil},
+		{"inbound", schema.KindInbound, schema.InboundRow{EventID: "a", EventTime: t0, PhoneNumberID: "1", ErrorCodes: []int32{131051}},
+			pacing.Event{Kind: schema.KindInbound, At: at, Inbound: true}, nil},
+		{"echo is outbound", schema.KindOther, schema.ManagementRow{EventID: "a", Kind: schema.KindOther, Field: "smb_message_echoes", EventTime: t0, PhoneNumberID: "1", Event: "text"},
+			pacing.Event{Kind: schema.KindOther, At: at, Outbound: true, Coexistence: true, Field: "smb_message_echoes", Name: "text"}, nil},
+		{"history", schema.KindOther, schema.ManagementRow{EventID: "a", Kind: schema.KindOther, Field: "history", EventTime: t0, PhoneNumberID: "1", Event: "HISTORY_CHUNK"},
+			pacing.Event{Kind: schema.KindOther, At: at, Coexistence: true, Field: "history", Name: "HISTORY_CHUNK"}, nil},
+		{"state sync", schema.KindOther, schema.ManagementRow{EventID: "a", Kind: schema.KindOther, Field: "smb_app_state_sync", EventTime: t0, PhoneNumberID: "1", Event: "add"},
+			pacing.Event{Kind: schema.KindOther, At: at, Coexistence: true, Field: "smb_app_state_sync", Name: "add"}, nil},
+		{"quality", schema.KindNumber, schema.ManagementRow{EventID: "a", Kind: schema.KindNumber, Field: "phone_number_quality_update", EventTime: t0, PhoneNumberID: "1", Event: "FLAGGED", NewValue: "TIER_250"},
+			pacing.Event{Kind: schema.KindNumber, At: at, Field: "phone_number_quality_update", Name: "FLAGGED", NewValue: "TIER_250"}, nil},
+		{"template has no number", schema.KindTemplate, schema.ManagementRow{EventID: "a", Kind: schema.KindTemplate, Field: "message_template_status_update", EventTime: t0},
+			pacing.Event{}, errNoNumber},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			data, err := json.Marshal(processor.Event{Kind: c.kind, V: 1, Row: c.row})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ev event
+			err = decodeEvent(data, &ev)
+			if !errors.Is(err, c.err) {
+				t.Fatalf("got error %v, want %v", err, c.err)
+			}
+			if err != nil {
+				return
+			}
+			if ev.id != "a" || ev.number != "1" || !reflect.DeepEqual(ev.e, c.want) {
+				t.Fatalf("got %+v, want %+v", ev.e, c.want)
+			}
+		})
+	}
+	for _, bad := range []string{`{`, `{"kind":"status","v":2,"row":{"phone_number_id":"1"}}`, `{"kind":"status","v":1,"row":{"phone_number_id":"1","status":"sent"}}`} {
+		var ev event
+		if err := decodeEvent([]byte(bad), &ev); err == nil || errors.Is(err, errNoNumber) {
+			t.Errorf("%s: got %v, want a decoding error", bad, err)
+		}
+	}
+}

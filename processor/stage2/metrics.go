@@ -1,0 +1,44 @@
+package stage2
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	events     *prometheus.CounterVec // by result
+	signals    prometheus.Counter
+	cooldowns  prometheus.Counter
+	numbers    prometheus.Gauge
+	writeFails *prometheus.CounterVec // by bucket
+}
+
+// The results of an event.
+const (
+	resultApplied   = "applied"   // folded into its number's state
+	resultDuplicate = "duplicate" // seen before (a redelivery or a replay)
+	resultIgnored   = "ignored"   // nothing for stage 2 (no number, a kind it does not use)
+	resultBad       = "bad"       // not an event it can decode
+)
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wahook_stage2_events_total", Help: "EVENTS messages taken by stage 2, by result (applied, duplicate, ignored, bad).",
+		}, []string{"result"}),
+		signals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wahook_stage2_signals_published_total", Help: "Pacing signals written to " + "wahook_pacing and its subjects.",
+		}),
+		cooldowns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wahook_stage2_cooldowns_written_total", Help: "Pair-rate cool-downs written after 131056.",
+		}),
+		numbers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "wahook_stage2_numbers", Help: "Business numbers whose state this instance holds.",
+		}),
+		writeFails: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wahook_stage2_write_failures_total", Help: "KV writes that failed, by bucket.",
+		}, []string{"bucket"}),
+	}
+	for _, r := range []string{resultApplied, resultDuplicate, resultIgnored, resultBad} {
+		m.events.WithLabelValues(r)
+	}
+	reg.MustRegister(m.events, m.signals, m.cooldowns, m.numbers, m.writeFails)
+	return m
+}

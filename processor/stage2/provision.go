@@ -1,0 +1,103 @@
+package stage2
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wahook/wahook/processor/pacing"
+	"github.com/wahook/wahook/schema"
+)
+
+// cooldownMarkerTTL is how long the bucket keeps the marker a cool-down
+// leaves when it expires, so that a watcher sees it go.
+const cooldownMarkerTTL = time.Minute
+
+// ensureBuckets opens the KV buckets, creating those that are absent:
+// wahook_pacing (one value per number, history 1) and wahook_pair_cooldown.
+// The cool-down bucket expires each key at its own time (a per-message
+// TTL, nats-server 2.11 and later); on an older server it keeps every key
+// for the longest cool-down instead, and readers go by the value's until.
+// It reports whether the cool-down bucket has per-key expiry.
+func ensureBuckets(ctx context.Context, js jetstream.JetStream, replicas int) (pacingKV, cooldownKV jetstream.KeyValue, keyTTL bool, err error) {
+	pacingKV, err = ensureBucket(ctx, js, jetstream.KeyValueConfig{
+		Bucket:      schema.BucketPacing,
+		Description: "wahook: pacing signal per business number (schema.PacingSignal)",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+	})
+	if err != nil {
+		return nil, nil, false, err
+	}
+	cfg := jetstream.KeyValueConfig{
+		Bucket:         schema.BucketPairCooldown,
+		Description:    "wahook: pair-rate cool-downs after 131056 (schema.PairCooldown), each key expiring at its until",
+		History:        1,
+		Storage:        jetstream.FileStorage,
+		Replicas:       replicas,
+		LimitMarkerTTL: cooldownMarkerTTL,
+	}
+	cooldownKV, err = ensureBucket(ctx, js, cfg)
+	if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
+		cfg.LimitMarkerTTL = 0
+		cfg.TTL = pacing.MaxPairWait + time.Minute
+		cfg.Description = "wahook: pair-rate cool-downs after 131056 (schema.PairCooldown); an entry holds until its until"
+		cooldownKV, err = ensureBucket(ctx, js, cfg)
+	}
+	if err != nil {
+		return nil, nil, false, err
+	}
+	st, err := cooldownKV.Status(ctx)
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("provision bucket %s: %w", schema.BucketPairCooldown, err)
+	}
+	keyTTL = st.LimitMarkerTTL() > 0
+	return pacingKV, cooldownKV, keyTTL, nil
+}
+
+// ensureBucket opens a bucket, or creates it with cfg when it is absent.
+// An existing bucket is left as it is (wahook migrate updates).
+func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if err == nil {
+		return kv, nil
+	}
+	if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("provision bucket %s: %w", cfg.Bucket, err)
+	}
+	kv, err = js.CreateKeyValue(ctx, cfg)
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		kv, err = js.KeyValue(ctx, cfg.Bucket) // another instance was first
+	}
+	if err != nil {
+		return nil, fmt.Errorf("provision bucket %s: %w", cfg.Bucket, err)
+	}
+	return kv, nil
+}
+
+// ensureConsumer creates or updates the durable pull consumer of this
+// instance's EVENTS subjects. A new consumer starts with the events
+// published from now on; an existing one resumes where it was acked.
+func ensureConsumer(ctx context.Context, js jetstream.JetStream, c Config) (jetstream.Consumer, error) {
+	cc := jetstream.ConsumerConfig{
+		Durable:        c.Durable,
+		Description:    "wahook stage 2: pacing state",
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        c.AckWait,
+		MaxAckPending:  c.MaxAckPending,
+		FilterSubjects: c.FilterSubjects,
+	}
+	if len(c.FilterSubjects) == 1 {
+		cc.FilterSubject, cc.FilterSubjects = c.FilterSubjects[0], nil
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, schema.StreamEvents, cc)
+	if err != nil {
+		return nil, fmt.Errorf("provision consumer %s on %s: %w", c.Durable, schema.StreamEvents, err)
+	}
+	return cons, nil
+}

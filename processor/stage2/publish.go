@@ -1,0 +1,214 @@
+package stage2
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/wahook/wahook/processor/pacing"
+	"github.com/wahook/wahook/schema"
+)
+
+const (
+	// trafficHorizon is how long after a number's newest traffic (Meta's
+	// time) its signal is refreshed every Refresh: until the 60 s window,
+	// which ends Settle before now, has passed it.
+	trafficHorizon = 60 + int64(pacing.Settle/time.Second) + 2
+	// holdHorizon is how long after an error or a management event the
+	// signal is checked every Refresh and written when it changes: the
+	// longest hold (a stop) and a minute of recent_errors.
+	holdHorizon = int64((pacing.StopHold + time.Minute) / time.Second)
+	// maxPendingWrites bounds the KV writes awaiting their acks.
+	maxPendingWrites = 4096
+	// ackTimeout is how long a KV write may await its ack.
+	ackTimeout = 10 * time.Second
+)
+
+// number is a business number's state and its writing schedule.
+type number struct {
+	id                 string
+	subject, kvSubject string // wahook.pacing.<id>, $KV.wahook_pacing.<id>
+	p                  *pacing.Number
+
+	dirty     bool      // changed since its last write
+	lastWrite time.Time // real clock
+	trafficAt int64     // Meta's time of its newest traffic
+	holdUntil int64     // Meta's time until which its advice may change without events
+	last      schema.PacingSignal
+}
+
+// pendingWrite is a KV write awaiting its ack.
+type pendingWrite struct {
+	f jetstream.PubAckFuture
+	n *number
+}
+
+// writer coalesces and writes the signals: a changed number is written at
+// once when its last write is at least Coalesce old, else when it is; and
+// every Refresh while it is live. It runs on Run's goroutine.
+type writer struct {
+	s       *Stage2
+	dirty   []*number
+	due     time.Time // the earliest due write of dirty
+	live    map[*number]struct{}
+	pending []pendingWrite
+}
+
+// changed marks n to be written after e changed it.
+func (w *writer) changed(n *number, e *pacing.Event) {
+	if e.Inbound || e.Outbound {
+		n.trafficAt = max(n.trafficAt, e.At)
+	}
+	if len(e.Codes) > 0 || e.Field != "" {
+		n.holdUntil = max(n.holdUntil, e.At+holdHorizon)
+	}
+	w.live[n] = struct{}{}
+	w.mark(n)
+}
+
+func (w *writer) mark(n *number) {
+	if n.dirty {
+		return
+	}
+	n.dirty = true
+	w.dirty = append(w.dirty, n)
+	if d := n.lastWrite.Add(w.s.cfg.Coalesce); w.due.IsZero() || d.Before(w.due) {
+		w.due = d
+	}
+}
+
+// nextDue is when the next write is due, or def when none is.
+func (w *writer) nextDue(def time.Time) time.Time {
+	if len(w.dirty) == 0 {
+		return def
+	}
+	return w.due
+}
+
+// refresh marks the live numbers whose signal moves without events: those
+// with traffic in the last minute, and those whose holds or recent errors
+// changed the signal since its last write. A number leaves the live set
+// once neither can change it.
+func (w *writer) refresh(now time.Time) {
+	sec := now.Unix()
+	for n := range w.live {
+		switch {
+		case sec <= n.trafficAt+trafficHorizon:
+			w.mark(n)
+		case !sameSignal(n.p.Signal(now, w.s.cfg.Tiers), n.last):
+			w.mark(n)
+		case sec > n.holdUntil:
+			delete(w.live, n)
+		}
+	}
+}
+
+// flush writes the numbers whose write is due at now, or all with all,
+// and collects the acks of earlier writes; with all it waits for every
+// ack.
+func (w *writer) flush(ctx context.Context, now time.Time, all bool) {
+	if len(w.dirty) > 0 && (all || !now.Before(w.due)) {
+		sigNow := w.s.cfg.Now()
+		keep := w.dirty[:0]
+		w.due = time.Time{}
+		for _, n := range w.dirty {
+			due := n.lastWrite.Add(w.s.cfg.Coalesce)
+			if all || !now.Before(due) {
+				w.write(n, sigNow, now)
+				continue
+			}
+			keep = append(keep, n)
+			if w.due.IsZero() || due.Before(w.due) {
+				w.due = due
+			}
+		}
+		clear(w.dirty[len(keep):])
+		w.dirty = keep
+	}
+	w.reap(ctx, all)
+}
+
+// write publishes n's signal at sigNow to the KV (async) and its subject.
+func (w *writer) write(n *number, sigNow, now time.Time) {
+	s := w.s
+	sig := n.p.Signal(sigNow, s.cfg.Tiers)
+	data, err := json.Marshal(&sig)
+	if err != nil {
+		panic("BUG: pacing signal does not encode: " + err.Error())
+	}
+	n.dirty, n.lastWrite, n.last = false, now, sig
+	if len(w.pending) >= maxPendingWrites {
+		w.reap(context.Background(), true)
+	}
+	f, err := s.pub.PublishMsgAsync(&nats.Msg{Subject: n.kvSubject, Data: data})
+	if err != nil {
+		w.failed(n, err)
+		return
+	}
+	w.pending = append(w.pending, pendingWrite{f: f, n: n})
+	if err := s.js.Conn().Publish(n.subject, data); err != nil {
+		s.log.Warn("publish signal", zap.String("subject", n.subject), zap.Error(err))
+	}
+	s.m.signals.Inc()
+}
+
+// reap collects the acks of earlier writes; with block it waits for all. A
+// failed write marks its number to be written again.
+func (w *writer) reap(ctx context.Context, block bool) {
+	keep := w.pending[:0]
+	var timeout <-chan time.Time
+	for i, p := range w.pending {
+		if !block {
+			select {
+			case <-p.f.Ok():
+			case err := <-p.f.Err():
+				w.failed(p.n, err)
+			default:
+				keep = append(keep, w.pending[i:]...)
+				clear(w.pending[len(keep):])
+				w.pending = keep
+				return
+			}
+			continue
+		}
+		if timeout == nil {
+			t := time.NewTimer(ackTimeout)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-p.f.Ok():
+		case err := <-p.f.Err():
+			w.failed(p.n, err)
+		case <-timeout:
+			w.failed(p.n, context.DeadlineExceeded)
+		case <-ctx.Done():
+			w.failed(p.n, ctx.Err())
+		}
+	}
+	clear(w.pending)
+	w.pending = w.pending[:0]
+}
+
+func (w *writer) failed(n *number, err error) {
+	w.s.m.writeFails.WithLabelValues(schema.BucketPacing).Inc()
+	if ce := w.s.log.Check(zap.WarnLevel, "write signal"); ce != nil {
+		ce.Write(zap.String("phone_number_id", n.id), zap.Error(err))
+	}
+	w.mark(n)
+}
+
+// sameSignal reports whether a and b say the same, whenever they were
+// made. It compares their JSON, so that a field added to the signal is
+// compared too.
+func sameSignal(a, b schema.PacingSignal) bool {
+	a.UpdatedAt, b.UpdatedAt = time.Time{}, time.Time{}
+	ja, errA := json.Marshal(&a)
+	jb, errB := json.Marshal(&b)
+	return errA == nil && errB == nil && bytes.Equal(ja, jb)
+}

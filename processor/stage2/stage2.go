@@ -1,0 +1,270 @@
+package stage2
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/wahook/wahook/processor/pacing"
+	"github.com/wahook/wahook/schema"
+)
+
+const (
+	// fetchBatch is how many events the consumer keeps buffered.
+	fetchBatch = 1000
+	// cooldownRetry is the delay of the redelivery of an event whose
+	// cool-down could not be written.
+	cooldownRetry = time.Second
+	// consumerCheck is how often Run checks that its consumer exists.
+	consumerCheck = 10 * time.Second
+)
+
+// Stage2 consumes EVENTS and publishes pacing signals. Run it once.
+type Stage2 struct {
+	js  jetstream.JetStream
+	pub jetstream.JetStream // js's connection, with an async window of stage 2's own
+	cfg Config
+	log *zap.Logger
+	m   *metrics
+
+	pacingKV, cooldownKV jetstream.KeyValue
+	keyTTL               bool // the cool-down bucket expires keys per message
+
+	nums   map[string]*number
+	dedupe *pacing.Deduper
+	// cooldownRetry holds the ids of 131056 events whose cool-down could
+	// not be written; they were nak'ed, and their redelivery writes it.
+	cooldownRetry map[string]struct{}
+	w             writer
+}
+
+// New builds stage 2 over js. It does no I/O: Run provisions and consumes.
+// A nil log is zap.NewNop(); reg takes the metrics.
+func New(js jetstream.JetStream, cfg Config, log *zap.Logger, reg prometheus.Registerer) (*Stage2, error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("stage 2 config: %w", err)
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	// The signals are written with async publishes. A JetStream context's
+	// async window is shared by all its users, so stage 2 takes one of its
+	// own on the same connection: another user's backlog (ingest's, in
+	// serve) does not stall its writes, nor its writes theirs. It uses the
+	// default API prefix, as the KV subjects it writes do.
+	pub, err := jetstream.New(js.Conn(), jetstream.WithPublishAsyncMaxPending(2*maxPendingWrites))
+	if err != nil {
+		return nil, fmt.Errorf("stage 2: %w", err)
+	}
+	s := &Stage2{
+		js: js, pub: pub, cfg: cfg, log: log.Named("stage2"), m: newMetrics(reg),
+		nums: map[string]*number{}, dedupe: pacing.NewDeduper(), cooldownRetry: map[string]struct{}{},
+	}
+	s.w = writer{s: s, live: map[*number]struct{}{}}
+	return s, nil
+}
+
+// Run provisions the KV buckets and the durable consumer (the EVENTS
+// stream must exist: stage 1 creates it), then applies events until ctx
+// ends. It returns nil when ctx ends, after writing the signals still
+// pending, or the error that stopped it.
+func (s *Stage2) Run(ctx context.Context) error {
+	var err error
+	if _, err = s.js.Stream(ctx, schema.StreamEvents); err != nil {
+		return fmt.Errorf("stream %s: %w", schema.StreamEvents, err)
+	}
+	if s.pacingKV, s.cooldownKV, s.keyTTL, err = ensureBuckets(ctx, s.js, s.cfg.Replicas); err != nil {
+		return err
+	}
+	if !s.keyTTL {
+		s.log.Warn("the server has no per-message TTL: cool-downs stay in their bucket for the longest cool-down; readers go by until",
+			zap.String("bucket", schema.BucketPairCooldown))
+	}
+	cons, err := ensureConsumer(ctx, s.js, s.cfg)
+	if err != nil {
+		return err
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(fetchBatch))
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", schema.StreamEvents, err)
+	}
+	// Next waits for a message or a timer, not for ctx: ctx's end stops
+	// the iterator, which ends a waiting Next.
+	quit, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		select {
+		case <-ctx.Done():
+		case <-quit:
+		}
+		it.Stop()
+	}()
+	defer func() { close(quit); <-stopped }()
+	s.log.Info("stage 2 started", zap.String("consumer", s.cfg.Durable), zap.Strings("subjects", s.cfg.FilterSubjects))
+
+	nextRefresh := time.Now().Add(s.cfg.Refresh)
+	nextCheck := time.Now().Add(consumerCheck)
+	for {
+		next := s.w.nextDue(nextRefresh)
+		if nextRefresh.Before(next) {
+			next = nextRefresh
+		}
+		wait := time.Until(next)
+		var msg jetstream.Msg
+		if wait > 0 {
+			msg, err = it.Next(jetstream.NextMaxWait(wait))
+		}
+		switch {
+		case err == nil && msg != nil:
+			s.handle(ctx, msg)
+		case err == nil:
+		case errors.Is(err, nats.ErrTimeout):
+			err = nil
+		case errors.Is(err, jetstream.ErrMsgIteratorClosed) && ctx.Err() != nil:
+			s.w.flush(context.Background(), time.Now(), true)
+			s.log.Info("stage 2 stopped")
+			return nil
+		default:
+			return fmt.Errorf("consume %s: %w", schema.StreamEvents, err)
+		}
+		now := time.Now()
+		if !now.Before(nextRefresh) {
+			s.w.refresh(s.cfg.Now())
+			nextRefresh = now.Add(s.cfg.Refresh)
+		}
+		s.w.flush(ctx, now, false)
+		if !now.Before(nextCheck) {
+			// A pull to a consumer deleted before it arrived gets no
+			// answer, and the iterator waits for ever: look.
+			if _, err := cons.Info(ctx); errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return fmt.Errorf("consume %s: %w", schema.StreamEvents, err)
+			}
+			nextCheck = now.Add(consumerCheck)
+		}
+	}
+}
+
+// handle applies one EVENTS message and acks it. A message it cannot
+// decode is acked too: it is counted and logged, never retried (stage 1
+// wrote it; retrying cannot make it decodable). A message whose cool-down
+// could not be written is nak'ed, to write it on redelivery.
+func (s *Stage2) handle(ctx context.Context, msg jetstream.Msg) {
+	var ev event
+	switch err := decodeEvent(msg.Data(), &ev); {
+	case errors.Is(err, errNoNumber):
+		s.m.events.WithLabelValues(resultIgnored).Inc()
+	case err != nil:
+		s.m.events.WithLabelValues(resultBad).Inc()
+		if ce := s.log.Check(zap.WarnLevel, "undecodable event"); ce != nil {
+			ce.Write(zap.String("subject", msg.Subject()), zap.Error(err))
+		}
+	default:
+		if err := s.apply(ctx, &ev); err != nil {
+			if err := msg.NakWithDelay(cooldownRetry); err != nil && ctx.Err() == nil {
+				s.log.Warn("nak", zap.String("subject", msg.Subject()), zap.Error(err))
+			}
+			return
+		}
+	}
+	if err := msg.Ack(); err != nil && ctx.Err() == nil {
+		s.log.Warn("ack", zap.String("subject", msg.Subject()), zap.Error(err))
+	}
+}
+
+// apply folds one event into its number's state, de-duplicating what
+// counts, and writes a cool-down for a 131056. It fails only when the
+// cool-down could not be written: the event is then counted, and its
+// redelivery writes the cool-down alone.
+func (s *Stage2) apply(ctx context.Context, ev *event) error {
+	e := ev.e
+	pair := e.Recipient != "" && hasCode(e.Codes, 131056)
+	if ev.countable() {
+		if s.dedupe.Holds(e.At) {
+			if s.dedupe.Seen(ev.id, e.At) {
+				if _, retry := s.cooldownRetry[ev.id]; retry && pair {
+					return s.cooldown(ctx, ev)
+				}
+				s.m.events.WithLabelValues(resultDuplicate).Inc()
+				return nil
+			}
+		} else {
+			// Older than the windows: its traffic cannot count any more,
+			// nor can a repeat be told apart, but an error's advice (a
+			// stop holds 15 minutes) still can: apply it without traffic.
+			// Applying it twice changes no hold; its count falls outside
+			// the last minute. Its cool-down, if any, is over or was
+			// written when it was new.
+			e.Inbound, e.Outbound = false, false
+			if _, retry := s.cooldownRetry[ev.id]; !retry {
+				pair = false
+			}
+			if len(e.Codes) == 0 {
+				s.m.events.WithLabelValues(resultIgnored).Inc()
+				return nil
+			}
+		}
+	}
+	n := s.number(ctx, ev.number)
+	if n.p.Apply(e) {
+		s.w.changed(n, &e)
+	}
+	s.m.events.WithLabelValues(resultApplied).Inc()
+	if pair {
+		return s.cooldown(ctx, ev)
+	}
+	return nil
+}
+
+// cooldown writes the cool-down of a 131056, remembering the event for a
+// retry when the write fails.
+func (s *Stage2) cooldown(ctx context.Context, ev *event) error {
+	if err := s.writeCooldown(ctx, ev.number, ev.e.Recipient, time.Unix(ev.e.At, 0)); err != nil {
+		s.cooldownRetry[ev.id] = struct{}{}
+		return err
+	}
+	delete(s.cooldownRetry, ev.id)
+	return nil
+}
+
+// number is the state of id, made on first sight and seeded from its last
+// signal in the KV.
+func (s *Stage2) number(ctx context.Context, id string) *number {
+	if n := s.nums[id]; n != nil {
+		return n
+	}
+	n := &number{id: id, p: pacing.NewNumber(id), subject: schema.PacingSubject(id),
+		kvSubject: "$KV." + schema.BucketPacing + "." + schema.PacingKey(id)}
+	if e, err := s.pacingKV.Get(ctx, schema.PacingKey(id)); err == nil {
+		var sig schema.PacingSignal
+		if err := json.Unmarshal(e.Value(), &sig); err == nil && sig.PhoneNumberID == id {
+			n.p.Restore(sig)
+		}
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyDeleted) {
+		s.log.Warn("read the last signal", zap.String("phone_number_id", id), zap.Error(err))
+	}
+	s.nums[id] = n
+	s.m.numbers.Set(float64(len(s.nums)))
+	return n
+}
+
+func hasCode(codes []int32, c int32) bool {
+	for _, x := range codes {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,352 @@
+package stage2
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wahook/wahook/schema"
+)
+
+// Traffic of two numbers at known rates over 20 s of Meta's time: the KV
+// holds observed_mps.10s within 1% of the truth, and utilization against
+// the default tier of 80.
+func TestObservedRatesInKV(t *testing.T) {
+	h := start(t, sec(22), nil) // the windows end with second 19
+	type num struct {
+		id      string
+		out, in int
+	}
+	nums := []num{{"1001", 50, 10}, {"1002", 30, 5}}
+	for _, n := range nums {
+		h.traffic(n.id, 0, 20, n.out, n.in)
+	}
+	h.flushed()
+	for _, n := range nums {
+		want := float64(n.out + n.in)
+		s := h.waitSignal(n.id, "observed rate of "+n.id, func(s schema.PacingSignal) bool {
+			return math.Abs(s.Observed.S10-want) <= 0.01*want
+		})
+		if s.TierMPS != 80 || s.TierSource != "default" || math.Abs(s.Utilization-want/80) > 0.01*want/80 {
+			t.Errorf("number %s: tier %d (%s), utilization %v, want %v", n.id, s.TierMPS, s.TierSource, s.Utilization, want/80)
+		}
+		if s.Observed.Outbound10 != float64(n.out) || s.Observed.Inbound10 != float64(n.in) {
+			t.Errorf("number %s: outbound %v inbound %v, want %d %d", n.id, s.Observed.Outbound10, s.Observed.Inbound10, n.out, n.in)
+		}
+		if !s.UpdatedAt.Equal(sec(22)) || s.PhoneNumberID != n.id || s.Version != schema.PacingVersion {
+			t.Errorf("number %s: %+v", n.id, s)
+		}
+	}
+	if got := metricValue(h.s.m.numbers); got != 2 {
+		t.Errorf("numbers tracked: %v", got)
+	}
+	// The rates decay to 0 in the KV once the traffic is a minute old.
+	h.clock.Set(sec(90))
+	h.waitSignal("1001", "rates decay", func(s schema.PacingSignal) bool {
+		return s.Observed.S60 == 0 && s.Observed.S10 == 0 && s.Advice == schema.AdviceOK && s.RecommendedMPS == 80
+	})
+}
+
+// A THROUGHPUT_UPGRADE raises the tier to 1,000 and opens a maintenance
+// window: pause until a minute after it.
+func TestThroughputUpgrade(t *testing.T) {
+	h := start(t, sec(10), nil)
+	id := "ev-upgrade"
+	h.publish(schema.KindNumber, "2001", id, schema.ManagementRow{
+		EventID: id, Kind: schema.KindNumber, Field: "phone_number_quality_update", EventTime: sec(0),
+		PhoneNumberID: "2001", DisplayPhoneNumber: "15550001", Event: "THROUGHPUT_UPGRADE", NewValue: "TIER_UNLIMITED",
+	})
+	h.flushed()
+	s := h.waitSignal("2001", "upgrade", func(s schema.PacingSignal) bool { return s.TierMPS == 1000 })
+	if s.TierSource != "throughput_upgrade" || s.Advice != schema.AdvicePause || s.RecommendedMPS != 0 ||
+		s.MaintenanceUntil == nil || !s.MaintenanceUntil.Equal(sec(60)) || s.MessagingLimit != "TIER_UNLIMITED" {
+		t.Fatalf("after THROUGHPUT_UPGRADE: %+v", s)
+	}
+	// After the window, without further events, the refresh writes ok.
+	h.clock.Set(sec(61))
+	h.waitSignal("2001", "maintenance over", func(s schema.PacingSignal) bool {
+		return s.Advice == schema.AdviceOK && s.RecommendedMPS == 1000 && s.MaintenanceUntil == nil
+	})
+}
+
+// 130429 turns ok into slow_down at a lower recommended rate; 131048 into
+// stop.
+func TestThrottleThenStop(t *testing.T) {
+	h := start(t, sec(22), nil)
+	h.traffic("3001", 0, 20, 40, 5)
+	h.flushed()
+	before := h.waitSignal("3001", "traffic", func(s schema.PacingSignal) bool { return s.Observed.S10 == 45 })
+	if before.Advice != schema.AdviceOK || before.RecommendedMPS != 75 {
+		t.Fatalf("before: %+v", before)
+	}
+	for k := 0; k < 30; k++ {
+		h.failed("3001", fmt.Sprintf("thr-%d", k), fmt.Sprintf("r%d", k), sec(19), 130429)
+	}
+	h.flushed()
+	s := h.waitSignal("3001", "slow_down", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceSlowDown })
+	if s.RecommendedMPS >= before.RecommendedMPS || s.RecommendedMPS != 20 || s.RecentErrors[schema.ClassThroughput] != 30 {
+		t.Fatalf("after 130429: %+v", s)
+	}
+	h.failed("3001", "spam-1", "r1", sec(20), 131048)
+	h.flushed()
+	s = h.waitSignal("3001", "stop", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceStop })
+	if s.RecommendedMPS != 0 || s.RecentErrors[schema.ClassQuality] != 1 {
+		t.Fatalf("after 131048: %+v", s)
+	}
+}
+
+// A 131056 for r1 writes a cool-down for (number, r1) alone, with a
+// per-key TTL; a second one in a row gives strike 2.
+func TestPairCooldown(t *testing.T) {
+	h := start(t, sec(1), nil)
+	h.traffic("4001", 0, 1, 3, 0)
+	h.failed("4001", "pair-1", "r1", sec(0), 131056)
+	h.flushed()
+	ctx := context.Background()
+	kv, err := h.js.KeyValue(ctx, schema.BucketPairCooldown)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := schema.PairCooldownKey("4001", "r1")
+	read := func(strikes int) schema.PairCooldown {
+		t.Helper()
+		var c schema.PairCooldown
+		h.eventually(fmt.Sprintf("strike %d", strikes), func() (bool, string) {
+			e, err := kv.Get(ctx, key)
+			if err != nil {
+				return false, err.Error()
+			}
+			if err := json.Unmarshal(e.Value(), &c); err != nil {
+				return false, err.Error()
+			}
+			return c.Strikes == strikes, string(e.Value())
+		})
+		return c
+	}
+	c := read(1)
+	if c.PhoneNumberID != "4001" || c.Recipient != "r1" || !c.Until.Equal(sec(6)) {
+		t.Fatalf("first: %+v", c)
+	}
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []string
+	for k := range keys.Keys() {
+		all = append(all, k)
+	}
+	if len(all) != 1 || all[0] != key {
+		t.Fatalf("keys %v, want only %s", all, key)
+	}
+	// The entry carries its TTL: until, from the clock (5 s).
+	stream, err := h.js.Stream(ctx, "KV_"+schema.BucketPairCooldown)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := stream.GetLastMsgForSubject(ctx, "$KV."+schema.BucketPairCooldown+"."+key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl := raw.Header.Get("Nats-TTL"); ttl != "5s" {
+		t.Errorf("Nats-TTL %q, want 5s", ttl)
+	}
+	h.clock.Set(sec(2))
+	h.failed("4001", "pair-2", "r1", sec(2), 131056)
+	h.flushed()
+	if c = read(2); !c.Until.Equal(sec(8)) { // max(6 s, 4^1 s) after second 2
+		t.Fatalf("second: %+v", c)
+	}
+	if n := metricValue(h.s.m.cooldowns); n != 2 {
+		t.Errorf("cool-downs written: %v", n)
+	}
+	h.waitSignal("4001", "pair-rate errors in the signal", func(s schema.PacingSignal) bool {
+		return s.RecentErrors[schema.ClassPairRate] == 2
+	})
+}
+
+// The same events published again under other Nats-Msg-Ids (a replay after
+// the duplicate window) leave the KV signal as it was.
+func TestReplayCountsOnce(t *testing.T) {
+	h := start(t, sec(22), nil)
+	publishAll := func(suffix string) {
+		for s := 0; s < 20; s++ {
+			for k := 0; k < 20; k++ {
+				id := fmt.Sprintf("o-%d-%d", s, k)
+				h.publish(schema.KindStatus, "5001", id+suffix, schema.StatusRow{EventID: id, EventTime: sec(s), PhoneNumberID: "5001", Status: "sent"})
+			}
+			id := fmt.Sprintf("i-%d", s)
+			h.publish(schema.KindInbound, "5001", id+suffix, schema.InboundRow{EventID: id, EventTime: sec(s), PhoneNumberID: "5001"})
+		}
+		for k := 0; k < 3; k++ {
+			id := fmt.Sprintf("f-%d", k)
+			h.publish(schema.KindStatus, "5001", id+suffix, schema.StatusRow{EventID: id, EventTime: sec(18), PhoneNumberID: "5001", Status: "failed", ErrorCodes: []int32{131026}})
+		}
+	}
+	publishAll("")
+	h.flushed()
+	once := h.waitSignal("5001", "first pass", func(s schema.PacingSignal) bool { return s.Observed.S10 == 21 })
+	_, onceJSON, _ := h.signal("5001")
+	written := metricValue(h.s.m.signals)
+	publishAll("-replay")
+	h.flushed()
+	if d := h.count(resultDuplicate); d != 20*21+3 {
+		t.Fatalf("%d duplicates, want %d", d, 20*21+3)
+	}
+	// Wait for a write after the replay (the refresh rewrites a live
+	// number every second), then compare.
+	h.eventually("a write after the replay", func() (bool, string) {
+		return metricValue(h.s.m.signals) > written+1, ""
+	})
+	_, twiceJSON, err := h.signal("5001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(onceJSON, twiceJSON) {
+		t.Fatalf("after the replay:\n%s\nonce:\n%s", twiceJSON, onceJSON)
+	}
+	if once.RecentErrors[schema.ClassUndeliverable] != 3 {
+		t.Fatalf("recent errors %v", once.RecentErrors)
+	}
+}
+
+// A subscriber of wahook.pacing.<id> gets the updates, coalesced: far
+// fewer messages than events, the last equal to the KV.
+func TestSignalSubjectCoalesced(t *testing.T) {
+	h := start(t, sec(22), nil)
+	sub, err := h.nc.SubscribeSync(schema.PacingSubject("6001"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	const events = 1000
+	for k := 0; k < events; k++ {
+		h.sent1("6001", fmt.Sprintf("c-%d", k), sec(k/50))
+	}
+	h.flushed()
+	var last []byte
+	got := 0
+	h.eventually("the subject's last message equals the KV", func() (bool, string) {
+		for {
+			m, err := sub.NextMsg(10 * time.Millisecond)
+			if err != nil {
+				break
+			}
+			got++
+			last = m.Data
+		}
+		sig, kv, err := h.signal("6001")
+		return err == nil && sig.Observed.S10 == 50 && bytes.Equal(kv, last), fmt.Sprintf("kv %s, subject %s", kv, last)
+	})
+	var s schema.PacingSignal
+	if err := json.Unmarshal(last, &s); err != nil || s.Observed.S10 != 50 {
+		t.Fatalf("last message %s: %v", last, err)
+	}
+	t.Logf("%d events, %d messages on %s", events, got, sub.Subject)
+	if got < 1 || got >= events/10 {
+		t.Fatalf("%d messages for %d events", got, events)
+	}
+}
+
+// A restarted stage 2 keeps what the EVENTS it will not see again said: a
+// number upgraded or on the Business app keeps its tier (from the KV).
+func TestRestartKeepsTier(t *testing.T) {
+	h := start(t, sec(10), nil)
+	h.publish(schema.KindNumber, "7001", "up", schema.ManagementRow{
+		EventID: "up", Kind: schema.KindNumber, Field: "phone_number_quality_update", EventTime: sec(0),
+		PhoneNumberID: "7001", Event: "THROUGHPUT_UPGRADE",
+	})
+	h.publish(schema.KindOther, "7002", "echo", schema.ManagementRow{
+		EventID: "echo", Kind: schema.KindOther, Field: "smb_message_echoes", EventTime: sec(0), PhoneNumberID: "7002", Event: "text",
+	})
+	h.flushed()
+	h.waitSignal("7001", "upgrade", func(s schema.PacingSignal) bool { return s.TierMPS == 1000 })
+	h.waitSignal("7002", "coexistence", func(s schema.PacingSignal) bool {
+		return s.TierMPS == 20 && s.TierSource == "coexistence" && s.Observed.Outbound10 == 0.1
+	})
+	h.restart()
+	h.clock.Set(sec(200))
+	h.traffic("7001", 190, 198, 10, 0)
+	h.traffic("7002", 190, 198, 1, 0)
+	h.flushed()
+	h.waitSignal("7001", "tier after restart", func(s schema.PacingSignal) bool {
+		return s.TierMPS == 1000 && s.TierSource == "throughput_upgrade" && s.Observed.S1 == 10 && s.Advice == schema.AdviceOK
+	})
+	h.waitSignal("7002", "tier after restart", func(s schema.PacingSignal) bool {
+		return s.TierMPS == 20 && s.TierSource == "coexistence" && s.Observed.S1 == 1
+	})
+}
+
+// A cool-down that cannot be written (its bucket is gone) is written when
+// the event comes again, once, with its first strike.
+func TestCooldownRetried(t *testing.T) {
+	h := start(t, sec(1), nil)
+	ctx := context.Background()
+	if err := h.js.DeleteKeyValue(ctx, schema.BucketPairCooldown); err != nil {
+		t.Fatal(err)
+	}
+	h.failed("4101", "pair-x", "r9", sec(0), 131056)
+	h.eventually("a failed write", func() (bool, string) {
+		return metricValue(h.s.m.writeFails) > 0, ""
+	})
+	kv, err := h.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: schema.BucketPairCooldown, LimitMarkerTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the cool-down after the redelivery", func() (bool, string) {
+		e, err := kv.Get(ctx, schema.PairCooldownKey("4101", "r9"))
+		if err != nil {
+			return false, err.Error()
+		}
+		var c schema.PairCooldown
+		return json.Unmarshal(e.Value(), &c) == nil && c.Strikes == 1, string(e.Value())
+	})
+	h.waitSignal("4101", "counted once", func(s schema.PacingSignal) bool {
+		return s.RecentErrors[schema.ClassPairRate] == 1
+	})
+	if metricValue(h.s.m.cooldowns) != 1 || h.count(resultApplied) != 1 {
+		t.Fatalf("cool-downs %v, applied %d", metricValue(h.s.m.cooldowns), h.count(resultApplied))
+	}
+}
+
+// Stage 2 rides out a restart of the server: it goes on applying events
+// and writing signals.
+func TestServerRestart(t *testing.T) {
+	h := start(t, sec(12), nil)
+	h.traffic("8001", 0, 10, 10, 0)
+	h.flushed()
+	h.waitSignal("8001", "before", func(s schema.PacingSignal) bool { return s.Observed.S10 == 10 })
+	h.srv.Shutdown()
+	h.srv.Start()
+	h.eventually("reconnected", func() (bool, string) { return h.nc.IsConnected(), h.nc.Status().String() })
+	h.clock.Set(sec(22))
+	h.traffic("8001", 10, 20, 20, 0)
+	h.flushed()
+	h.waitSignal("8001", "after", func(s schema.PacingSignal) bool { return s.Observed.S10 == 20 })
+}
+
+// Run ends with an error, not a hang, when its consumer is deleted.
+func TestRunEndsWithoutConsumer(t *testing.T) {
+	h := start(t, sec(1), nil)
+	if err := h.js.DeleteConsumer(context.Background(), schema.StreamEvents, h.cfg.Durable); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-h.done:
+		if err == nil {
+			t.Fatal("Run returned nil")
+		}
+		t.Logf("Run: %v", err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	h.stop()
+	h.stop = nil
+}
