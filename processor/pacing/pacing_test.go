@@ -241,6 +241,25 @@ func TestDeduper(t *testing.T) {
 	}
 }
 
+// A message key counts once across seconds, and is forgotten once its
+// second leaves the window.
+func TestDeduperMessage(t *testing.T) {
+	d := NewDeduper()
+	if d.SeenMessage("m1", at(10)) || !d.SeenMessage("m1", at(11)) || !d.SeenMessage("m1", at(9)) || d.SeenMessage("m2", at(9)) {
+		t.Fatal("within the window")
+	}
+	if d.Seen("m1", at(10)) {
+		t.Fatal("event ids and message keys are apart")
+	}
+	if !d.SeenMessage("m3", at(10-64)) {
+		t.Fatal("older than the window counts as seen")
+	}
+	d.SeenMessage("m4", at(80)) // the window now ends at 80: 10 left it
+	if len(d.msgs) != 1 || d.SeenMessage("m1", at(75)) || len(d.msgs) != 2 {
+		t.Fatalf("forgotten keys: %d left", len(d.msgs))
+	}
+}
+
 // The state of one number stays under the 4 KiB bar.
 func TestNumberSize(t *testing.T) {
 	if sz := unsafe.Sizeof(Number{}); sz > 4096 {

@@ -27,6 +27,7 @@ type wireEvent struct {
 		EventID       string    `json:"event_id"`
 		EventTime     time.Time `json:"event_time"`
 		PhoneNumberID string    `json:"phone_number_id"`
+		MessageID     string    `json:"message_id"`
 		Status        string    `json:"status"`
 		ErrorCodes    []int32   `json:"error_codes"`
 		RecipientHash string    `json:"recipient_hash"`
@@ -38,7 +39,11 @@ type wireEvent struct {
 
 // event is one decoded EVENTS message.
 type event struct {
-	id     string // the event id, for de-duplication
+	// id is the key that makes the event count once: the event id, or for
+	// a message sent its message id (byMessage), so that the message counts
+	// once whether its send result or its sent status comes first.
+	id        string
+	byMessage bool
 	number string // phone number id
 	e      pacing.Event
 }
@@ -51,10 +56,13 @@ var errNoNumber = errors.New("no phone number id")
 
 // decodeEvent maps an EVENTS message to what pacing needs:
 //
-//   - outbound: a status "sent", or an echo of a message sent from the
-//     Business app (field smb_message_echoes); it also marks coexistence;
+//   - outbound: a status "sent", a send result "accepted" (once per message
+//     id between them), or an echo of a message sent from the Business app
+//     (field smb_message_echoes); an echo also marks coexistence;
 //   - inbound: an event of kind inbound;
-//   - codes: the error codes of a failed status;
+//   - codes: the error codes of a failed status or a failed send result
+//     (130429, 131056 and 131057 mostly come that way), with the recipient
+//     for pair-rate cool-downs;
 //   - management: field, event and new value (quality updates); history
 //     and app state syncs mark coexistence.
 //
@@ -80,7 +88,17 @@ func decodeEvent(data []byte, ev *event) error {
 		switch r.Status {
 		case "sent":
 			e.Outbound = true
+			ev.sentOnce(r.MessageID)
 		case "failed":
+			e.Codes = r.ErrorCodes
+			e.Recipient = r.RecipientHash
+		}
+	case schema.KindSendResult:
+		switch r.Status {
+		case schema.SendAccepted:
+			e.Outbound = true
+			ev.sentOnce(r.MessageID)
+		case schema.SendFailed:
 			e.Codes = r.ErrorCodes
 			e.Recipient = r.RecipientHash
 		}
@@ -99,4 +117,19 @@ func decodeEvent(data []byte, ev *event) error {
 		return fmt.Errorf("decode event %s: no event_time", r.EventID)
 	}
 	return nil
+}
+
+// sentOnce keys an outbound event by its message id, when it has one.
+func (ev *event) sentOnce(messageID string) {
+	if messageID != "" {
+		ev.id, ev.byMessage = messageID, true
+	}
+}
+
+// seen reports whether the event counted before, and remembers it.
+func (ev *event) seen(d *pacing.Deduper) bool {
+	if ev.byMessage {
+		return d.SeenMessage(ev.id, ev.e.At)
+	}
+	return d.Seen(ev.id, ev.e.At)
 }

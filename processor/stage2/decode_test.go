@@ -65,3 +65,41 @@ func TestDecodeEvent(t *testing.T) {
 		}
 	}
 }
+
+// A message counts once as outbound whether its send result or its sent
+// status comes first: both are keyed by its message id. A failed send
+// result carries its codes and recipient, keyed by its event id.
+func TestDecodeSendResult(t *testing.T) {
+	at := t0.Unix()
+	cases := []struct {
+		name   string
+		kind   schema.Kind
+		row    any
+		wantID string
+		want   pacing.Event
+	}{
+		{"sent status", schema.KindStatus, schema.StatusRow{EventID: "a", EventTime: t0, PhoneNumberID: "1", MessageID: "wamid.1", Status: "sent"},
+			"wamid.1", pacing.Event{Kind: schema.KindStatus, At: at, Status: "sent", Outbound: true}},
+		{"accepted", schema.KindSendResult, schema.SendResultRow{EventID: "b", EventTime: t0, PhoneNumberID: "1", MessageID: "wamid.1", Status: schema.SendAccepted, RecipientHash: "r"},
+			"wamid.1", pacing.Event{Kind: schema.KindSendResult, At: at, Status: "accepted", Outbound: true}},
+		{"accepted without message id", schema.KindSendResult, schema.SendResultRow{EventID: "b", EventTime: t0, PhoneNumberID: "1", Status: schema.SendAccepted},
+			"b", pacing.Event{Kind: schema.KindSendResult, At: at, Status: "accepted", Outbound: true}},
+		{"failed", schema.KindSendResult, schema.SendResultRow{EventID: "c", EventTime: t0, PhoneNumberID: "1", Status: schema.SendFailed, RecipientHash: "r", ErrorCodes: []int32{130429}},
+			"c", pacing.Event{Kind: schema.KindSendResult, At: at, Status: "failed", Codes: []int32{130429}, Recipient: "r"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			data, err := json.Marshal(processor.Event{Kind: c.kind, V: 1, Row: c.row})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ev event
+			if err := decodeEvent(data, &ev); err != nil {
+				t.Fatal(err)
+			}
+			if ev.id != c.wantID || ev.number != "1" || !reflect.DeepEqual(ev.e, c.want) {
+				t.Fatalf("got id %q %+v, want %q %+v", ev.id, ev.e, c.wantID, c.want)
+			}
+		})
+	}
+}

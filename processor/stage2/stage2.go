@@ -193,7 +193,7 @@ func (s *Stage2) apply(ctx context.Context, ev *event) error {
 	pair := e.Recipient != "" && hasCode(e.Codes, 131056)
 	if ev.countable() {
 		if s.dedupe.Holds(e.At) {
-			if s.dedupe.Seen(ev.id, e.At) {
+			if ev.seen(s.dedupe) {
 				if _, retry := s.cooldownRetry[ev.id]; retry && pair {
 					return s.cooldown(ctx, ev)
 				}

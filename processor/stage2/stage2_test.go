@@ -350,3 +350,63 @@ func TestRunEndsWithoutConsumer(t *testing.T) {
 	h.stop()
 	h.stop = nil
 }
+
+// Send results count like webhooks: an accepted send is outbound traffic,
+// once per message with its sent status; a burst of failed sends with
+// 130429 gives slow_down, a 131056 a cool-down for that recipient alone,
+// and a 131048 stop.
+func TestSendResults(t *testing.T) {
+	h := start(t, sec(22), nil)
+	accepted := func(number, msg string, at time.Time) {
+		id := "sr-" + msg
+		h.publish(schema.KindSendResult, number, id, schema.SendResultRow{EventID: id, EventTime: at, PhoneNumberID: number,
+			MessageID: "wamid." + msg, Status: schema.SendAccepted, RecipientHash: "r"})
+	}
+	failed := func(number, id, recipient string, at time.Time, code int32) {
+		h.publish(schema.KindSendResult, number, id, schema.SendResultRow{EventID: id, EventTime: at, PhoneNumberID: number,
+			Status: schema.SendFailed, RecipientHash: recipient, ErrorCodes: []int32{code}})
+	}
+	// 30 sends a second for 20 s; every other message's sent status also
+	// comes, some of them in the next second: still 30 a second.
+	for s := 0; s < 20; s++ {
+		for k := 0; k < 30; k++ {
+			msg := fmt.Sprintf("5001-%d-%d", s, k)
+			accepted("5001", msg, sec(s))
+			if k%2 == 0 {
+				h.sent1("5001", msg, sec(s+k%3/2))
+			}
+		}
+	}
+	h.flushed()
+	before := h.waitSignal("5001", "send results as traffic", func(s schema.PacingSignal) bool { return s.Observed.Outbound10 == 30 })
+	if before.Advice != schema.AdviceOK || before.Observed.S60 != 20*30/60.0 {
+		t.Fatalf("before: %+v", before)
+	}
+	for k := 0; k < 30; k++ {
+		failed("5001", fmt.Sprintf("thr-%d", k), fmt.Sprintf("r%d", k), sec(19), 130429)
+	}
+	failed("5001", "pair-1", "r-pair", sec(19), 131056)
+	h.flushed()
+	s := h.waitSignal("5001", "slow_down", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceSlowDown })
+	if s.RecommendedMPS >= before.RecommendedMPS || s.RecentErrors[schema.ClassThroughput] != 30 || s.RecentErrors[schema.ClassPairRate] != 1 {
+		t.Fatalf("after 130429: %+v", s)
+	}
+	kv, err := h.js.KeyValue(context.Background(), schema.BucketPairCooldown)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("cool-down of r-pair alone", func() (bool, string) {
+		keys, err := kv.ListKeys(context.Background())
+		if err != nil {
+			return false, err.Error()
+		}
+		var all []string
+		for k := range keys.Keys() {
+			all = append(all, k)
+		}
+		return len(all) == 1 && all[0] == schema.PairCooldownKey("5001", "r-pair"), fmt.Sprint(all)
+	})
+	failed("5001", "spam-1", "r1", sec(20), 131048)
+	h.flushed()
+	h.waitSignal("5001", "stop", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceStop && s.RecommendedMPS == 0 })
+}
