@@ -44,8 +44,8 @@ type event struct {
 	// once whether its send result or its sent status comes first.
 	id        string
 	byMessage bool
-	number string // phone number id
-	e      pacing.Event
+	number    string // phone number id
+	e         pacing.Event
 }
 
 // countable reports whether the event adds to counts (traffic, errors), so
