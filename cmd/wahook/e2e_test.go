@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +17,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/schematest"
@@ -51,12 +57,12 @@ func TestServeFixturesEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	ch := schematest.ClickHouse(t)
-	listen, apiListen := freeAddr(t), freeAddr(t)
+	listen, apiListen, natsListen := freeAddr(t), freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	var stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"serve", "--listen", listen, "--nats-listen", "", "--data-dir", t.TempDir(),
+		done <- run(ctx, []string{"serve", "--listen", listen, "--nats-listen", natsListen, "--data-dir", t.TempDir(),
 			"--app-secret", "wahook-fixture-app-secret", "--clickhouse-dsn", ch.DSN, "--flush-interval", "100ms", "--log-level", "warn",
 			"--api-listen", apiListen, "--api-token", e2eToken},
 			io.Discard, &stderr)
@@ -199,6 +205,146 @@ func TestServeFixturesEndToEnd(t *testing.T) {
 	}
 	checkReports(t, ctx, ch, "http://"+apiListen, statusCodes)
 	checkSendResults(t, "http://"+apiListen)
+	checkPacing(t, base, "http://"+apiListen, "nats://"+natsListen)
+}
+
+// checkPacing drives one number through serve's stages 1 and 2: a sent
+// status (which teaches stage 1 its display number), a THROUGHPUT_UPGRADE
+// addressed by display number only, and send results (the sent message
+// accepted again, 130429 twice, a 131056), posted twice. The number's
+// signal in the KV must show the upgraded tier and its maintenance window,
+// the message once, each error once, and one pair-rate cool-down.
+func checkPacing(t *testing.T, base, apiBase, natsURL string) {
+	t.Helper()
+	const number, display, waba = "109000000000001", "15550009999", "109000000000900"
+	now := time.Now().Add(-5 * time.Second).Unix()
+	status := fmt.Sprintf(`{"object":"whatsapp_business_account","entry":[{"id":%q,"changes":[{"field":"messages","value":{
+ "messaging_product":"whatsapp","metadata":{"display_phone_number":%q,"phone_number_id":%q},
+ "statuses":[{"id":"wamid.PACE1","status":"sent","timestamp":"%d","recipient_id":"15551239999"}]}}]}]}`, waba, display, number, now)
+	upgrade := fmt.Sprintf(`{"object":"whatsapp_business_account","entry":[{"id":%q,"time":%d,"changes":[{"field":"phone_number_quality_update",
+ "value":{"display_phone_number":%q,"event":"THROUGHPUT_UPGRADE","current_limit":"TIER_UNLIMITED"}}]}]}`, waba, now, display)
+	post := func(body string) {
+		t.Helper()
+		mac := hmac.New(sha256.New, []byte("wahook-fixture-app-secret"))
+		mac.Write([]byte(body))
+		req, _ := http.NewRequest(http.MethodPost, base+"/webhook", strings.NewReader(body))
+		req.Header.Set(schema.SignatureHeader, "sha256="+hex.EncodeToString(mac.Sum(nil)))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("webhook: status %d", resp.StatusCode)
+		}
+	}
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// The upgrade is addressed by display number: it must come after the
+	// status that maps it, so wait for the status's event first.
+	post(status)
+	waitFor(t, "the sent status on WAHOOK_EVENTS", func() bool {
+		info, err := js.Stream(ctx, schema.StreamEvents)
+		if err != nil {
+			return false
+		}
+		st, err := info.Info(ctx, jetstream.WithSubjectFilter(schema.EventsSubject(number, schema.KindStatus)))
+		return err == nil && len(st.State.Subjects) == 1
+	})
+	post(upgrade)
+	// The cool-down of the 131056 lasts 6 s from its time: give it now.
+	ts, pairTS := time.Unix(now, 0).UTC().Format(time.RFC3339), time.Now().UTC().Format(time.RFC3339)
+	doc := fmt.Sprintf(`{"results": [
+ {"phone_number_id": %[1]q, "status": "accepted", "message_id": "wamid.PACE1", "recipient": "15551239999", "timestamp": %[2]q},
+ {"phone_number_id": %[1]q, "status": "failed", "error_code": 130429, "recipient": "15551230002", "timestamp": %[2]q},
+ {"phone_number_id": %[1]q, "status": "failed", "error_code": 130429, "recipient": "15551230003", "timestamp": %[2]q},
+ {"phone_number_id": %[1]q, "status": "failed", "error_code": 131056, "recipient": "15551230004", "timestamp": %[3]q}]}`, number, ts, pairTS)
+	for i := 0; i < 2; i++ {
+		req, _ := http.NewRequest(http.MethodPost, apiBase+"/api/v1/send-results", strings.NewReader(doc))
+		req.Header.Set("Authorization", "Bearer "+e2eToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("send results: %d", resp.StatusCode)
+		}
+	}
+	// The cool-down expires 6 s after the 131056: look for it first.
+	var cooldowns []string
+	if !waitForOK(5*time.Second, func() bool { cooldowns = cooldownKeys(ctx, js); return len(cooldowns) > 0 }) ||
+		len(cooldowns) != 1 || !strings.HasPrefix(cooldowns[0], schema.PacingKey(number)+".") {
+		t.Errorf("pair-rate cool-downs: %v, want one for %s", cooldowns, number)
+	}
+	var sig schema.PacingSignal
+	var last string
+	ok := waitForOK(30*time.Second, func() bool {
+		kv, err := js.KeyValue(ctx, schema.BucketPacing)
+		if err != nil {
+			return false
+		}
+		e, err := kv.Get(ctx, schema.PacingKey(number))
+		if err != nil {
+			return false
+		}
+		last = string(e.Value())
+		sig = schema.PacingSignal{}
+		if json.Unmarshal(e.Value(), &sig) != nil {
+			return false
+		}
+		return sig.TierMPS == 1000 && sig.RecentErrors[schema.ClassThroughput] == 2 && sig.RecentErrors[schema.ClassPairRate] == 1
+	})
+	if !ok {
+		t.Fatalf("pacing signal of %s: %s", number, last)
+	}
+	if sig.TierSource != "throughput_upgrade" || sig.MaintenanceUntil == nil || sig.Observed.S60*60 < 0.999 || sig.Observed.S60*60 > 1.001 {
+		t.Errorf("pacing signal of %s (one message sent, counted once): %s", number, last)
+	}
+}
+
+// cooldownKeys lists the keys of wahook_pair_cooldown.
+func cooldownKeys(ctx context.Context, js jetstream.JetStream) []string {
+	kv, err := js.KeyValue(ctx, schema.BucketPairCooldown)
+	if err != nil {
+		return nil
+	}
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil
+	}
+	var all []string
+	for k := range keys.Keys() {
+		all = append(all, k)
+	}
+	return all
+}
+
+// waitForOK polls cond until it holds or d passes.
+func waitForOK(d time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(d); ; time.Sleep(100 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	if !waitForOK(30*time.Second, cond) {
+		t.Fatalf("%s: not within 30s", what)
+	}
 }
 
 // checkSendResults posts send results to serve's API (twice: a client's

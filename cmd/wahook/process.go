@@ -9,18 +9,21 @@ import (
 	"go.uber.org/zap"
 )
 
-// runProcess runs stage 1 alone, against external NATS: several instances
-// share the work through one durable consumer.
+// runProcess runs the processor alone, against external NATS: stage 1
+// (several instances share the work through one durable consumer) and
+// stage 2 (unless --no-pacing).
 func runProcess(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := newFlags("process", stderr)
 	var (
 		no      natsOptions
 		po      processOptions
+		pco     pacingOptions
 		logo    logOptions
 		dataDir string
 	)
 	no.register(f, "NATS server URLs, comma-separated (required)")
 	po.register(f, false)
+	pco.register(f)
 	logo.register(f)
 	f.StringVar(&dataDir, "data-dir", "./data", "where serve keeps the phone hash key, read when --phone-hash-key is not set")
 	listen := f.String("listen", ":8082", "address of /healthz, /readyz and /metrics")
@@ -39,6 +42,9 @@ func runProcess(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	if err := po.validate(); err != nil {
+		return err
+	}
+	if err := pco.build(); err != nil {
 		return err
 	}
 	log, err := commandLogger(f, logo, stdout, stderr)
@@ -68,14 +74,33 @@ func runProcess(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		health.ready.Store(true)
 	}()
 	go runStage1(pctx, log, nc, &po, dataDir, *replicas, false, reg, done)
+	sctx, stopPacing := context.WithCancel(context.Background())
+	defer stopPacing()
+	pacing := make(chan error, 1)
+	runPacing := pco.enabled(&po, log)
+	if runPacing {
+		go runStage2(sctx, log, nc, &pco, po.events, *replicas, reg, pacing)
+	}
+	stage1Done := false
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")
 		health.stopping.Store(true)
-		stop()
-		step(log, "stage 1 stopped, last batch written", func() error { return <-done })
 	case err = <-done:
 		log.Error("stage 1 stopped", zap.Error(err))
+		stage1Done = true
+	case err = <-pacing:
+		log.Error("stage 2 stopped", zap.Error(err))
+		pacing <- nil
+	}
+	health.stopping.Store(true)
+	if !stage1Done {
+		stop()
+		step(log, "stage 1 stopped, last batch written", func() error { return <-done })
+	}
+	if runPacing {
+		stopPacing()
+		step(log, "stage 2 stopped, last signals written", func() error { return <-pacing })
 	}
 	drainNATS(log, nc)
 	return err

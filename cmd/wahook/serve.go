@@ -9,7 +9,7 @@ import (
 
 // runServe runs the whole system in one process: an embedded nats-server
 // with JetStream (unless --nats-url names external servers), the webhook
-// endpoint and stage 1.
+// endpoint, stage 1, stage 2 and, with an API token, the query API.
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := newFlags("serve", stderr)
 	var (
@@ -18,11 +18,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		eo   embeddedOptions
 		po   processOptions
 		ao   apiOptions
+		pco  pacingOptions
 		logo logOptions
 	)
 	io_.register(f)
 	ao.register(f)
 	po.register(f, true)
+	pco.register(f)
 	no.register(f, "external NATS server URLs, comma-separated (empty: the embedded server)")
 	eo.register(f)
 	logo.register(f)
@@ -43,6 +45,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if err := po.validate(); err != nil {
+		return err
+	}
+	if err := pco.build(); err != nil {
 		return err
 	}
 	if ao.enabled() {
@@ -98,6 +103,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if !po.disabled {
 		go runStage1(pctx, log, nc, &po, eo.dataDir, io_.stream.Replicas, true, reg, processing)
 	}
+	// Stage 2 stops after stage 1, whose last batch it may still count.
+	sctx, stopPacing := context.WithCancel(context.Background())
+	defer stopPacing()
+	pacing := make(chan error, 1)
+	runPacing := pco.enabled(&po, log)
+	if runPacing {
+		go runStage2(sctx, log, nc, &pco, po.events, io_.stream.Replicas, reg, pacing)
+	}
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")
@@ -108,6 +121,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		processing <- nil
 	case err = <-apiErrc:
 		log.Error("query API stopped", zap.Error(err))
+	case err = <-pacing:
+		log.Error("stage 2 stopped", zap.Error(err))
+		pacing <- nil
 	}
 	e.stop(log)
 	if queryAPI != nil {
@@ -116,6 +132,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if !po.disabled {
 		stopProcessing()
 		step(log, "stage 1 stopped, last batch written", func() error { return <-processing })
+	}
+	if runPacing {
+		stopPacing()
+		step(log, "stage 2 stopped, last signals written", func() error { return <-pacing })
 	}
 	drainNATS(log, nc)
 	stopEmbedded()

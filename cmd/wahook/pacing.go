@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/wahook/wahook/processor"
+	"github.com/wahook/wahook/processor/stage2"
+	"github.com/wahook/wahook/schema"
+)
+
+// pacingOptions are the flags of stage 2: each number's throughput, tier
+// and quality state, published as its pacing signal.
+type pacingOptions struct {
+	cfg       stage2.Config
+	overrides stringList
+	disabled  bool
+}
+
+func (o *pacingOptions) register(f *flags) {
+	o.cfg = stage2.DefaultConfig()
+	f.BoolVar(&o.disabled, "no-pacing", false, "run without stage 2 (no pacing signals in "+schema.BucketPacing+")")
+	f.IntVar(&o.cfg.Tiers.Default, "tier-default", o.cfg.Tiers.Default, "throughput tier of a number, messages per second (in and out together)")
+	f.IntVar(&o.cfg.Tiers.Upgraded, "tier-upgraded", o.cfg.Tiers.Upgraded, "tier of a number after THROUGHPUT_UPGRADE")
+	f.IntVar(&o.cfg.Tiers.Coexistence, "tier-coexistence", o.cfg.Tiers.Coexistence, "tier of a number also on the WhatsApp Business app")
+	f.ListVar(&o.overrides, "tier-override", "PHONE_NUMBER_ID=MPS: this number's tier, whatever its webhooks say; repeat for several numbers")
+	f.DurationVar(&o.cfg.Coalesce, "pacing-coalesce", o.cfg.Coalesce, "least time between two writes of one number's signal")
+	f.DurationVar(&o.cfg.Refresh, "pacing-refresh", o.cfg.Refresh, "how often an active number's signal is written again while its rates change")
+}
+
+// build parses the overrides and validates the configuration.
+func (o *pacingOptions) build() error {
+	ov, err := parseTierOverrides(o.overrides)
+	if err != nil {
+		return err
+	}
+	o.cfg.Tiers.Overrides = ov
+	if err := o.cfg.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return nil
+}
+
+// parseTierOverrides reads --tier-override values, PHONE_NUMBER_ID=MPS.
+func parseTierOverrides(values []string) (map[string]int, error) {
+	if len(values) == 0 {
+		return nil, nil
+	}
+	m := make(map[string]int, len(values))
+	for _, v := range values {
+		id, mps, ok := strings.Cut(v, "=")
+		n, err := strconv.Atoi(mps)
+		switch {
+		case !ok || id == "":
+			return nil, fmt.Errorf("%w: --tier-override %q: want PHONE_NUMBER_ID=MPS", errUsage, v)
+		case strings.ContainsAny(id, ".*> \t"):
+			return nil, fmt.Errorf("%w: --tier-override %q: %q is not a phone number id", errUsage, v, id)
+		case err != nil || n < 1:
+			return nil, fmt.Errorf("%w: --tier-override %q: the tier must be a positive number of messages per second", errUsage, v)
+		}
+		if _, dup := m[id]; dup {
+			return nil, fmt.Errorf("%w: --tier-override: %s given twice", errUsage, id)
+		}
+		m[id] = n
+	}
+	return m, nil
+}
+
+// runStage2 provisions WAHOOK_EVENTS if absent (stage 2 does not wait for
+// stage 1's ClickHouse) and runs stage 2 until ctx ends; it reports on done.
+func runStage2(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *pacingOptions, events processor.EventsConfig,
+	replicas int, reg prometheus.Registerer, done chan<- error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		done <- err
+		return
+	}
+	wait := time.Second
+	for {
+		ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err = processor.EnsureEventsStream(ectx, js, events, false)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		log.Warn("stage 2: JetStream not ready", zap.Error(err), zap.Duration("retry_in", wait))
+		sleepCtx(ctx, wait)
+		wait = min(2*wait, 30*time.Second)
+	}
+	if ctx.Err() != nil {
+		done <- nil
+		return
+	}
+	cfg := o.cfg
+	cfg.Replicas = replicas
+	s2, err := stage2.New(js, cfg, log, reg)
+	if err != nil {
+		done <- err
+		return
+	}
+	done <- s2.Run(ctx)
+}
+
+// enabled reports whether stage 2 runs beside stage 1: it needs stage 1's
+// events.
+func (o *pacingOptions) enabled(po *processOptions, log *zap.Logger) bool {
+	switch {
+	case o.disabled:
+		log.Info("stage 2 off: --no-pacing")
+	case po.disabled:
+		log.Info("stage 2 off: --no-process")
+	case !po.cfg.PublishEvents:
+		log.Info("stage 2 off: --publish-events=false, so no events reach it")
+	default:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,32 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestParseTierOverrides(t *testing.T) {
+	got, err := parseTierOverrides([]string{"106540352242922=200", "107655290331184=1000"})
+	if err != nil || fmt.Sprint(got) != "map[106540352242922:200 107655290331184:1000]" {
+		t.Fatalf("got %v, %v", got, err)
+	}
+	for _, bad := range [][]string{{"106540352242922"}, {"=200"}, {"1065=0"}, {"1065=x"}, {"10.65=200"}, {"1065=200", "1065=300"}} {
+		if _, err := parseTierOverrides(bad); !errors.Is(err, errUsage) {
+			t.Errorf("%v: got %v, want a usage error", bad, err)
+		}
+	}
+}
+
+// serve and process take the stage 2 flags; a bad override stops them
+// before anything starts.
+func TestPacingFlags(t *testing.T) {
+	for _, args := range [][]string{{"serve", "--app-secret", "s"}, {"process"}} {
+		cmd := args[0]
+		code, _, errOut := runCmd(t, append(args, "--nats-url", "nats://127.0.0.1:1", "--tier-override", "1065=fast")...)
+		if code != 2 || !strings.Contains(errOut, "--tier-override") {
+			t.Errorf("%s: code %d, %s", cmd, code, errOut)
+		}
+	}
+}
