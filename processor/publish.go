@@ -28,9 +28,9 @@ import (
 //
 // What is published is unchanged: each event's JSON on its per-number
 // subject with Nats-Msg-Id = its event id, so the stream's duplicate window
-// stores a republished event once. publish returns nil only once JetStream
-// has acknowledged every event of the batch, so RAW is still acked only
-// after EVENTS holds them.
+// stores a republished event once. drain returns nil only once JetStream
+// has acknowledged every event sent, so RAW is still acked only after
+// EVENTS holds them.
 
 const (
 	// eventsWindow is the most events published and not yet acknowledged.
@@ -46,7 +46,8 @@ const (
 	eventsAckTimeout = 10 * time.Second
 )
 
-// eventPublisher publishes the events of one batch at a time; it is not
+// eventPublisher publishes events as stage 1 decodes them (send) and
+// waits, once per batch, until JetStream holds them all (drain); it is not
 // safe for concurrent use. After a failed publish its window is dropped
 // and the next publish starts a new one on a new inbox, so that late acks
 // of the failed batch cannot free the slots of the next.
@@ -55,6 +56,7 @@ type eventPublisher struct {
 	size       int           // slots of a window
 	ackTimeout time.Duration // eventsAckTimeout but in tests
 	w          *ackWindow    // nil until the first publish and after a failure
+	next       int           // the window's next slot
 
 	msg  nats.Msg // reused for every event
 	data []byte   // the JSON of the event being published
@@ -79,15 +81,44 @@ func (p *eventPublisher) close() {
 	}
 }
 
+// rowMarks are how many rows of each kind of a Rows were published.
+type rowMarks struct{ statuses, inbound, management, sendResults int }
+
 // publish publishes every event of rows on its per-number subject with
 // Nats-Msg-Id = its event id, and returns once all are acknowledged, or
 // with the first error: a failed ack, the connection, ctx, or no ack within
 // eventsAckTimeout.
-func (p *eventPublisher) publish(ctx context.Context, rows *schema.Rows) (err error) {
+func (p *eventPublisher) publish(ctx context.Context, rows *schema.Rows) error {
+	var from rowMarks
+	if err := p.send(ctx, rows, &from); err != nil {
+		return err
+	}
+	return p.drain(ctx)
+}
+
+// drain returns once every event sent is acknowledged, or with the first
+// error, as publish.
+func (p *eventPublisher) drain(ctx context.Context) error {
+	if p.w == nil {
+		return nil
+	}
+	if err := p.w.drain(ctx); err != nil {
+		p.close()
+		return err
+	}
+	return nil
+}
+
+// send publishes the events of rows from the marks on and moves the marks
+// to the end. It returns once they are sent, not acknowledged (drain
+// waits for that), or with the first error; after an error the window is
+// dropped, and the events sent since the last drain must be sent again.
+func (p *eventPublisher) send(ctx context.Context, rows *schema.Rows, from *rowMarks) (err error) {
 	if p.w == nil {
 		if p.w, err = newAckWindow(p.nc, p.size, p.ackTimeout); err != nil {
 			return err
 		}
+		p.next = 0
 	}
 	defer func() {
 		if err != nil {
@@ -95,14 +126,13 @@ func (p *eventPublisher) publish(ctx context.Context, rows *schema.Rows) (err er
 		}
 	}()
 	w := p.w
-	next := 0 // the next slot, round robin: the oldest event's
 	send := func(number string, k schema.Kind, id string, encErr error) error {
 		if encErr != nil {
 			return fmt.Errorf("encode %s event %s: %w", k, id, encErr)
 		}
-		slot := next
-		if next++; next == len(w.reply) {
-			next = 0
+		slot := p.next // round robin: the oldest event's
+		if p.next++; p.next == len(w.reply) {
+			p.next = 0
 		}
 		if err := w.acquire(ctx, slot); err != nil {
 			return err
@@ -119,12 +149,13 @@ func (p *eventPublisher) publish(ctx context.Context, rows *schema.Rows) (err er
 		}
 		return nil
 	}
+	defer func() { p.msg.Data = nil }()
 	// An event larger than the server takes (max_payload) would fail its
 	// batch for ever: it goes out without the fields that keep unknown JSON
 	// as received (extra, raw), which ClickHouse has in full.
 	limit := int(p.nc.MaxPayload()) - 4096
-	for i := range rows.Statuses {
-		r := &rows.Statuses[i]
+	for ; from.statuses < len(rows.Statuses); from.statuses++ {
+		r := &rows.Statuses[from.statuses]
 		p.data, err = appendStatusEvent(p.data[:0], r)
 		if err == nil && len(p.data) > limit {
 			small := *r
@@ -135,8 +166,8 @@ func (p *eventPublisher) publish(ctx context.Context, rows *schema.Rows) (err er
 			return err
 		}
 	}
-	for i := range rows.Inbound {
-		r := &rows.Inbound[i]
+	for ; from.inbound < len(rows.Inbound); from.inbound++ {
+		r := &rows.Inbound[from.inbound]
 		p.data, err = appendInboundEvent(p.data[:0], r)
 		if err == nil && len(p.data) > limit {
 			small := *r
@@ -147,8 +178,8 @@ func (p *eventPublisher) publish(ctx context.Context, rows *schema.Rows) (err er
 			return err
 		}
 	}
-	for i := range rows.Management {
-		r := &rows.Management[i]
+	for ; from.management < len(rows.Management); from.management++ {
+		r := &rows.Management[from.management]
 		p.data, err = appendManagementEvent(p.data[:0], r)
 		if err == nil && len(p.data) > limit {
 			small := *r
@@ -159,8 +190,8 @@ func (p *eventPublisher) publish(ctx context.Context, rows *schema.Rows) (err er
 			return err
 		}
 	}
-	for i := range rows.SendResults {
-		r := &rows.SendResults[i]
+	for ; from.sendResults < len(rows.SendResults); from.sendResults++ {
+		r := &rows.SendResults[from.sendResults]
 		// Few: encoding/json is fast enough.
 		var b []byte
 		b, err = json.Marshal(Event{Kind: schema.KindSendResult, V: 1, Row: r})
@@ -172,8 +203,7 @@ func (p *eventPublisher) publish(ctx context.Context, rows *schema.Rows) (err er
 	if cap(p.data) > 1<<20 {
 		p.data = nil // do not keep one huge event's buffer
 	}
-	p.msg.Data = nil
-	return w.drain(ctx)
+	return nil
 }
 
 // ackWindow is the slots of one publisher's window and the subscription

@@ -40,7 +40,7 @@ type Stage1 struct {
 	log     *zap.Logger
 	metrics *metrics
 	backoff time.Duration
-	events  *eventPublisher // used by the writer goroutine only
+	events  *eventPublisher // used by the reading goroutine only
 }
 
 // NewStage1 returns a stage 1 consumer; log may be nil.
@@ -64,6 +64,10 @@ type batch struct {
 	rows  schema.Rows
 	bytes int
 	first time.Time
+	// sent are the rows whose events were sent to EVENTS; eventsErr is
+	// the first failure to send or store them: the batch is then nak'ed.
+	sent      rowMarks
+	eventsErr error
 }
 
 func (b *batch) reset() {
@@ -71,6 +75,7 @@ func (b *batch) reset() {
 	b.msgs = b.msgs[:0]
 	b.rows.Reset()
 	b.bytes = 0
+	b.sent, b.eventsErr = rowMarks{}, nil
 }
 
 // ConsumerConfig is the durable consumer of stage 1 on WAHOOK_RAW.
@@ -90,9 +95,14 @@ func (s *Stage1) ConsumerConfig() jetstream.ConsumerConfig {
 // Run consumes until ctx ends, then writes the batch in hand once more and
 // returns. It returns an error only when the consumer cannot be set up.
 //
-// Gathering and writing overlap: while one batch is written (ClickHouse,
-// then EVENTS, then the acks), the next is fetched and normalized. At most
-// one batch is written at a time, so batches stay large and in order.
+// Gathering and writing overlap: while one batch is written to ClickHouse
+// and acked, the next is fetched and normalized. At most one batch is
+// written at a time, so batches stay large and in order. Events go to
+// EVENTS as each body is decoded, not with the batch, so that stage 2
+// sees them within milliseconds whatever the ClickHouse batching (and
+// while ClickHouse is down); a batch is handed to the writer once
+// JetStream holds its events, and its bodies are acked once ClickHouse
+// holds its rows too.
 func (s *Stage1) Run(ctx context.Context) error {
 	// A passing NATS error at start only delays stage 1 (ingest keeps
 	// storing bodies meanwhile), so the consumer is retried.
@@ -132,7 +142,13 @@ func (s *Stage1) Run(ctx context.Context) error {
 		}
 	}()
 	b := <-empty
+	// Sends and waits do not end with ctx: the last batch is still
+	// published and written on stop, bounded by eventsAckTimeout.
+	pubCtx := context.WithoutCancel(ctx)
 	handOff := func() {
+		if s.events != nil && b.eventsErr == nil {
+			b.eventsErr = s.events.drain(pubCtx)
+		}
 		full <- b
 		b = <-empty
 	}
@@ -171,6 +187,9 @@ func (s *Stage1) Run(ctx context.Context) error {
 			continue
 		}
 		s.add(b, msg)
+		if s.events != nil && b.eventsErr == nil {
+			b.eventsErr = s.events.send(pubCtx, &b.rows, &b.sent)
+		}
 		if b.rows.Len() >= s.cfg.BatchRows || b.bytes >= s.cfg.BatchBytes {
 			handOff()
 		}
@@ -214,9 +233,10 @@ func SourceOf(msg jetstream.Msg) schema.Source {
 	return src
 }
 
-// flush writes the batch, publishes its events and acks its messages; when
-// either store fails, it naks them with a growing delay instead, so they
-// come back, and waits that delay before fetching more.
+// flush writes the batch, whose events JetStream holds already, and acks
+// its messages; when either store failed, it naks them with a growing
+// delay instead, so they come back, and waits that delay before fetching
+// more.
 func (s *Stage1) flush(runCtx context.Context, b *batch) {
 	// A stop does not cut a write short (that would waste it and leave its
 	// bodies for redelivery): the write has its own deadline, well inside
@@ -224,19 +244,9 @@ func (s *Stage1) flush(runCtx context.Context, b *batch) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), s.cfg.AckWait/2)
 	defer cancel()
 	start := time.Now()
-	// ClickHouse and EVENTS take the batch at the same time; the acks wait
-	// for both.
-	var pubErr error
-	published := make(chan struct{})
-	if s.cfg.PublishEvents {
-		go func() { defer close(published); pubErr = s.events.publish(ctx, &b.rows) }()
-	} else {
-		close(published)
-	}
-	err := s.w.Write(ctx, &b.rows)
-	<-published
+	err := b.eventsErr
 	if err == nil {
-		err = pubErr
+		err = s.w.Write(ctx, &b.rows)
 	}
 	if err != nil {
 		delay := s.backoff
