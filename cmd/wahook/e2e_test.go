@@ -340,7 +340,7 @@ func waitForOK(d time.Duration, cond func() bool) bool {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	if !waitForOK(30*time.Second, cond) {
 		t.Fatalf("%s: not within 30s", what)
@@ -496,7 +496,7 @@ func checkReports(t *testing.T, ctx context.Context, ch *schematest.ClickHouseDB
 	}
 }
 
-func waitReady(t *testing.T, base string, logs *syncBuffer) {
+func waitReady(t testing.TB, base string, logs *syncBuffer) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {

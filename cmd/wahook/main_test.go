@@ -126,7 +126,7 @@ func TestConfigDumpRedactsSecrets(t *testing.T) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	return fmt.Sprintf("127.0.0.1:%d", schematest.FreePort(t))
 }
