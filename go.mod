@@ -8,6 +8,7 @@ require (
 	github.com/nats-io/nats-server/v2 v2.15.3
 	github.com/nats-io/nats.go v1.56.0
 	github.com/prometheus/client_golang v1.25.0
+	github.com/synadia-io/orbit.go/pcgroups v0.2.2
 	go.uber.org/zap v1.28.0
 )
 

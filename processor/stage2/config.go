@@ -2,6 +2,7 @@ package stage2
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/wahook/wahook/processor/pacing"
@@ -21,16 +22,43 @@ type Config struct {
 	// traffic (so the observed rates decay to 0 in the KV), and while an
 	// error, maintenance window or stop still shapes its advice.
 	Refresh time.Duration
-	// Durable is the durable consumer's name on WAHOOK_EVENTS. Instances
-	// that own different numbers use different names.
+	// Durable is the durable consumer's name on WAHOOK_EVENTS; with
+	// Partitions, the name of the consumer group, whose work queue is the
+	// stream WAHOOK_EVENTS-<Durable> (group.go).
 	Durable string
-	// FilterSubjects are the EVENTS subjects this instance consumes: every
-	// number by default; a partition of the numbers once several instances
-	// share the work.
+	// FilterSubjects are the EVENTS subjects this instance consumes
+	// without Partitions: every number by default. With Partitions they
+	// must be that default: the group partitions every number.
 	FilterSubjects []string
+
+	// Partitions, when positive, shares the numbers among several
+	// instances, each number owned by one of them: the EVENTS subjects are
+	// hashed by phone number id into Partitions partitions, and this
+	// instance consumes the partitions the group's membership gives to
+	// Member (an elastic partitioned consumer group of
+	// github.com/synadia-io/orbit.go/pcgroups, named Durable). It is the
+	// group's largest number of members, and it is fixed for the life of
+	// the group: Run fails when the group has another. 0, the default,
+	// consumes every number with the durable consumer Durable, as on one
+	// machine.
+	Partitions int
+	// Member is this instance's name in the group; required with
+	// Partitions. Two instances with one name are one member: one of them
+	// gets its partitions, the other stands by and takes over when the
+	// first stops pulling (after AckWait).
+	Member string
+	// Members is the group's membership, with Partitions: Run sets the
+	// group's to it when it differs, so every instance should be given the
+	// same list. Empty leaves the membership as the group has it (set by
+	// another instance, by SetMembers or by the pcgroups CLI).
+	Members []string
+
 	// MaxAckPending bounds the events fetched and not yet acked.
 	MaxAckPending int
 	// AckWait is how long JetStream waits for an ack before redelivering.
+	// With Partitions it also times the hand-over (pcgroups): a stopped
+	// member's consumer goes after AckWait without pulls, and a member
+	// whose new partitions are still held retries every AckWait + 0.5 s.
 	AckWait time.Duration
 	// Replicas are the replicas of the KV buckets when stage 2 creates them
 	// (1 on one machine, 3 on a cluster).
@@ -56,6 +84,10 @@ func DefaultConfig() Config {
 	}
 }
 
+// maxPartitions bounds Config.Partitions: each partition an instance owns
+// is a filter subject of its consumer, and a few hundred keep that cheap.
+const maxPartitions = 256
+
 // Validate reports the first problem of c.
 func (c Config) Validate() error {
 	switch {
@@ -63,6 +95,16 @@ func (c Config) Validate() error {
 		return errors.New("durable consumer name must not be empty")
 	case len(c.FilterSubjects) == 0:
 		return errors.New("filter subjects must not be empty")
+	case c.Partitions < 0 || c.Partitions > maxPartitions:
+		return fmt.Errorf("partitions must be between 0 and %d", maxPartitions)
+	case c.Partitions == 0 && (c.Member != "" || len(c.Members) > 0):
+		return errors.New("member and members need partitions")
+	case c.Partitions > 0:
+		if err := c.validateGroup(); err != nil {
+			return err
+		}
+	}
+	switch {
 	case c.Coalesce <= 0:
 		return errors.New("coalesce interval must be positive")
 	case c.Refresh < c.Coalesce:
@@ -77,4 +119,52 @@ func (c Config) Validate() error {
 		return errors.New("tiers must be positive")
 	}
 	return nil
+}
+
+// validateGroup reports the first problem of c's partitioning.
+func (c Config) validateGroup() error {
+	switch {
+	case !validName(c.Durable):
+		return fmt.Errorf("durable consumer name %q names the consumer group: it must be 1 to 64 ASCII letters, digits, '-' or '_'", c.Durable)
+	case len(c.FilterSubjects) != 1 || c.FilterSubjects[0] != schema.SubjectEventsAll:
+		return errors.New("filter subjects cannot be combined with partitions: the group partitions every number")
+	case c.Member == "":
+		return errors.New("member must not be empty with partitions")
+	case !validName(c.Member):
+		return fmt.Errorf("member %q: a member name must be 1 to 64 ASCII letters, digits, '-' or '_'", c.Member)
+	case len(c.Members) > c.Partitions:
+		return fmt.Errorf("%d members for %d partitions: members must not outnumber partitions", len(c.Members), c.Partitions)
+	}
+	if len(c.Members) == 0 {
+		return nil
+	}
+	seen := map[string]bool{}
+	for _, m := range c.Members {
+		switch {
+		case !validName(m):
+			return fmt.Errorf("member %q: a member name must be 1 to 64 ASCII letters, digits, '-' or '_'", m)
+		case seen[m]:
+			return fmt.Errorf("member %q is listed twice", m)
+		}
+		seen[m] = true
+	}
+	if !seen[c.Member] {
+		return fmt.Errorf("member %q must be one of the members %v", c.Member, c.Members)
+	}
+	return nil
+}
+
+// validName reports whether name can name a consumer group or a member: it
+// becomes part of a stream name, a consumer name and a KV key.
+func validName(name string) bool {
+	if name == "" || len(name) > 64 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }

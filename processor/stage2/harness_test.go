@@ -50,6 +50,22 @@ type harness struct {
 
 func start(t testing.TB, at time.Time, edit func(*Config)) *harness {
 	t.Helper()
+	h := startServer(t, at)
+	cfg := DefaultConfig()
+	cfg.Now = h.clock.Now
+	if edit != nil {
+		edit(&cfg)
+	}
+	h.cfg = cfg
+	h.run()
+	t.Cleanup(h.close)
+	return h
+}
+
+// startServer starts a JetStream server with the EVENTS stream, and no
+// stage 2.
+func startServer(t testing.TB, at time.Time) *harness {
+	t.Helper()
 	srv := schematest.StartJetStream(t)
 	nc, err := nats.Connect(srv.URL())
 	if err != nil {
@@ -65,16 +81,7 @@ func start(t testing.TB, at time.Time, edit func(*Config)) *harness {
 	if err := processor.EnsureEventsStream(ctx, js, processor.DefaultEventsConfig(), false); err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, url: srv.URL(), srv: srv, nc: nc, js: js, clock: &clock{now: at}, done: make(chan error, 1)}
-	cfg := DefaultConfig()
-	cfg.Now = h.clock.Now
-	if edit != nil {
-		edit(&cfg)
-	}
-	h.cfg = cfg
-	h.run()
-	t.Cleanup(h.close)
-	return h
+	return &harness{t: t, url: srv.URL(), srv: srv, nc: nc, js: js, clock: &clock{now: at}, done: make(chan error, 1)}
 }
 
 // run starts a new stage 2 and waits for its consumer.
@@ -93,8 +100,12 @@ func (h *harness) run() {
 	h.stop = stop
 	go func() { h.done <- h.s.Run(runCtx) }()
 	// The consumer delivers what is published once it exists.
+	stream, name := schema.StreamEvents, h.cfg.Durable
+	if h.cfg.Partitions > 0 {
+		stream, name = groupStream(h.cfg.Durable), h.cfg.Member
+	}
 	h.eventually("the consumer exists", func() (bool, string) {
-		_, err := h.js.Consumer(context.Background(), schema.StreamEvents, h.cfg.Durable)
+		_, err := h.js.Consumer(context.Background(), stream, name)
 		return err == nil, fmt.Sprint(err)
 	})
 }

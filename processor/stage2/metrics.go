@@ -7,6 +7,7 @@ type metrics struct {
 	signals    prometheus.Counter
 	cooldowns  prometheus.Counter
 	numbers    prometheus.Gauge
+	partitions prometheus.Gauge
 	writeFails *prometheus.CounterVec // by bucket
 }
 
@@ -16,12 +17,13 @@ const (
 	resultDuplicate = "duplicate" // seen before (a redelivery or a replay)
 	resultIgnored   = "ignored"   // nothing for stage 2 (no number, a kind it does not use)
 	resultBad       = "bad"       // not an event it can decode
+	resultNotOwned  = "not_owned" // its number's partition is another instance's (Config.Partitions)
 )
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wahook_stage2_events_total", Help: "EVENTS messages taken by stage 2, by result (applied, duplicate, ignored, bad).",
+			Name: "wahook_stage2_events_total", Help: "EVENTS messages taken by stage 2, by result (applied, duplicate, ignored, bad, not_owned).",
 		}, []string{"result"}),
 		signals: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wahook_stage2_signals_published_total", Help: "Pacing signals written to " + "wahook_pacing and its subjects.",
@@ -32,13 +34,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		numbers: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "wahook_stage2_numbers", Help: "Business numbers whose state this instance holds.",
 		}),
+		partitions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "wahook_stage2_partitions", Help: "Partitions of the numbers this instance owns in its consumer group (0 without partitions).",
+		}),
 		writeFails: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wahook_stage2_write_failures_total", Help: "KV writes that failed, by bucket.",
 		}, []string{"bucket"}),
 	}
-	for _, r := range []string{resultApplied, resultDuplicate, resultIgnored, resultBad} {
+	for _, r := range []string{resultApplied, resultDuplicate, resultIgnored, resultBad, resultNotOwned} {
 		m.events.WithLabelValues(r)
 	}
-	reg.MustRegister(m.events, m.signals, m.cooldowns, m.numbers, m.writeFails)
+	reg.MustRegister(m.events, m.signals, m.cooldowns, m.numbers, m.partitions, m.writeFails)
 	return m
 }

@@ -36,6 +36,7 @@ type number struct {
 	p                  *pacing.Number
 
 	dirty     bool      // changed since its last write
+	gone      bool      // forgotten: its partition moved to another instance
 	lastWrite time.Time // real clock
 	trafficAt int64     // Meta's time of its newest traffic
 	holdUntil int64     // Meta's time until which its advice may change without events
@@ -72,7 +73,7 @@ func (w *writer) changed(n *number, e *pacing.Event) {
 }
 
 func (w *writer) mark(n *number) {
-	if n.dirty {
+	if n.dirty || n.gone {
 		return
 	}
 	n.dirty = true
@@ -117,6 +118,9 @@ func (w *writer) flush(ctx context.Context, now time.Time, all bool) {
 		keep := w.dirty[:0]
 		w.due = time.Time{}
 		for _, n := range w.dirty {
+			if n.gone {
+				continue
+			}
 			due := n.lastWrite.Add(w.s.cfg.Coalesce)
 			if all || !now.Before(due) {
 				w.write(n, sigNow, now)
@@ -131,6 +135,18 @@ func (w *writer) flush(ctx context.Context, now time.Time, all bool) {
 		w.dirty = keep
 	}
 	w.reap(ctx, all)
+}
+
+// forget stops writing n, whose partition moved to another instance. A
+// change not written yet is written at once, so that the new owner, which
+// seeds the number from its last signal, finds it (best effort: the new
+// owner may read before the write lands).
+func (w *writer) forget(n *number, sigNow, now time.Time) {
+	if n.dirty {
+		w.write(n, sigNow, now)
+	}
+	n.gone = true
+	delete(w.live, n)
 }
 
 // write publishes n's signal at sigNow to the KV (async) and its subject.

@@ -43,6 +43,9 @@ type Stage2 struct {
 	// not be written; they were nak'ed, and their redelivery writes it.
 	cooldownRetry map[string]struct{}
 	w             writer
+	// own is the partitions this instance owns, with Config.Partitions;
+	// nil when it consumes every number.
+	own *ownership
 }
 
 // New builds stage 2 over js. It does no I/O: Run provisions and consumes.
@@ -77,10 +80,11 @@ func New(js jetstream.JetStream, cfg Config, log *zap.Logger, reg prometheus.Reg
 	return s, nil
 }
 
-// Run provisions the KV buckets and the durable consumer (the EVENTS
-// stream must exist: stage 1 creates it), then applies events until ctx
-// ends. It returns nil when ctx ends, after writing the signals still
-// pending, or the error that stopped it.
+// Run provisions the KV buckets and the durable consumer, or with
+// Config.Partitions the consumer group (the EVENTS stream must exist:
+// stage 1 creates it), then applies events until ctx ends. It returns nil
+// when ctx ends, after writing the signals still pending, or the error
+// that stopped it.
 func (s *Stage2) Run(ctx context.Context) error {
 	var err error
 	if _, err = s.js.Stream(ctx, schema.StreamEvents); err != nil {
@@ -92,6 +96,9 @@ func (s *Stage2) Run(ctx context.Context) error {
 	if !s.keyTTL {
 		s.log.Warn("the server has no per-message TTL: cool-downs stay in their bucket for the longest cool-down; readers go by until",
 			zap.String("bucket", schema.BucketPairCooldown))
+	}
+	if s.cfg.Partitions > 0 {
+		return s.runGroup(ctx)
 	}
 	cons, err := ensureConsumer(ctx, s.js, s.cfg)
 	if err != nil {
@@ -118,11 +125,7 @@ func (s *Stage2) Run(ctx context.Context) error {
 	nextRefresh := time.Now().Add(s.cfg.Refresh)
 	nextCheck := time.Now().Add(consumerCheck)
 	for {
-		next := s.w.nextDue(nextRefresh)
-		if nextRefresh.Before(next) {
-			next = nextRefresh
-		}
-		wait := time.Until(next)
+		wait := time.Until(s.nextWake(nextRefresh))
 		var msg jetstream.Msg
 		if wait > 0 {
 			msg, err = it.Next(jetstream.NextMaxWait(wait))
@@ -141,11 +144,7 @@ func (s *Stage2) Run(ctx context.Context) error {
 			return fmt.Errorf("consume %s: %w", schema.StreamEvents, err)
 		}
 		now := time.Now()
-		if !now.Before(nextRefresh) {
-			s.w.refresh(s.cfg.Now())
-			nextRefresh = now.Add(s.cfg.Refresh)
-		}
-		s.w.flush(ctx, now, false)
+		nextRefresh = s.tick(ctx, now, nextRefresh)
 		if !now.Before(nextCheck) {
 			// A pull to a consumer deleted before it arrived gets no
 			// answer, and the iterator waits for ever: look.
@@ -157,10 +156,32 @@ func (s *Stage2) Run(ctx context.Context) error {
 	}
 }
 
+// nextWake is when Run's loop must wake up next without a message: the
+// next due write or the next refresh.
+func (s *Stage2) nextWake(nextRefresh time.Time) time.Time {
+	next := s.w.nextDue(nextRefresh)
+	if nextRefresh.Before(next) {
+		next = nextRefresh
+	}
+	return next
+}
+
+// tick refreshes the live numbers when nextRefresh has come, and writes
+// the signals due at now. It returns the next refresh.
+func (s *Stage2) tick(ctx context.Context, now, nextRefresh time.Time) time.Time {
+	if !now.Before(nextRefresh) {
+		s.w.refresh(s.cfg.Now())
+		nextRefresh = now.Add(s.cfg.Refresh)
+	}
+	s.w.flush(ctx, now, false)
+	return nextRefresh
+}
+
 // handle applies one EVENTS message and acks it. A message it cannot
 // decode is acked too: it is counted and logged, never retried (stage 1
 // wrote it; retrying cannot make it decodable). A message whose cool-down
-// could not be written is nak'ed, to write it on redelivery.
+// could not be written is nak'ed, to write it on redelivery; so is one of
+// a number whose partition this instance no longer owns, for its owner.
 func (s *Stage2) handle(ctx context.Context, msg jetstream.Msg) {
 	var ev event
 	switch err := decodeEvent(msg.Data(), &ev); {
@@ -171,6 +192,15 @@ func (s *Stage2) handle(ctx context.Context, msg jetstream.Msg) {
 		if ce := s.log.Check(zap.WarnLevel, "undecodable event"); ce != nil {
 			ce.Write(zap.String("subject", msg.Subject()), zap.Error(err))
 		}
+	case s.own != nil && !s.own.owns(ev.number):
+		// Its partition is another instance's now: the consumer that
+		// delivered it is being replaced (ownership.go). Unacked, it stays
+		// in the group's work queue for its owner.
+		s.m.events.WithLabelValues(resultNotOwned).Inc()
+		if err := msg.NakWithDelay(notOwnedRetry); err != nil && ctx.Err() == nil {
+			s.log.Debug("nak", zap.String("subject", msg.Subject()), zap.Error(err))
+		}
+		return
 	default:
 		if err := s.apply(ctx, &ev); err != nil {
 			if err := msg.NakWithDelay(cooldownRetry); err != nil && ctx.Err() == nil {

@@ -255,10 +255,20 @@ func TestSignalSubjectCoalesced(t *testing.T) {
 	}
 }
 
+// modes runs test without partitions and as the one member of a group.
+func modes(t *testing.T, test func(t *testing.T, edit func(*Config))) {
+	t.Run("single", func(t *testing.T) { test(t, nil) })
+	t.Run("group", func(t *testing.T) {
+		test(t, func(c *Config) { c.Partitions, c.Member, c.Members = 8, "a", []string{"a"} })
+	})
+}
+
 // A restarted stage 2 keeps what the EVENTS it will not see again said: a
 // number upgraded or on the Business app keeps its tier (from the KV).
-func TestRestartKeepsTier(t *testing.T) {
-	h := start(t, sec(10), nil)
+func TestRestartKeepsTier(t *testing.T) { modes(t, testRestartKeepsTier) }
+
+func testRestartKeepsTier(t *testing.T, edit func(*Config)) {
+	h := start(t, sec(10), edit)
 	h.publish(schema.KindNumber, "7001", "up", schema.ManagementRow{
 		EventID: "up", Kind: schema.KindNumber, Field: "phone_number_quality_update", EventTime: sec(0),
 		PhoneNumberID: "7001", Event: "THROUGHPUT_UPGRADE",
@@ -318,8 +328,10 @@ func TestCooldownRetried(t *testing.T) {
 
 // Stage 2 rides out a restart of the server: it goes on applying events
 // and writing signals.
-func TestServerRestart(t *testing.T) {
-	h := start(t, sec(12), nil)
+func TestServerRestart(t *testing.T) { modes(t, testServerRestart) }
+
+func testServerRestart(t *testing.T, edit func(*Config)) {
+	h := start(t, sec(12), edit)
 	h.traffic("8001", 0, 10, 10, 0)
 	h.flushed()
 	h.waitSignal("8001", "before", func(s schema.PacingSignal) bool { return s.Observed.S10 == 10 })
