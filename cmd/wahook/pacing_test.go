@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 )
@@ -27,6 +28,32 @@ func TestPacingFlags(t *testing.T) {
 		code, _, errOut := runCmd(t, append(args, "--nats-url", "nats://127.0.0.1:1", "--tier-override", "1065=fast")...)
 		if code != 2 || !strings.Contains(errOut, "--tier-override") {
 			t.Errorf("%s: code %d, %s", cmd, code, errOut)
+		}
+	}
+}
+
+// The partition flags reach stage 2's configuration, and its rules apply.
+func TestPartitionFlags(t *testing.T) {
+	build := func(args ...string) (*pacingOptions, error) {
+		var o pacingOptions
+		f := newFlags("process", io.Discard)
+		o.register(f)
+		if err := f.Parse(args); err != nil {
+			return nil, err
+		}
+		return &o, o.build()
+	}
+	o, err := build("--stage2-partitions", "16", "--stage2-member", "p1", "--stage2-members", "p1,p2")
+	if err != nil || o.cfg.Partitions != 16 || o.cfg.Member != "p1" || fmt.Sprint(o.cfg.Members) != "[p1 p2]" {
+		t.Fatalf("got %+v, %v", o, err)
+	}
+	for _, bad := range [][]string{
+		{"--stage2-partitions", "16"}, // no member name
+		{"--stage2-member", "p1"},     // a member without partitions
+		{"--stage2-partitions", "16", "--stage2-member", "p3", "--stage2-members", "p1,p2"}, // not a member
+	} {
+		if _, err := build(bad...); !errors.Is(err, errUsage) {
+			t.Errorf("%v: got %v, want a usage error", bad, err)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type metrics struct {
 	events     *prometheus.CounterVec // by result
 	signals    prometheus.Counter
+	urgent     prometheus.Counter
 	cooldowns  prometheus.Counter
 	numbers    prometheus.Gauge
 	partitions prometheus.Gauge
@@ -28,6 +29,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		signals: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wahook_stage2_signals_published_total", Help: "Pacing signals written to " + "wahook_pacing and its subjects.",
 		}),
+		urgent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wahook_stage2_signals_urgent_total", Help: "Pacing signals written at once, without coalescing, because an event changed the advice, tier, quality, messaging limit or maintenance window.",
+		}),
 		cooldowns: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wahook_stage2_cooldowns_written_total", Help: "Pair-rate cool-downs written after 131056.",
 		}),
@@ -44,6 +48,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, r := range []string{resultApplied, resultDuplicate, resultIgnored, resultBad, resultNotOwned} {
 		m.events.WithLabelValues(r)
 	}
-	reg.MustRegister(m.events, m.signals, m.cooldowns, m.numbers, m.partitions, m.writeFails)
+	reg.MustRegister(m.events, m.signals, m.urgent, m.cooldowns, m.numbers, m.partitions, m.writeFails)
 	return m
 }

@@ -60,16 +60,37 @@ type writer struct {
 	pending []pendingWrite
 }
 
-// changed marks n to be written after e changed it.
+// changed marks n to be written after e changed it. An error or a
+// management event that changes what a sender must do (the advice, the
+// tier, quality, messaging limit or maintenance window) is written at
+// once, whatever the coalescing: coalescing only spaces the writes that
+// move the rates and counts.
 func (w *writer) changed(n *number, e *pacing.Event) {
 	if e.Inbound || e.Outbound {
 		n.trafficAt = max(n.trafficAt, e.At)
 	}
+	w.live[n] = struct{}{}
 	if len(e.Codes) > 0 || e.Field != "" {
 		n.holdUntil = max(n.holdUntil, e.At+holdHorizon)
+		if !n.gone {
+			sigNow := w.s.cfg.Now()
+			if sig := n.p.Signal(sigNow, w.s.cfg.Tiers); !sameDecision(sig, n.last) {
+				w.write(n, sigNow, time.Now())
+				w.s.m.urgent.Inc()
+				return
+			}
+		}
 	}
-	w.live[n] = struct{}{}
 	w.mark(n)
+}
+
+// sameDecision reports whether two signals tell a sender the same: the
+// same advice under the same tier, quality, messaging limit and
+// maintenance window (rates and counts aside).
+func sameDecision(a, b schema.PacingSignal) bool {
+	return a.Advice == b.Advice && a.TierMPS == b.TierMPS && a.TierSource == b.TierSource && a.Quality == b.Quality &&
+		a.MessagingLimit == b.MessagingLimit && (a.MaintenanceUntil == nil) == (b.MaintenanceUntil == nil) &&
+		(a.MaintenanceUntil == nil || a.MaintenanceUntil.Equal(*b.MaintenanceUntil))
 }
 
 func (w *writer) mark(n *number) {
@@ -118,7 +139,7 @@ func (w *writer) flush(ctx context.Context, now time.Time, all bool) {
 		keep := w.dirty[:0]
 		w.due = time.Time{}
 		for _, n := range w.dirty {
-			if n.gone {
+			if n.gone || !n.dirty { // forgotten, or written at once since
 				continue
 			}
 			due := n.lastWrite.Add(w.s.cfg.Coalesce)

@@ -89,7 +89,9 @@ func TestThrottleThenStop(t *testing.T) {
 		h.failed("3001", fmt.Sprintf("thr-%d", k), fmt.Sprintf("r%d", k), sec(19), 130429)
 	}
 	h.flushed()
-	s := h.waitSignal("3001", "slow_down", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceSlowDown })
+	s := h.waitSignal("3001", "slow_down", func(s schema.PacingSignal) bool {
+		return s.Advice == schema.AdviceSlowDown && s.RecentErrors[schema.ClassThroughput] == 30
+	})
 	if s.RecommendedMPS >= before.RecommendedMPS || s.RecommendedMPS != 20 || s.RecentErrors[schema.ClassThroughput] != 30 {
 		t.Fatalf("after 130429: %+v", s)
 	}
@@ -399,7 +401,9 @@ func TestSendResults(t *testing.T) {
 	}
 	failed("5001", "pair-1", "r-pair", sec(19), 131056)
 	h.flushed()
-	s := h.waitSignal("5001", "slow_down", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceSlowDown })
+	s := h.waitSignal("5001", "slow_down", func(s schema.PacingSignal) bool {
+		return s.Advice == schema.AdviceSlowDown && s.RecentErrors[schema.ClassThroughput] == 30 && s.RecentErrors[schema.ClassPairRate] == 1
+	})
 	if s.RecommendedMPS >= before.RecommendedMPS || s.RecentErrors[schema.ClassThroughput] != 30 || s.RecentErrors[schema.ClassPairRate] != 1 {
 		t.Fatalf("after 130429: %+v", s)
 	}
@@ -418,7 +422,39 @@ func TestSendResults(t *testing.T) {
 		}
 		return len(all) == 1 && all[0] == schema.PairCooldownKey("5001", "r-pair"), fmt.Sprint(all)
 	})
-	failed("5001", "spam-1", "r1", sec(20), 131048)
+	// A minute after the last 130429, ok again.
+	h.clock.Set(sec(85))
+	h.waitSignal("5001", "ok a minute later", func(s schema.PacingSignal) bool {
+		return s.Advice == schema.AdviceOK && len(s.RecentErrors) == 0 && s.RecommendedMPS == 80
+	})
+	failed("5001", "spam-1", "r1", sec(84), 131048)
 	h.flushed()
 	h.waitSignal("5001", "stop", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceStop && s.RecommendedMPS == 0 })
+}
+
+// Coalescing spaces the writes that move rates and counts; an event that
+// changes what a sender must do is written at once. With a coalescing
+// interval of a minute, a busy number's quality change still reaches the
+// KV within moments, with the traffic that came before it.
+func TestDecisionWrittenAtOnce(t *testing.T) {
+	h := start(t, sec(22), func(c *Config) { c.Coalesce, c.Refresh = time.Minute, time.Minute })
+	h.traffic("6001", 0, 10, 10, 0)
+	h.flushed()
+	h.waitSignal("6001", "first write, at once", func(s schema.PacingSignal) bool { return s.Observed.S60 > 0 })
+	h.traffic("6001", 10, 20, 10, 0) // rates move: coalesced, due in a minute
+	h.flushed()
+	before := metricValue(h.s.m.signals)
+	h.publish(schema.KindNumber, "6001", "q-1", schema.ManagementRow{EventID: "q-1", Kind: schema.KindNumber,
+		Field: "phone_number_quality_update", EventTime: sec(20), PhoneNumberID: "6001", Event: "FLAGGED", NewValue: "TIER_1K"})
+	h.flushed()
+	s := h.waitSignal("6001", "quality at once", func(s schema.PacingSignal) bool { return s.Quality == "flagged" })
+	if s.Observed.S10 != 10 || s.MessagingLimit != "TIER_1K" {
+		t.Fatalf("the urgent write has all the state: %+v", s)
+	}
+	if got := metricValue(h.s.m.signals) - before; got != 1 {
+		t.Fatalf("%v writes after the quality event, want 1", got)
+	}
+	if metricValue(h.s.m.urgent) != 1 {
+		t.Fatalf("urgent writes: %v", metricValue(h.s.m.urgent))
+	}
 }
