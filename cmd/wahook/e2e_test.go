@@ -225,11 +225,7 @@ func checkPacing(t *testing.T, base, apiBase, natsURL string) {
  "value":{"display_phone_number":%q,"event":"THROUGHPUT_UPGRADE","current_limit":"TIER_UNLIMITED"}}]}]}`, waba, now, display)
 	post := func(body string) {
 		t.Helper()
-		mac := hmac.New(sha256.New, []byte("wahook-fixture-app-secret"))
-		mac.Write([]byte(body))
-		req, _ := http.NewRequest(http.MethodPost, base+"/webhook", strings.NewReader(body))
-		req.Header.Set(schema.SignatureHeader, "sha256="+hex.EncodeToString(mac.Sum(nil)))
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := http.DefaultClient.Do(signedRequest(base+"/webhook", "wahook-fixture-app-secret", body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -326,6 +322,15 @@ func cooldownKeys(ctx context.Context, js jetstream.JetStream) []string {
 		all = append(all, k)
 	}
 	return all
+}
+
+// signedRequest is a POST of body to url signed as Meta signs it.
+func signedRequest(url, secret, body string) *http.Request {
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(body))
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set(schema.SignatureHeader, "sha256="+hex.EncodeToString(mac.Sum(nil)))
+	return req
 }
 
 // waitForOK polls cond until it holds or d passes.

@@ -3,9 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -63,11 +60,7 @@ func BenchmarkWebhookToKV(b *testing.B) {
 	waitReady(b, base, &stderr)
 
 	post := func(body string) time.Time {
-		mac := hmac.New(sha256.New, []byte(secret))
-		mac.Write([]byte(body))
-		req, _ := http.NewRequest(http.MethodPost, base+"/webhook", strings.NewReader(body))
-		req.Header.Set(schema.SignatureHeader, "sha256="+hex.EncodeToString(mac.Sum(nil)))
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := http.DefaultClient.Do(signedRequest(base+"/webhook", secret, body))
 		if err != nil {
 			b.Error(err)
 			return time.Time{}
