@@ -247,14 +247,7 @@ func checkPacing(t *testing.T, base, apiBase, natsURL string) {
 	// The upgrade is addressed by display number: it must come after the
 	// status that maps it, so wait for the status's event first.
 	post(status)
-	waitFor(t, "the sent status on WAHOOK_EVENTS", func() bool {
-		info, err := js.Stream(ctx, schema.StreamEvents)
-		if err != nil {
-			return false
-		}
-		st, err := info.Info(ctx, jetstream.WithSubjectFilter(schema.EventsSubject(number, schema.KindStatus)))
-		return err == nil && len(st.State.Subjects) == 1
-	})
+	waitFor(t, "the sent status on WAHOOK_EVENTS", func() bool { return onEvents(ctx, js, schema.EventsSubject(number, schema.KindStatus)) })
 	post(upgrade)
 	// The cool-down of the 131056 lasts 6 s from its time: give it now.
 	ts, pairTS := time.Unix(now, 0).UTC().Format(time.RFC3339), time.Now().UTC().Format(time.RFC3339)
@@ -322,6 +315,16 @@ func cooldownKeys(ctx context.Context, js jetstream.JetStream) []string {
 		all = append(all, k)
 	}
 	return all
+}
+
+// onEvents reports whether WAHOOK_EVENTS holds a message on subject.
+func onEvents(ctx context.Context, js jetstream.JetStream, subject string) bool {
+	st, err := js.Stream(ctx, schema.StreamEvents)
+	if err != nil {
+		return false
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject))
+	return err == nil && len(info.State.Subjects) == 1
 }
 
 // signedRequest is a POST of body to url signed as Meta signs it.

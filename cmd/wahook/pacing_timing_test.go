@@ -88,12 +88,7 @@ func BenchmarkWebhookToKV(b *testing.B) {
  "statuses":[{"id":"wamid.PROBE","status":"delivered","timestamp":"%d","recipient_id":"15551239999"}]}}]}]}`,
 		waba, display, number, time.Now().Unix()))
 	waitFor(b, "the probe number's status on WAHOOK_EVENTS", func() bool {
-		st, err := js.Stream(ctx, schema.StreamEvents)
-		if err != nil {
-			return false
-		}
-		info, err := st.Info(ctx, jetstream.WithSubjectFilter(schema.EventsSubject(number, schema.KindStatus)))
-		return err == nil && len(info.State.Subjects) == 1
+		return onEvents(ctx, js, schema.EventsSubject(number, schema.KindStatus))
 	})
 	var kv jetstream.KeyValue
 	waitFor(b, "bucket "+schema.BucketPacing, func() bool { kv, err = js.KeyValue(ctx, schema.BucketPacing); return err == nil })

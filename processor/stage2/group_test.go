@@ -49,8 +49,8 @@ func groupConfig(name string, members ...string) Config {
 	return cfg
 }
 
-// join starts a stage 2 with cfg on a new connection to h's server.
-func (h *harness) join(cfg Config) *member {
+// connect is a JetStream context on a new connection to h's server.
+func (h *harness) connect() jetstream.JetStream {
 	h.t.Helper()
 	nc, err := nats.Connect(h.url)
 	if err != nil {
@@ -61,6 +61,13 @@ func (h *harness) join(cfg Config) *member {
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	return js
+}
+
+// join starts a stage 2 with cfg on a new connection to h's server.
+func (h *harness) join(cfg Config) *member {
+	h.t.Helper()
+	js := h.connect()
 	cfg.Now = h.clock.Now
 	name := cfg.Member
 	if name == "" {
@@ -237,16 +244,7 @@ func (h *harness) publishPOSTs(ops []op, pubs ...jetstream.JetStream) {
 func (h *harness) publishers(n int) []jetstream.JetStream {
 	var pubs []jetstream.JetStream
 	for range n {
-		nc, err := nats.Connect(h.url)
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		h.t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		pubs = append(pubs, js)
+		pubs = append(pubs, h.connect())
 	}
 	return pubs
 }
