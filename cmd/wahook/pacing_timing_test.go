@@ -151,7 +151,9 @@ func BenchmarkWebhookToKV(b *testing.B) {
  "value":{"display_phone_number":%q,"event":"UNFLAGGED","current_limit":%q}}]}]}`, waba, time.Now().Unix(), display, token))
 		select {
 		case t := <-seen:
-			lat = append(lat, t.Sub(at))
+			// The KV may hold it before the client has read its 200:
+			// that counts as no wait.
+			lat = append(lat, max(0, t.Sub(at)))
 		case <-time.After(10 * time.Second):
 			b.Fatalf("probe %d not in the KV within 10s", i)
 		}
