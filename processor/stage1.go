@@ -92,15 +92,25 @@ func (s *Stage1) ConsumerConfig() jetstream.ConsumerConfig {
 	}
 }
 
+// writerPoll is how often a due batch looks whether the writer is free
+// while no body comes.
+const writerPoll = 5 * time.Millisecond
+
 // Run consumes until ctx ends, then writes the batch in hand once more and
 // returns. It returns an error only when the consumer cannot be set up.
 //
 // Gathering and writing overlap: while one batch is written to ClickHouse
 // and acked, the next is fetched and normalized. At most one batch is
-// written at a time, so batches stay large and in order. Events go to
-// EVENTS as each body is decoded, not with the batch, so that stage 2
-// sees them within milliseconds whatever the ClickHouse batching (and
-// while ClickHouse is down); a batch is handed to the writer once
+// written at a time, so batches stay large and in order. A batch due
+// (FlushInterval after its first body) while the previous one is still
+// being written keeps growing until the writer is free, rather than
+// stopping the reader: the reader waits for the writer only once the
+// batch reaches BatchRows or BatchBytes, or a quarter of AckWait in age.
+// A slow ClickHouse thus makes batches larger (which ClickHouse writes
+// faster per row), not events later. Events go to EVENTS as each body is
+// decoded, not with the batch, so that stage 2 sees them within
+// milliseconds whatever the ClickHouse batching (and while ClickHouse is
+// down); a batch is handed to the writer once
 // JetStream holds its events, and its bodies are acked once ClickHouse
 // holds its rows too.
 func (s *Stage1) Run(ctx context.Context) error {
@@ -131,7 +141,7 @@ func (s *Stage1) Run(ctx context.Context) error {
 
 	// The writer goroutine takes full batches and gives them back empty;
 	// two batches take turns.
-	full, empty := make(chan *batch), make(chan *batch, 2)
+	full, empty := make(chan *batch), make(chan *batch, 1)
 	empty <- &batch{}
 	writerDone := make(chan struct{})
 	go func() {
@@ -141,31 +151,50 @@ func (s *Stage1) Run(ctx context.Context) error {
 			empty <- b
 		}
 	}()
-	b := <-empty
+	b := &batch{}
 	// Sends and waits do not end with ctx: the last batch is still
 	// published and written on stop, bounded by eventsAckTimeout.
 	pubCtx := context.WithoutCancel(ctx)
-	handOff := func() {
+	// handOff gives b to the writer once its events are in JetStream and
+	// takes the writer's last batch back, waiting for the writer when block
+	// is set; without it, it reports false (and keeps b) while the writer
+	// is busy.
+	handOff := func(block bool) bool {
+		var next *batch
+		if block {
+			next = <-empty
+		} else {
+			select {
+			case next = <-empty:
+			default:
+				return false
+			}
+		}
 		if s.events != nil && b.eventsErr == nil {
 			b.eventsErr = s.events.drain(pubCtx)
 		}
 		full <- b
-		b = <-empty
+		b = next
+		return true
 	}
 	defer func() {
 		if len(b.msgs) > 0 {
-			handOff()
+			handOff(true)
 		}
 		close(full)
 		<-writerDone
 	}()
+	maxAge := s.cfg.AckWait / 4
 	for ctx.Err() == nil {
 		wait := s.cfg.FlushInterval
 		if len(b.msgs) > 0 {
-			wait = time.Until(b.first.Add(s.cfg.FlushInterval))
-			if wait <= 0 {
-				handOff()
-				continue
+			age := time.Since(b.first)
+			if wait = s.cfg.FlushInterval - age; wait <= 0 {
+				if handOff(age >= maxAge) {
+					continue
+				}
+				// The writer is busy: look again soon, reading meanwhile.
+				wait = writerPoll
 			}
 		}
 		nctx, cancel := context.WithTimeout(ctx, wait)
@@ -175,9 +204,7 @@ func (s *Stage1) Run(ctx context.Context) error {
 			switch {
 			case ctx.Err() != nil:
 			case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
-				if len(b.msgs) > 0 {
-					handOff()
-				}
+				// The loop hands the batch off when it is due.
 			case errors.Is(err, jetstream.ErrMsgIteratorClosed):
 				return fmt.Errorf("consume %s: %w", schema.StreamRaw, err)
 			default:
@@ -191,7 +218,7 @@ func (s *Stage1) Run(ctx context.Context) error {
 			b.eventsErr = s.events.send(pubCtx, &b.rows, &b.sent)
 		}
 		if b.rows.Len() >= s.cfg.BatchRows || b.bytes >= s.cfg.BatchBytes {
-			handOff()
+			handOff(true)
 		}
 	}
 	return nil

@@ -459,6 +459,80 @@ func TestStage1ClickHouseOutage(t *testing.T) {
 	}
 }
 
+// TestStage1HungClickHouse: while a write hangs (the server is frozen, so
+// the connection stays open and the insert waits), stage 1 keeps reading
+// and publishing events: a batch that falls due meanwhile grows instead of
+// stopping the reader. Once the server resumes, every event is stored
+// once.
+func TestStage1HungClickHouse(t *testing.T) {
+	srv := schematest.StartClickHouse(t)
+	p := newPipeline(t, srv.Database(t))
+	// A write may hang 10 s (AckWait/2) and a batch grow 5 s (AckWait/4)
+	// before the reader waits for the writer.
+	p.cfg.AckWait = 20 * time.Second
+	p.start()
+	body := func(i int) []byte {
+		return []byte(fmt.Sprintf(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","changes":[{"field":"messages","value":{"messaging_product":"whatsapp","metadata":{"display_phone_number":"15557810001","phone_number_id":"107655290331184"},"statuses":[{"id":"wamid.hung-%d","status":"delivered","timestamp":"%d","recipient_id":"4915155500734"}]}}]}]}`, i, 1781514312+i))
+	}
+	const per = 40
+	events := func() uint64 {
+		st, err := p.js.Stream(context.Background(), schema.StreamEvents)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.CachedInfo().State.Msgs
+	}
+	waitEvents := func(want uint64, within time.Duration) {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for events() < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("events on %s: %d after %v, want %d", schema.StreamEvents, events(), within, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for i := 0; i < per; i++ {
+		p.publish("default", body(i))
+	}
+	p.drained(30 * time.Second)
+
+	srv.Freeze()
+	t.Cleanup(srv.Thaw)
+	frozen := time.Now()
+	// A: its batch falls due and goes to the writer, whose insert hangs.
+	for i := per; i < 2*per; i++ {
+		p.publish("default", body(i))
+	}
+	waitEvents(2*per, 3*time.Second)
+	time.Sleep(3 * p.cfg.FlushInterval)
+	// B: its batch falls due while the writer hangs.
+	for i := 2 * per; i < 3*per; i++ {
+		p.publish("default", body(i))
+	}
+	time.Sleep(3 * p.cfg.FlushInterval)
+	// C: read and published all the same, long before the write's
+	// deadline (10 s) would free a blocked reader.
+	for i := 3 * per; i < 4*per; i++ {
+		p.publish("default", body(i))
+	}
+	waitEvents(4*per, 3*time.Second)
+	if d := time.Since(frozen); d > p.cfg.AckWait/4 {
+		t.Fatalf("the test took %v while frozen, past the batch's age limit: it proves nothing", d)
+	}
+	srv.Thaw()
+	p.drained(60 * time.Second)
+	if got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events"); got != 4*per {
+		t.Fatalf("statuses after the server resumed: got %d, want %d", got, 4*per)
+	}
+	if got := p.count("SELECT count() FROM {db}.status_events FINAL"); got != 4*per {
+		t.Fatalf("status rows after the server resumed (FINAL): got %d, want %d", got, 4*per)
+	}
+	if got := events(); got != 4*per {
+		t.Fatalf("events on %s: got %d, want %d", schema.StreamEvents, got, 4*per)
+	}
+}
+
 // TestStage1TwoInstances: two instances on one durable consumer share the
 // work, and every event is stored exactly once.
 func TestStage1TwoInstances(t *testing.T) {

@@ -135,6 +135,28 @@ func (s *ClickHouseServer) Kill() {
 	}
 }
 
+// Freeze stops the server's process (SIGSTOP) without ending it, like a
+// server that hangs: connections stay open and queries wait. Thaw resumes
+// it; a test that freezes should thaw in a cleanup too. Call both from the
+// test's goroutine.
+func (s *ClickHouseServer) Freeze() { s.t.Helper(); s.signal(syscall.SIGSTOP) }
+
+// Thaw resumes a server stopped by Freeze (SIGCONT).
+func (s *ClickHouseServer) Thaw() { s.t.Helper(); s.signal(syscall.SIGCONT) }
+
+func (s *ClickHouseServer) signal(sig syscall.Signal) {
+	s.t.Helper()
+	s.proc.mu.Lock()
+	pid := s.proc.pid
+	s.proc.mu.Unlock()
+	if pid == 0 {
+		s.t.Fatalf("clickhouse: %v: the server is not running", sig)
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		s.t.Fatalf("clickhouse: %v: %v", sig, err)
+	}
+}
+
 // newClickHouseDB creates a uniquely named database on the server at addr and
 // drops it when the test ends. proc, when not nil, is the server's process: a
 // stopped server's database is left to its temporary directory.
