@@ -45,7 +45,7 @@ func (o *processOptions) register(f *flags, withSwitch bool) {
 	f.StringVar(&o.hashKey, "phone-hash-key", "", "key of the keyed hash that stands for end users' numbers; the same on every instance (secret; empty: <data-dir>/phone-hash-key, which serve makes on first start)")
 	f.Secret("phone-hash-key")
 	f.IntVar(&o.cfg.BatchRows, "batch-rows", o.cfg.BatchRows, "rows per ClickHouse insert at most")
-	f.DurationVar(&o.cfg.FlushInterval, "flush-interval", o.cfg.FlushInterval, "longest a row waits for its batch")
+	f.DurationVar(&o.cfg.FlushInterval, "flush-interval", o.cfg.FlushInterval, "how long a batch gathers rows before it is written (longer while the previous write runs)")
 	f.DurationVar(&o.cfg.AckWait, "ack-wait", o.cfg.AckWait, "how long JetStream waits for stage 1's ack before redelivering")
 	f.BoolVar(&o.cfg.PublishEvents, "publish-events", o.cfg.PublishEvents, "publish every normalized event on WAHOOK_EVENTS")
 	f.DurationVar(&o.events.MaxAge, "events-max-age", o.events.MaxAge, "how long WAHOOK_EVENTS keeps events (it can be rebuilt from RAW)")
