@@ -262,8 +262,8 @@ func SourceOf(msg jetstream.Msg) schema.Source {
 
 // flush writes the batch, whose events JetStream holds already, and acks
 // its messages; when either store failed, it naks them with a growing
-// delay instead, so they come back, and waits that delay before fetching
-// more.
+// delay instead, so they come back, and waits that delay before it takes
+// the next batch (which meanwhile grows to its limits, see Run).
 func (s *Stage1) flush(runCtx context.Context, b *batch) {
 	// A stop does not cut a write short (that would waste it and leave its
 	// bodies for redelivery): the write has its own deadline, well inside
