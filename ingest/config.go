@@ -37,6 +37,20 @@ type Config struct {
 	Publisher string
 	// Batch tunes the batch publisher.
 	Batch BatchOptions
+	// DedupeWindow is how long the endpoint remembers the id of a body the
+	// RAW stream acknowledged, so that the same body posted again within
+	// it (a Meta retry) is answered 200 at once, without a publish, and
+	// stored once. An id is remembered at least the window and at most a
+	// quarter longer. 0 turns the index off; the stream's duplicate window
+	// (StreamConfig.DuplicateWindow) then alone decides what is stored
+	// once.
+	DedupeWindow time.Duration
+	// DedupeMaxEntries caps the ids remembered, at 16 bytes each plus the
+	// tables' free slots (about 27 bytes an id in all). Beyond it the
+	// oldest ids are forgotten early (counted and logged): retries of those
+	// bodies are stored again, as they are after the window, and the
+	// processor's deduplication by event id absorbs them.
+	DedupeMaxEntries int
 }
 
 // The publishers NewPublisher builds.
@@ -54,6 +68,13 @@ func DefaultConfig() Config {
 		MaxInflight: 8192,
 		Publisher:   PublisherBatch,
 		Batch:       DefaultBatchOptions(),
+		// The product's documented duplicate window. Meta retries at once,
+		// then with decreasing frequency (WEBHOOKS.md 1.4), so the retries
+		// that come soonest, and most, fall within it.
+		DedupeWindow: 2 * time.Minute,
+		// A full 2-minute window (and a quarter, see dupIndex) at 26k
+		// bodies/s; about 110 MiB of tables at 4 million ids.
+		DedupeMaxEntries: 4_000_000,
 	}
 }
 
@@ -92,6 +113,14 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownDelay < 0 {
 		return errors.New("shutdown delay must not be negative")
+	}
+	if c.DedupeWindow != 0 {
+		if c.DedupeWindow < time.Second || c.DedupeWindow > 24*time.Hour {
+			return fmt.Errorf("dedupe window %s: use 0 (off) or 1s to 24h", c.DedupeWindow)
+		}
+		if c.DedupeMaxEntries < 10_000 {
+			return fmt.Errorf("dedupe max entries %d: use at least 10000", c.DedupeMaxEntries)
+		}
 	}
 	switch c.Publisher {
 	case PublisherBatch:

@@ -13,6 +13,12 @@
 // for a PubAck per body. Either answers a request only once an ack covering
 // its body has come back.
 //
+// The same body posted again (a Meta retry) is stored once: an index of the
+// ids of the bodies the stream acknowledged within Config.DedupeWindow
+// answers a retry 200 without a publish (dedupe.go), and the stream's own,
+// short duplicate window stores copies published at about the same time
+// once (StreamConfig.DuplicateWindow).
+//
 // Answers to POST /webhook[/:app]:
 //
 //	200  the body is stored in the RAW stream (or was already, a Meta retry)

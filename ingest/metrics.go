@@ -9,7 +9,7 @@ import (
 // Results of a webhook request, the values of the result label.
 const (
 	resultOK           = "ok"            // 200 after the ack
-	resultDuplicate    = "duplicate"     // 200; JetStream already held the body
+	resultDuplicate    = "duplicate"     // 200; the index or JetStream already held the body
 	resultBadSignature = "bad_signature" // 401
 	resultUnknownApp   = "unknown_app"   // 404
 	resultTooLarge     = "too_large"     // 413
@@ -26,6 +26,10 @@ type metrics struct {
 	handshakes   *prometheus.CounterVec
 	inflight     atomic.Int64
 	readyFailure prometheus.Counter
+	// dupIndex and dupStream split the duplicates: answered from the
+	// endpoint's index without a publish, or published and reported by
+	// JetStream as held already.
+	dupIndex, dupStream prometheus.Counter
 }
 
 // appMetrics holds the counters of one app resolved once, so that the hot
@@ -68,12 +72,35 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Readiness checks that failed.",
 		}),
 	}
+	dups := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wahook_ingest_duplicates_total",
+		Help: "Webhook POSTs answered 200 as duplicates, by where the body was found: index (remembered by this endpoint, not published) or stream (published; JetStream held it already).",
+	}, []string{"source"})
+	m.dupIndex, m.dupStream = dups.WithLabelValues("index"), dups.WithLabelValues("stream")
 	inflight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "wahook_ingest_inflight_requests",
 		Help: "Webhook POSTs being handled; nearly all of their time is the wait for JetStream's ack.",
 	}, func() float64 { return float64(m.inflight.Load()) })
-	reg.MustRegister(m.requests, m.sigFailures, m.latency, m.publish, m.bytes, m.handshakes, m.readyFailure, inflight)
+	reg.MustRegister(m.requests, m.sigFailures, m.latency, m.publish, m.bytes, m.handshakes, m.readyFailure, dups, inflight)
 	return m
+}
+
+// registerDedupe registers the gauges of the duplicate index x.
+func registerDedupe(reg prometheus.Registerer, x *dupIndex) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "wahook_ingest_dedupe_entries",
+			Help: "Body ids the duplicate index remembers.",
+		}, func() float64 { n, _ := x.stats(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "wahook_ingest_dedupe_bytes",
+			Help: "Bytes of the duplicate index's tables (outside the Go heap where the platform allows).",
+		}, func() float64 { _, b := x.stats(); return float64(b) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "wahook_ingest_dedupe_evictions_total",
+			Help: "Body ids the duplicate index forgot before their window ended, to stay within --dedupe-max-entries.",
+		}, func() float64 { return float64(x.evictions()) }),
+	)
 }
 
 func (m *metrics) forApp(app string) *appMetrics {

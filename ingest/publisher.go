@@ -14,11 +14,12 @@ import (
 
 // Publisher stores a raw body durably. Publish blocks until the body is
 // stored (nil; duplicate tells whether it was already), or the store failed
-// or did not answer before deadline (an error). The body must not be changed
-// or reused by the caller after Publish is called: an unanswered publish may
-// still hold it.
+// or did not answer before deadline (an error). id is the body's
+// Nats-Msg-Id, schema.RawMsgID(body), which the caller has at hand. The body
+// must not be changed or reused by the caller after Publish is called: an
+// unanswered publish may still hold it.
 type Publisher interface {
-	Publish(app string, body []byte, receivedAt, deadline time.Time) (duplicate bool, err error)
+	Publish(app, id string, body []byte, receivedAt, deadline time.Time) (duplicate bool, err error)
 }
 
 // BodyLender is a Publisher that keeps no reference to a body once Publish
@@ -90,10 +91,11 @@ func NewJetStreamPublisher(nc *nats.Conn, maxInflight int, ackTimeout time.Durat
 // JetStream returns the JetStream context the publisher uses.
 func (p *JetStreamPublisher) JetStream() jetstream.JetStream { return p.js }
 
-// Publish implements Publisher. The message carries Nats-Msg-Id = the body's
-// hash, so a Meta retry of the same body is stored once within the stream's
-// duplicate window, and headers for the receive time and the app.
-func (p *JetStreamPublisher) Publish(app string, body []byte, receivedAt, deadline time.Time) (bool, error) {
+// Publish implements Publisher. The message carries Nats-Msg-Id = id, the
+// body's hash, so the same body published again within the stream's
+// duplicate window is stored once, and headers for the receive time and the
+// app.
+func (p *JetStreamPublisher) Publish(app, id string, body []byte, receivedAt, deadline time.Time) (bool, error) {
 	wait := time.Until(deadline)
 	if wait <= 0 {
 		return false, ErrAckTimeout
@@ -102,7 +104,7 @@ func (p *JetStreamPublisher) Publish(app string, body []byte, receivedAt, deadli
 		Subject: schema.RawSubject(app),
 		Data:    body,
 		Header: nats.Header{
-			schema.HeaderMsgID:      []string{schema.RawMsgID(body)},
+			schema.HeaderMsgID:      []string{id},
 			schema.HeaderReceivedAt: []string{schema.FormatReceivedAt(receivedAt)},
 			schema.HeaderApp:        []string{app},
 		},

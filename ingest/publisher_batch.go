@@ -100,7 +100,8 @@ func (o BatchOptions) Validate() error {
 //
 // A message the stream refused for its batch (the batch ended after a gap or
 // an error, or the server lost it in a restart) is published again in a new
-// batch, which the duplicate window makes safe; a message refused for itself
+// batch, which the duplicate window makes safe as long as it is at least the
+// ack timeout (StreamConfig.CheckAckTimeout); a message refused for itself
 // fails. Publish never reports success for a message no ack covers.
 type BatchPublisher struct {
 	nc         *nats.Conn
@@ -207,7 +208,7 @@ func NewBatchPublisher(nc *nats.Conn, maxInflight int, ackTimeout time.Duration,
 }
 
 // Publish implements Publisher.
-func (p *BatchPublisher) Publish(app string, body []byte, receivedAt, deadline time.Time) (bool, error) {
+func (p *BatchPublisher) Publish(app, id string, body []byte, receivedAt, deadline time.Time) (bool, error) {
 	wait := time.Until(deadline)
 	if wait <= 0 {
 		return false, ErrAckTimeout
@@ -232,7 +233,7 @@ func (p *BatchPublisher) Publish(app string, body []byte, receivedAt, deadline t
 	pd := p.pool.Get().(*pending)
 	pd.msg.Subject = p.subject(app)
 	pd.msg.Data = body
-	pd.vals[0] = schema.RawMsgID(body)
+	pd.vals[0] = id
 	pd.vals[1] = schema.FormatReceivedAt(receivedAt)
 	pd.vals[2] = app
 	pd.deadline = deadline

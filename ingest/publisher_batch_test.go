@@ -30,7 +30,9 @@ func TestBatchPublisherDeduplicates(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	js := rawStream(t, nc, ingest.DefaultStreamConfig())
+	sc := ingest.DefaultStreamConfig()
+	sc.DuplicateWindow = time.Minute // the copies come within it however slow the machine
+	js := rawStream(t, nc, sc)
 	opts := ingest.DefaultBatchOptions()
 	opts.Flow = 4 // flow acks as well as commits cover messages
 	pub, err := ingest.NewBatchPublisher(nc, 1024, 5*time.Second, opts)
@@ -48,7 +50,7 @@ func TestBatchPublisherDeduplicates(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				now := time.Now()
-				if _, err := pub.Publish(schema.DefaultApp, body(i), now, now.Add(5*time.Second)); err != nil {
+				if _, err := pub.Publish(schema.DefaultApp, schema.RawMsgID(body(i)), body(i), now, now.Add(5*time.Second)); err != nil {
 					errs <- err
 				}
 			}()
@@ -63,7 +65,7 @@ func TestBatchPublisherDeduplicates(t *testing.T) {
 	// message of a batch with stored ones was a duplicate is not known.)
 	time.Sleep(20 * time.Millisecond)
 	now := time.Now()
-	if dup, err := pub.Publish(schema.DefaultApp, body(0), now, now.Add(5*time.Second)); err != nil || !dup {
+	if dup, err := pub.Publish(schema.DefaultApp, schema.RawMsgID(body(0)), body(0), now, now.Add(5*time.Second)); err != nil || !dup {
 		t.Fatalf("a lone retry: got duplicate %v, %v; want true, nil", dup, err)
 	}
 	seen := storedIDs(t, js)
@@ -121,7 +123,7 @@ func TestBatchPublisherRefusedMessage(t *testing.T) {
 					b = append(big, byte(round))
 				}
 				start := time.Now()
-				_, err := pub.Publish(schema.DefaultApp, b, start, start.Add(3*time.Second))
+				_, err := pub.Publish(schema.DefaultApp, schema.RawMsgID(b), b, start, start.Add(3*time.Second))
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
@@ -167,7 +169,7 @@ func TestBatchPublisherStreamWithoutBatches(t *testing.T) {
 	}
 	defer pub.Close()
 	start := time.Now()
-	_, err = pub.Publish(schema.DefaultApp, body(1), start, start.Add(3*time.Second))
+	_, err = pub.Publish(schema.DefaultApp, schema.RawMsgID(body(1)), body(1), start, start.Add(3*time.Second))
 	if err == nil || errors.Is(err, ingest.ErrAckTimeout) || time.Since(start) > time.Second {
 		t.Fatalf("got %v after %s, want the stream's refusal at once", err, time.Since(start))
 	}
@@ -262,7 +264,7 @@ func TestBatchPublisherProtocol(t *testing.T) {
 					defer wg.Done()
 					b := body(i)
 					now := time.Now()
-					_, err := pub.Publish(schema.DefaultApp, b, now, now.Add(500*time.Millisecond))
+					_, err := pub.Publish(schema.DefaultApp, schema.RawMsgID(b), b, now, now.Add(500*time.Millisecond))
 					switch {
 					case tt.wantTimeout && !errors.Is(err, ingest.ErrAckTimeout):
 						t.Errorf("publish %d: got %v, want ErrAckTimeout", i, err)
@@ -298,7 +300,7 @@ func TestBatchPublisherClose(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() {
 		now := time.Now()
-		_, err := pub.Publish(schema.DefaultApp, body(1), now, now.Add(time.Minute))
+		_, err := pub.Publish(schema.DefaultApp, schema.RawMsgID(body(1)), body(1), now, now.Add(time.Minute))
 		errc <- err
 	}()
 	time.Sleep(50 * time.Millisecond)
@@ -312,7 +314,7 @@ func TestBatchPublisherClose(t *testing.T) {
 		t.Fatal("a publish awaiting its ack did not return after Close")
 	}
 	now := time.Now()
-	if _, err := pub.Publish(schema.DefaultApp, body(2), now, now.Add(time.Second)); !errors.Is(err, ingest.ErrClosed) {
+	if _, err := pub.Publish(schema.DefaultApp, schema.RawMsgID(body(2)), body(2), now, now.Add(time.Second)); !errors.Is(err, ingest.ErrClosed) {
 		t.Fatalf("publish after Close: got %v, want ErrClosed", err)
 	}
 }

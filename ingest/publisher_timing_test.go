@@ -64,7 +64,7 @@ func BenchmarkPublisher(b *testing.B) {
 						body := append(bodies[i%int64(len(bodies))][:0:0], bodies[i%int64(len(bodies))]...)
 						body = append(body, byte(i), byte(i>>8), byte(i>>16), byte(i>>24))
 						now := time.Now()
-						if _, err := pub.Publish(schema.DefaultApp, body, now, now.Add(5*time.Second)); err != nil {
+						if _, err := pub.Publish(schema.DefaultApp, schema.RawMsgID(body), body, now, now.Add(5*time.Second)); err != nil {
 							b.Error(err)
 							return
 						}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -43,6 +44,12 @@ type Server struct {
 	// copyBody: the publisher may hold a body after Publish returns, so
 	// the handler gives it a copy.
 	copyBody bool
+	// dups remembers the bodies stored within cfg.DedupeWindow; nil when
+	// off.
+	dups *dupIndex
+	// evictLogAt is when the index's early forgetting was last logged
+	// (Unix nanoseconds), so that it is logged once a minute at most.
+	evictLogAt atomic.Int64
 }
 
 // appRoute is what the hot path needs of one configured app.
@@ -72,6 +79,10 @@ func New(cfg Config, pub Publisher, ready ReadyFunc, reg *prometheus.Registry, l
 	_, lends := pub.(BodyLender)
 	s.copyBody = !lends
 	s.tokenDigest = sha256.Sum256([]byte(cfg.VerifyToken))
+	if cfg.DedupeWindow > 0 {
+		s.dups = newDupIndex(cfg.DedupeWindow, cfg.DedupeMaxEntries)
+		registerDedupe(reg, s.dups)
+	}
 	for name, secrets := range cfg.Apps {
 		s.apps[name] = &appRoute{name: name, verifier: NewVerifier(secrets...), metrics: s.metrics.forApp(name)}
 	}
@@ -278,6 +289,17 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 		s.metrics.latency.Observe(time.Since(start).Seconds())
 		return c.Status(fiber.StatusUnauthorized).SendString(err.Error())
 	}
+	// The body's SHA-256: the key of the duplicate index, and in hex its
+	// Nats-Msg-Id (schema.RawMsgID).
+	sum := sha256.Sum256(body)
+	if s.dups != nil && s.dups.seen(&sum) {
+		// The stream acknowledged this body within the window: a Meta
+		// retry. It is stored; nothing is published.
+		r.metrics.duplicate.Inc()
+		s.metrics.dupIndex.Inc()
+		s.metrics.latency.Observe(time.Since(start).Seconds())
+		return c.SendStatus(fiber.StatusOK)
+	}
 	// fasthttp reuses the request's buffer once the handler returns, and
 	// a publish that times out can still hold the body: it gets a copy,
 	// unless the publisher lets go of the body when Publish returns.
@@ -288,8 +310,12 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 	}
 
 	pubStart := time.Now()
-	dup, err := s.pub.Publish(r.name, data, start, start.Add(s.cfg.AckTimeout))
+	dup, err := s.pub.Publish(r.name, hex.EncodeToString(sum[:]), data, start, start.Add(s.cfg.AckTimeout))
 	if err != nil {
+		// Not remembered: the body may not be stored, so Meta's retry
+		// is published again. If this copy was stored after all, the
+		// stream's window stores a retry that comes soon once, and
+		// downstream deduplicates a later one by event id.
 		r.metrics.unavailable.Inc()
 		if ce := s.log.Check(zap.WarnLevel, "publish failed, answering 503"); ce != nil {
 			ce.Write(zap.String("app", r.name), zap.Int("bytes", len(data)), zap.Error(err))
@@ -298,16 +324,36 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 		c.Set(fiber.HeaderRetryAfter, "1")
 		return c.Status(fiber.StatusServiceUnavailable).SendString("not stored, retry")
 	}
+	// Only now that an ack covers the body: an id remembered before it
+	// would answer a retry 200 for a body that may never be stored.
+	if s.dups != nil && s.dups.add(&sum) > 0 {
+		s.logEvictions()
+	}
 	now := time.Now()
 	s.metrics.publish.Observe(now.Sub(pubStart).Seconds())
 	s.metrics.latency.Observe(now.Sub(start).Seconds())
 	s.metrics.bytes.Add(float64(len(data)))
 	if dup {
 		r.metrics.duplicate.Inc()
+		s.metrics.dupStream.Inc()
 	} else {
 		r.metrics.ok.Inc()
 	}
 	return c.SendStatus(fiber.StatusOK)
+}
+
+// logEvictions warns, once a minute at most, that the duplicate index
+// forgets ids before their window ends (VM lib/logger/throttler.go: never
+// flood the logs from the hot path; the counter has every one).
+func (s *Server) logEvictions() {
+	now := time.Now().UnixNano()
+	last := s.evictLogAt.Load()
+	if now-last < int64(time.Minute) || !s.evictLogAt.CompareAndSwap(last, now) {
+		return
+	}
+	s.log.Warn("duplicate index full: forgetting the oldest body ids before their window ends; Meta's retries of those bodies will be stored again, and deduplicated downstream by event id",
+		zap.Uint64("forgotten_total", s.dups.evictions()), zap.Int("dedupe_max_entries", s.cfg.DedupeMaxEntries),
+		zap.Duration("dedupe_window", s.cfg.DedupeWindow))
 }
 
 // handleReady is 200 while the publisher's store can take bodies, and 503

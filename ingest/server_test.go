@@ -79,6 +79,17 @@ func defaultTestConfig() ingest.Config {
 
 func newHarness(t *testing.T, cfg ingest.Config) *harness {
 	t.Helper()
+	// A stream window longer than the default, so that the tests' copies
+	// of one body published at once fall within it however slow the
+	// machine; TestStreamConfigDuplicateWindow checks the default.
+	sc := ingest.DefaultStreamConfig()
+	sc.DuplicateWindow = time.Minute
+	return newHarnessStream(t, cfg, sc)
+}
+
+// newHarnessStream is newHarness with the RAW stream configured as sc.
+func newHarnessStream(t *testing.T, cfg ingest.Config, sc ingest.StreamConfig) *harness {
+	t.Helper()
 	h := &harness{t: t, nats: schematest.StartJetStream(t), reg: prometheus.NewRegistry()}
 	nc, err := nats.Connect(h.nats.URL(), ingest.NATSOptions("ingest-test")...)
 	if err != nil {
@@ -91,7 +102,7 @@ func newHarness(t *testing.T, cfg ingest.Config) *harness {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := ingest.EnsureRawStream(ctx, h.js, ingest.DefaultStreamConfig(), false); err != nil {
+	if _, err := ingest.EnsureRawStream(ctx, h.js, sc, false); err != nil {
 		t.Fatal(err)
 	}
 	if h.pub, err = ingest.NewPublisher(nc, cfg); err != nil {

@@ -37,7 +37,7 @@ func provisionRaw(ctx context.Context, log *zap.Logger, js jetstream.JetStream, 
 		if err == nil {
 			log.Info("stream ready", zap.String("stream", info.Config.Name), zap.Uint64("msgs", info.State.Msgs),
 				zap.Int("replicas", info.Config.Replicas), zap.Duration("max_age", info.Config.MaxAge),
-				zap.Bool("allow_batched", info.Config.AllowBatchPublish))
+				zap.Duration("duplicate_window", info.Config.Duplicates), zap.Bool("allow_batched", info.Config.AllowBatchPublish))
 			return info, nil
 		}
 		log.Warn("provisioning the raw stream, retrying", zap.Error(err), zap.Duration("in", wait))
@@ -92,6 +92,12 @@ func startEndpoint(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *inges
 	// to start instead (nats-server's default max_payload is 1 MB).
 	if mp := nc.MaxPayload(); mp > 0 && int64(o.cfg.BodyLimit)+4096 > mp {
 		return nil, fmt.Errorf("%w: --body-limit %d does not fit the NATS max_payload of %d bytes: raise max_payload on the servers or lower --body-limit", errUsage, o.cfg.BodyLimit, mp)
+	}
+	// An existing stream keeps its window until wahook migrate; one
+	// shorter than the ack timeout may store a resent body twice.
+	if err := ingest.CheckRawStream(info, o.cfg.AckTimeout); err != nil {
+		log.Warn("the raw stream's duplicate window is too short; run wahook migrate with --raw-duplicate-window of at least --ack-timeout",
+			zap.String("stream", schema.StreamRaw), zap.Error(err))
 	}
 	cfg := o.cfg
 	// Fast batches need a stream that allows them (nats-server 2.14+, the

@@ -77,6 +77,15 @@ func TestCheckAndEnvironment(t *testing.T) {
 	if code, _, errOut := runCmd(t, "serve", "--check", "--raw-replicas", "9"); code != 2 || !strings.Contains(errOut, "replicas") {
 		t.Fatalf("bad replicas: code %d, %q", code, errOut)
 	}
+	if code, _, errOut := runCmd(t, "serve", "--check", "--raw-duplicate-window", "1s"); code != 2 || !strings.Contains(errOut, "shorter than the ack timeout") {
+		t.Fatalf("stream window under the ack timeout: code %d, %q", code, errOut)
+	}
+	if code, _, errOut := runCmd(t, "serve", "--check", "--dedupe-window", "500ms"); code != 2 || !strings.Contains(errOut, "dedupe window") {
+		t.Fatalf("bad dedupe window: code %d, %q", code, errOut)
+	}
+	if code, out, errOut := runCmd(t, "serve", "--check", "--dedupe-window", "0"); code != 0 {
+		t.Fatalf("dedupe off: code %d, %q %q", code, out, errOut)
+	}
 	if code, _, errOut := runCmd(t, "ingest", "--check"); code != 2 || !strings.Contains(errOut, "--nats-url is required") {
 		t.Fatalf("ingest without nats: code %d, %q", code, errOut)
 	}
@@ -114,6 +123,9 @@ func TestConfigDumpRedactsSecrets(t *testing.T) {
 		"data-dir=/srv/wahook\n",                  // from the flag
 		"verify-token=(redacted)\n",               // from the _FILE variable
 		"app-secret=(redacted),shop=(redacted)\n", // app names kept
+		"dedupe-window=2m0s\n",
+		"dedupe-max-entries=4000000\n",
+		"raw-duplicate-window=2s\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("dump lacks %q:\n%s", want, out)

@@ -38,6 +38,9 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := io_.stream.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
+	if err := io_.stream.CheckAckTimeout(io_.cfg.AckTimeout); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
 	if po.dsn != "" {
 		if err := po.validate(); err != nil {
 			return err

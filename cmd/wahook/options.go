@@ -32,7 +32,12 @@ func (o *ingestOptions) register(f *flags) {
 	f.IntVar(&o.stream.Replicas, "raw-replicas", o.stream.Replicas, "replicas of the RAW stream (1 on one machine, 3 on a cluster)")
 	f.DurationVar(&o.stream.MaxAge, "raw-max-age", o.stream.MaxAge, "how long the RAW stream keeps bodies")
 	f.Int64Var(&o.stream.MaxBytes, "raw-max-bytes", o.stream.MaxBytes, "size cap of the RAW stream in bytes (-1: none)")
-	f.DurationVar(&o.stream.DuplicateWindow, "raw-duplicate-window", o.stream.DuplicateWindow, "how long a body's id is remembered to store Meta's retries once")
+	f.DurationVar(&o.stream.DuplicateWindow, "raw-duplicate-window", o.stream.DuplicateWindow,
+		"how long the RAW stream remembers a body's id (copies published at once, resends after a lost ack; at least --ack-timeout; each id costs nats-server ~300 B)")
+	f.DurationVar(&o.cfg.DedupeWindow, "dedupe-window", o.cfg.DedupeWindow,
+		"how long this endpoint remembers a stored body's id, answering Meta's retry of it 200 without a publish (0: off)")
+	f.IntVar(&o.cfg.DedupeMaxEntries, "dedupe-max-entries", o.cfg.DedupeMaxEntries,
+		"most body ids the endpoint remembers (~27 B each); beyond it the oldest are forgotten early")
 	f.BoolVar(&o.provision, "provision", true, "create or update streams at start-up")
 	o.registerPublisher(f)
 }
@@ -48,6 +53,9 @@ func (o *ingestOptions) build() error {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	if err := o.stream.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if err := o.stream.CheckAckTimeout(o.cfg.AckTimeout); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	return nil
