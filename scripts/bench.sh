@@ -4,22 +4,44 @@
 # round measures, one after the other:
 #   bare      a Fiber handler that answers 200, closed loop
 #   ingest    wahook serve --no-process (embedded JetStream), closed loop, then
-#             open loop at half that rate (p50/p99 there), and its peak RSS;
-#             once for each publisher in PUBLISHERS (empty: the default). The
-#             load generator's bodies depend only on their index, so the
-#             half-rate run sends 901-byte bodies: the stream holds the
-#             900-byte ones already, and duplicates skip the store.
+#             open loop at half that rate (p50/p99 there, latency counted from
+#             each request's intended send time), and its peak RSS over both;
+#             once for each variant: VARIANTS, "name:[ENV=VALUE ...] [flags]"
+#             separated by ';', or else one per publisher in PUBLISHERS, or
+#             else the defaults. The load generator's bodies depend only on
+#             their index, so the half-rate run sends 901-byte bodies: the
+#             stream and the endpoint's duplicate index hold the 900-byte ones
+#             already, and duplicates skip the store. The dups column counts
+#             the bodies wahook answered as duplicates: 0 in a sound round.
+#             sat_rss_mib is the peak RSS by the end of the closed loop, and
+#             index_ids / index_mib what the duplicate index held then;
+#             rss-<round>-<variant>.txt has the RSS every 5 s (seconds since
+#             start, MiB).
 #   pipeline  wahook serve with stage 1 writing to a ClickHouse this script
 #             starts (webhooks answered while every body is decoded and
 #             written), closed loop, and its peak RSS (PIPELINE=0 skips it)
 # Load generator, servers and ClickHouse share the machine's cores. The
-# others_cores column is the CPU that processes other than wahook and the load
-# generator used during the ingest closed loop, in cores: well above 0, it
-# says another workload skewed that round.
+# others_cores columns are the CPU that processes other than wahook and the
+# load generator used during the ingest closed loop and during the half-rate
+# run, in cores: well above 0, another workload skewed that round (the p99
+# at half rate is the figure most sensitive to it).
+#
+# The memory the RAW stream's duplicate window holds grows for about three
+# windows of sustained traffic before it levels off (nats-server compacts its
+# list of ids only at three times the live ones), and the endpoint's
+# duplicate index takes a new table every --dedupe-window/4 for 5 of them
+# (the last from 4 quarters on), so a round shows the sustained peak RSS
+# only with a DURATION of --dedupe-window and a few seconds or more (130s
+# with the defaults), and of three --raw-duplicate-window.
 #
 #   ROUNDS=3 DURATION=8s CONNECTIONS=64 ./scripts/bench.sh
+#   ROUNDS=3 DURATION=130s PUBLISHERS=batch PIPELINE=0 ./scripts/bench.sh   # RSS with a full index
 #   PUBLISHERS="batch async" PIPELINE=0 ./scripts/bench.sh
+#   VARIANTS="2m:--raw-duplicate-window 2m;5s:--raw-duplicate-window 5s" PIPELINE=0 ./scripts/bench.sh
+#   VARIANTS="gc100:;gc200:GOGC=200" PIPELINE=0 ./scripts/bench.sh
 #   SERVE_ENV="GOGC=200 GOMAXPROCS=1" ./scripts/bench.sh   # environment of wahook serve only
+#   SERVE_ARGS="--batch-linger 100us" ./scripts/bench.sh    # flags of every wahook serve
+#   WAHOOK_BIN=/tmp/wahook ./scripts/bench.sh                # measure that binary, built elsewhere
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -27,8 +49,10 @@ ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-8s}
 CONNECTIONS=${CONNECTIONS:-64}
 PUBLISHERS=${PUBLISHERS:-}
+VARIANTS=${VARIANTS:-}
 PIPELINE=${PIPELINE:-1}
 SERVE_ENV=${SERVE_ENV:-}
+SERVE_ARGS=${SERVE_ARGS:-}
 SECRET=bench-secret
 BARE=127.0.0.1:18181
 WAHOOK=127.0.0.1:18180
@@ -36,7 +60,11 @@ CH_PORT=${CH_PORT:-19000}
 HZ=$(getconf CLK_TCK)
 out=bench-results
 mkdir -p bin "$out"
-go build -o bin/wahook ./cmd/wahook
+WAHOOK_BIN=${WAHOOK_BIN:-}
+if [ -z "$WAHOOK_BIN" ]; then
+	go build -o bin/wahook ./cmd/wahook
+	WAHOOK_BIN=bin/wahook
+fi
 work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]:-}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
@@ -48,49 +76,85 @@ if [ "$PIPELINE" = 1 ]; then
 	trap 'stop_ch; cleanup' EXIT
 fi
 
+# The variants: "name:[ENV=VALUE ...] [flags]", separated by ';'.
+if [ -z "$VARIANTS" ]; then
+	for pub in ${PUBLISHERS:-default}; do
+		if [ "$pub" = default ]; then VARIANTS+="default:;"; else VARIANTS+="$pub:--publisher $pub;"; fi
+	done
+fi
+IFS=';' read -r -a variants <<< "$VARIANTS"
+
 wait_http() { # url
 	for _ in $(seq 1 100); do curl -fsS -o /dev/null "$1" 2>/dev/null && return 0; sleep 0.1; done
 	echo "bench: $1 did not come up" >&2; return 1
 }
 load() { # url [rate [body bytes]]
-	bin/wahook loadtest --url "$1" --app-secret "$SECRET" --duration "$DURATION" --connections "$CONNECTIONS" --rate "${2:-0}" \
+	"$WAHOOK_BIN" loadtest --url "$1" --app-secret "$SECRET" --duration "$DURATION" --connections "$CONNECTIONS" --rate "${2:-0}" \
 		--body-bytes "${3:-900}" --attempts 1 --json
 }
 field() { python3 -c "import json,sys; print(json.load(open('$1'))['$2'])"; }
 busy_ticks() { awk '/^cpu / {print $2+$3+$4+$7+$8+$9}' /proc/stat; }
 proc_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
+# rss_timeline pid: its RSS every 5 s, "seconds MiB", until it ends.
+rss_timeline() {
+	local start=$SECONDS
+	while [ -e "/proc/$1/status" ]; do
+		awk -v t=$((SECONDS - start)) '/VmRSS/ {printf "%d %.0f\n", t, $2/1024}' "/proc/$1/status" 2>/dev/null || true
+		sleep 5
+	done
+}
+# timed_load out url [rate [body bytes]]: load, and the CPU ticks of the
+# machine beside wahook serve ($serve_pid) and the load generator's CPU
+# seconds, to $out.cpu.
+timed_load() {
+	local o=$1; shift
+	local t0 s0 t1 s1
+	t0=$(busy_ticks); s0=$(proc_ticks "$serve_pid")
+	TIMEFORMAT='%U %S'
+	{ time load "$@" > "$o.json"; } 2> "$o.time"
+	t1=$(busy_ticks); s1=$(proc_ticks "$serve_pid")
+	echo "$(((t1 - t0) - (s1 - s0))) $(cat "$o.time")" > "$o.cpu"
+}
 
-echo "round bare_rps ingest_rps ratio half_rate_p50_ms p99_ms p999_ms ingest_rss_mib pipeline_rps ratio pipeline_rss_mib non200 publisher others_cores"
+if [ -n "$SERVE_ARGS" ]; then echo "serve flags: $SERVE_ARGS"; fi
+echo "round bare_rps ingest_rps ratio half_rate_p50_ms p99_ms p999_ms ingest_rss_mib pipeline_rps ratio pipeline_rss_mib non200 variant others_cores others_half dups sat_rss_mib index_ids index_mib"
 for r in $(seq 1 "$ROUNDS"); do
-	bin/wahook loadtest --baseline-listen "$BARE" 2>/dev/null & pids+=($!)
+	"$WAHOOK_BIN" loadtest --baseline-listen "$BARE" 2>/dev/null & pids+=($!)
 	bare_pid=$!
 	sleep 0.3
 	load "http://$BARE/webhook" > "$out/bare-$r.json"
 	kill "$bare_pid"; wait "$bare_pid" 2>/dev/null || true
 
-	for pub in ${PUBLISHERS:-default}; do
-		pubflag=()
-		[ "$pub" != default ] && pubflag=(--publisher "$pub")
+	for v in "${variants[@]}"; do
+		name=${v%%:*}
+		venv=() vflags=()
+		# shellcheck disable=SC2086 # the words split on spaces
+		for word in ${v#*:} $SERVE_ARGS; do
+			if [[ $word =~ ^[A-Z_][A-Z0-9_]*= ]]; then venv+=("$word"); else vflags+=("$word"); fi
+		done
 		rm -rf "$work/data"
-		env $SERVE_ENV WAHOOK_APP_SECRET=$SECRET bin/wahook serve --no-process --listen "$WAHOOK" --nats-listen "" --data-dir "$work/data" --log-level warn "${pubflag[@]}" 2>"$out/serve-$r-$pub.log" & pids+=($!)
+		env $SERVE_ENV "${venv[@]}" WAHOOK_APP_SECRET=$SECRET "$WAHOOK_BIN" serve --no-process --listen "$WAHOOK" --nats-listen "" --data-dir "$work/data" --log-level warn "${vflags[@]}" 2>"$out/serve-$r-$name.log" & pids+=($!)
 		serve_pid=$!
+		rss_timeline "$serve_pid" > "$out/rss-$r-$name.txt" &
 		wait_http "http://$WAHOOK/readyz"
-		t0=$(busy_ticks); s0=$(proc_ticks "$serve_pid")
-		TIMEFORMAT='%U %S'
-		{ time load "http://$WAHOOK/webhook" > "$out/wahook-$r-$pub.json"; } 2> "$work/loadcpu"
-		t1=$(busy_ticks); s1=$(proc_ticks "$serve_pid")
-		rate=$(python3 -c "print(int($(field "$out/wahook-$r-$pub.json" rate_per_s)/2))")
-		load "http://$WAHOOK/webhook" "$rate" 901 > "$out/wahook-half-$r-$pub.json"
+		timed_load "$out/wahook-$r-$name" "http://$WAHOOK/webhook"
+		sat_rss=$(awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$serve_pid/status")
+		index=$(curl -fsS "http://$WAHOOK/metrics" | awk '/^wahook_ingest_dedupe_entries / {n = $2} /^wahook_ingest_dedupe_bytes / {b = $2}
+			END {printf "%d %.0f", n, b / 1048576}')
+		rate=$(python3 -c "print(int($(field "$out/wahook-$r-$name.json" rate_per_s)/2))")
+		timed_load "$out/wahook-half-$r-$name" "http://$WAHOOK/webhook" "$rate" 901
+		dups=$(curl -fsS "http://$WAHOOK/metrics" | awk '/^wahook_ingest_requests_total\{.*result="duplicate"/ {n += $2} END {print n + 0}')
 		rss=$(awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$serve_pid/status")
 		kill -TERM "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
-		echo "$rss $(((t1 - t0) - (s1 - s0))) $(cat "$work/loadcpu")" > "$out/ingest-$r-$pub.txt"
+		echo "$rss $dups $sat_rss $index" > "$out/ingest-$r-$name.txt"
 	done
 
 	prss=-
 	if [ "$PIPELINE" = 1 ]; then
 		rm -rf "$work/data"
-		env $SERVE_ENV WAHOOK_APP_SECRET=$SECRET bin/wahook serve --listen "$WAHOOK" --nats-listen "" --data-dir "$work/data" --log-level warn \
-			--clickhouse-dsn "clickhouse://127.0.0.1:$CH_PORT/bench_$r" 2>"$out/pipeline-$r.log" & pids+=($!)
+		# shellcheck disable=SC2086 # the flags split on spaces
+		env $SERVE_ENV WAHOOK_APP_SECRET=$SECRET "$WAHOOK_BIN" serve --listen "$WAHOOK" --nats-listen "" --data-dir "$work/data" --log-level warn \
+			--clickhouse-dsn "clickhouse://127.0.0.1:$CH_PORT/bench_$r" $SERVE_ARGS 2>"$out/pipeline-$r.log" & pids+=($!)
 		serve_pid=$!
 		wait_http "http://$WAHOOK/readyz"
 		sleep 1 # stage 1 migrates its database
@@ -99,20 +163,23 @@ for r in $(seq 1 "$ROUNDS"); do
 		kill -TERM "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
 	fi
 
-	for pub in ${PUBLISHERS:-default}; do
-		python3 - "$out" "$r" "$pub" "$prss" "$HZ" <<'PY'
+	for v in "${variants[@]}"; do
+		python3 - "$out" "$r" "${v%%:*}" "$prss" "$HZ" <<'PY'
 import json, os, sys
-out, r, pub, prss, hz = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+out, r, name, prss, hz = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
 j = lambda n: json.load(open(f"{out}/{n}.json"))
-b, w, h = j(f"bare-{r}"), j(f"wahook-{r}-{pub}"), j(f"wahook-half-{r}-{pub}")
+b, w, h = j(f"bare-{r}"), j(f"wahook-{r}-{name}"), j(f"wahook-half-{r}-{name}")
 p = j(f"pipeline-{r}") if os.path.exists(f"{out}/pipeline-{r}.json") and prss != "-" else None
-rss, not_serve, lu, ls = open(f"{out}/ingest-{r}-{pub}.txt").read().split()
-# Busy CPU beside wahook serve, less the load generator's: other workloads.
-others = max(int(not_serve) / hz - float(lu) - float(ls), 0) / w["duration_s"]
+rss, dups, sat_rss, index_ids, index_mib = open(f"{out}/ingest-{r}-{name}.txt").read().split()
+def others(run, res):
+    # Busy CPU beside wahook serve, less the load generator's: other workloads.
+    not_serve, lu, ls = open(f"{out}/{run}.cpu").read().split()
+    return max(int(not_serve) / hz - float(lu) - float(ls), 0) / res["duration_s"]
 non200 = sum(x["sent"] - x["ok"] for x in (w, h) + ((p,) if p else ()))
 pipe = f"{p['rate_per_s']:.0f} {p['rate_per_s'] / b['rate_per_s']:.2f} {prss}" if p else "- - -"
 print(f"{r} {b['rate_per_s']:.0f} {w['rate_per_s']:.0f} {w['rate_per_s'] / b['rate_per_s']:.2f} "
-      f"{h['p50_ms']:.2f} {h['p99_ms']:.2f} {h['p999_ms']:.2f} {rss} {pipe} {non200} {pub} {others:.2f}")
+      f"{h['p50_ms']:.2f} {h['p99_ms']:.2f} {h['p999_ms']:.2f} {rss} {pipe} {non200} {name} "
+      f"{others(f'wahook-{r}-{name}', w):.2f} {others(f'wahook-half-{r}-{name}', h):.2f} {dups} {sat_rss} {index_ids} {index_mib}")
 PY
 	done
 done
