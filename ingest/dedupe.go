@@ -299,30 +299,28 @@ func (t *dupTable) pos(h uint64) int {
 }
 
 func (t *dupTable) has(k *dupKey, h uint64) bool {
-	for i := t.pos(h); ; {
-		switch t.slots[i] {
-		case *k:
-			return true
-		case dupKey{}:
-			return false
-		}
-		if i++; i == len(t.slots) {
-			i = 0
-		}
-	}
+	i := t.find(k, h)
+	return t.slots[i] == *k
 }
 
 // insert adds k unless the table holds it; the table must have an empty
 // slot.
 func (t *dupTable) insert(k *dupKey, h uint64) bool {
+	i := t.find(k, h)
+	if t.slots[i] == *k {
+		return false
+	}
+	t.slots[i] = *k
+	t.n++
+	return true
+}
+
+// find returns the slot that holds k, or else the empty slot where its
+// probe ends; the table must have an empty slot.
+func (t *dupTable) find(k *dupKey, h uint64) int {
 	for i := t.pos(h); ; {
-		switch t.slots[i] {
-		case *k:
-			return false
-		case dupKey{}:
-			t.slots[i] = *k
-			t.n++
-			return true
+		if s := &t.slots[i]; *s == *k || *s == (dupKey{}) {
+			return i
 		}
 		if i++; i == len(t.slots) {
 			i = 0

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -290,7 +289,7 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 		return c.Status(fiber.StatusUnauthorized).SendString(err.Error())
 	}
 	// The body's SHA-256: the key of the duplicate index, and in hex its
-	// Nats-Msg-Id (schema.RawMsgID).
+	// Nats-Msg-Id (schema.RawMsgIDOf).
 	sum := sha256.Sum256(body)
 	if s.dups != nil && s.dups.seen(&sum) {
 		// The stream acknowledged this body within the window: a Meta
@@ -310,7 +309,7 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 	}
 
 	pubStart := time.Now()
-	dup, err := s.pub.Publish(r.name, hex.EncodeToString(sum[:]), data, start, start.Add(s.cfg.AckTimeout))
+	dup, err := s.pub.Publish(r.name, schema.RawMsgIDOf(&sum), data, start, start.Add(s.cfg.AckTimeout))
 	if err != nil {
 		// Not remembered: the body may not be stored, so Meta's retry
 		// is published again. If this copy was stored after all, the

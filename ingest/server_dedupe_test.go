@@ -1,7 +1,6 @@
 package ingest_test
 
 import (
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -35,49 +34,6 @@ func shortStream() ingest.StreamConfig {
 // pastStreamWindow waits until the stream has forgotten the ids published
 // so far.
 func pastStreamWindow() { time.Sleep(1200 * time.Millisecond) }
-
-// TestDuplicateAnsweredFromIndex: the same body posted again is answered
-// 200 from the endpoint's index without a publish: one stream message, one
-// publish, and the second request counted as a duplicate found in the
-// index.
-func TestDuplicateAnsweredFromIndex(t *testing.T) {
-	forEachPublisher(t, func(t *testing.T, cfg ingest.Config) {
-		h := newHarness(t, cfg)
-		b := body(11)
-		sig := schema.Sign([]byte(secretA), b)
-		for i := 0; i < 2; i++ {
-			if r := h.post("/webhook", b, sig); r.status != 200 {
-				t.Fatalf("post %d: got %d %v, want 200", i, r.status, r.err)
-			}
-		}
-		if got := len(h.stored()); got != 1 {
-			t.Fatalf("stored %d, want 1", got)
-		}
-		for _, c := range []struct {
-			name   string
-			labels []string
-			want   float64
-		}{
-			{"wahook_ingest_requests_total", []string{"result", "ok"}, 1},
-			{"wahook_ingest_requests_total", []string{"result", "duplicate"}, 1},
-			{"wahook_ingest_duplicates_total", []string{"source", "index"}, 1},
-			{"wahook_ingest_duplicates_total", []string{"source", "stream"}, 0},
-		} {
-			if got := h.counter(c.name, c.labels...); got != c.want {
-				t.Errorf("%s%v: got %v, want %v", c.name, c.labels, got, c.want)
-			}
-		}
-		r := h.get("/metrics")
-		for _, want := range []string{
-			"wahook_ingest_publish_duration_seconds_count 1\n",
-			"wahook_ingest_dedupe_entries 1\n",
-		} {
-			if !strings.Contains(r.body, want) {
-				t.Errorf("/metrics lacks %q", want)
-			}
-		}
-	})
-}
 
 // TestRetryAcrossWindows follows one body through the windows: a retry
 // after the stream's window but within the index's is still stored once; a

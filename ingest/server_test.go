@@ -480,6 +480,8 @@ func TestUnknownAppPost(t *testing.T) {
 	})
 }
 
+// TestRetriedBodyStoredOnce: Meta's retries of a stored body are answered
+// 200 and stored once.
 func TestRetriedBodyStoredOnce(t *testing.T) {
 	forEachPublisher(t, func(t *testing.T, cfg ingest.Config) {
 		h := newHarness(t, cfg)
@@ -493,8 +495,30 @@ func TestRetriedBodyStoredOnce(t *testing.T) {
 		if got := len(h.stored()); got != 1 {
 			t.Fatalf("stored %d, want 1", got)
 		}
-		if got := h.counter("wahook_ingest_requests_total", "result", "duplicate"); got != 2 {
-			t.Fatalf("duplicates counted: got %v, want 2", got)
+		// The copies are answered from the endpoint's index, without a
+		// publish.
+		for _, c := range []struct {
+			name   string
+			labels []string
+			want   float64
+		}{
+			{"wahook_ingest_requests_total", []string{"result", "ok"}, 1},
+			{"wahook_ingest_requests_total", []string{"result", "duplicate"}, 2},
+			{"wahook_ingest_duplicates_total", []string{"source", "index"}, 2},
+			{"wahook_ingest_duplicates_total", []string{"source", "stream"}, 0},
+		} {
+			if got := h.counter(c.name, c.labels...); got != c.want {
+				t.Errorf("%s%v: got %v, want %v", c.name, c.labels, got, c.want)
+			}
+		}
+		r := h.get("/metrics")
+		for _, want := range []string{
+			"wahook_ingest_publish_duration_seconds_count 1\n",
+			"wahook_ingest_dedupe_entries 1\n",
+		} {
+			if !strings.Contains(r.body, want) {
+				t.Errorf("/metrics lacks %q", want)
+			}
 		}
 	})
 }

@@ -71,8 +71,12 @@ func RawSubject(app string) string { return SubjectRawPrefix + app }
 // stream stores them once within its duplicate window.
 func RawMsgID(body []byte) string {
 	sum := sha256.Sum256(body)
-	return hex.EncodeToString(sum[:])
+	return RawMsgIDOf(&sum)
 }
+
+// RawMsgIDOf is RawMsgID for a body whose SHA-256 the caller has already
+// (ingest keys its duplicate index by it).
+func RawMsgIDOf(sum *[sha256.Size]byte) string { return hex.EncodeToString(sum[:]) }
 
 // FormatReceivedAt formats a receive time for HeaderReceivedAt.
 func FormatReceivedAt(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
