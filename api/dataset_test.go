@@ -297,15 +297,15 @@ func (d *dataset) funnelBy(key func(m message) string) map[string]*funnelTruth {
 	return out
 }
 
-// quantileExact is ClickHouse's quantileExact: the element at index
-// floor(level * n) of the sorted values.
-func quantileExact(v []float64, level float64) float64 {
+// nearestRank is the level-quantile by nearest rank: the ceil(level * n)-th
+// smallest value (the first when that is 0).
+func nearestRank(v []float64, level float64) float64 {
 	if len(v) == 0 {
 		return math.NaN()
 	}
 	s := append([]float64(nil), v...)
 	sort.Float64s(s)
-	return s[int(level*float64(len(s)))]
+	return s[max(int(math.Ceil(level*float64(len(s))))-1, 0)]
 }
 
 // perMinute is a number's outbound (by first status) and inbound messages

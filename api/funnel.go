@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/wahook/wahook/processor/funnel"
 )
 
 // Durations are p50 and p95 of a time in seconds, over the messages that
@@ -33,9 +35,14 @@ type FunnelRow struct {
 
 // Funnel is the delivery funnel.
 type Funnel struct {
-	From time.Time   `json:"from"`
-	To   time.Time   `json:"to"`
-	By   string      `json:"by"`
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
+	By   string    `json:"by"`
+	// AsOf is the funnel resolver's watermark: every status inserted before
+	// it is counted (later ones after its next pass, a few seconds on). Null
+	// when no resolver has completed a pass on this database: the funnel is
+	// then resolved at query time, exact now but slow on large data.
+	AsOf *time.Time  `json:"as_of"`
 	Rows []FunnelRow `json:"rows"`
 }
 
@@ -54,10 +61,93 @@ func nz(col string) string {
 	return fmt.Sprintf("if(%[1]s > toDateTime(0), toUInt32(%[1]s), 4294967295)", col)
 }
 
-// Funnel computes the delivery funnel from message_lifecycle, with the
-// median and 95th percentile (exact, nearest rank) of the time from sent to
-// delivered and to read.
+// Funnel computes the delivery funnel, with the median and 95th percentile
+// (exact, nearest rank: the smallest value with at least that share of the
+// values at or below it) of the time from sent to delivered and to read. It
+// sums funnel_messages, which the funnel resolver (processor/funnel) keeps
+// resolved; before the resolver's first pass it resolves message_lifecycle
+// at query time.
 func (s *Store) Funnel(ctx context.Context, q Query) (*Funnel, error) {
+	wm, ok, err := funnel.Watermark(ctx, s.conn, s.db)
+	if err != nil {
+		return nil, queryError(ctx, err)
+	}
+	if !ok {
+		return s.funnelLive(ctx, q)
+	}
+	out := &Funnel{From: q.From, To: q.To, By: q.By, AsOf: &wm, Rows: []FunnelRow{}}
+	var w where
+	w.add("first >= toDateTime(?) AND first < toDateTime(?)", uint32(q.From.Unix()), uint32(q.To.Unix()))
+	w.in("phone_number_id", q.PhoneNumberIDs)
+	w.in("waba_id", q.WabaIDs)
+	w.in("template", q.Templates)
+	w.in("campaign", q.Campaigns)
+	key := resolvedKeys[q.By]
+	// Every row counts n times (n is -1 for a row the resolver took back),
+	// in the sums and as the weight of the quantiles; a weight of -1 wraps
+	// around in ClickHouse's UInt64 weights and cancels its +1.
+	sql := fmt.Sprintf(`
+SELECT %[1]s AS key,
+       sum(n) AS messages, sum(n_sent), sum(n_delivered), sum(n_read), sum(n_failed),
+       quantilesExactWeighted(0.5, 0.95)(to_deliver, n_to_deliver), sum(n_to_deliver),
+       quantilesExactWeighted(0.5, 0.95)(to_read, n_to_read), sum(n_to_read)
+FROM %[2]s
+WHERE %[3]s
+GROUP BY key
+HAVING messages != 0
+ORDER BY messages DESC, key`, key, s.table("funnel_messages"), w.sql())
+	rows, err := s.conn.Query(ctx, sql, w.args...)
+	if err != nil {
+		return nil, queryError(ctx, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r FunnelRow
+		var counts [7]int64
+		var dq, rq []int32
+		if err := rows.Scan(&r.Key, &counts[0], &counts[1], &counts[2], &counts[3], &counts[4], &dq, &counts[5], &rq, &counts[6]); err != nil {
+			return nil, queryError(ctx, err)
+		}
+		// Negative only while a cut-short pass awaits its repair.
+		u := func(i int) uint64 { return uint64(max(counts[i], 0)) }
+		r.Messages, r.Sent, r.Delivered, r.Read, r.Failed = u(0), u(1), u(2), u(3), u(4)
+		r.ToDeliver.Samples, r.ToRead.Samples = u(5), u(6)
+		r.ToDeliver.set(floats(dq))
+		r.ToRead.set(floats(rq))
+		if q.By == "total" {
+			r.Key = "total"
+		}
+		out.Rows = append(out.Rows, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, queryError(ctx, err)
+	}
+	if q.Limit > 0 && len(out.Rows) > q.Limit {
+		out.Rows = out.Rows[:q.Limit]
+	}
+	return out, nil
+}
+
+// resolvedKeys maps by values to the columns of funnel_messages.
+var resolvedKeys = map[string]string{
+	"campaign": "campaign",
+	"template": "template",
+	"number":   "phone_number_id",
+	"waba":     "waba_id",
+	"total":    "''",
+}
+
+func floats(v []int32) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out
+}
+
+// funnelLive resolves every message of message_lifecycle at query time:
+// the funnel before the resolver's first pass.
+func (s *Store) funnelLive(ctx context.Context, q Query) (*Funnel, error) {
 	out := &Funnel{From: q.From, To: q.To, By: q.By, Rows: []FunnelRow{}}
 	var inner, outer where
 	// A message's statuses sit in the months of their times: take the months
@@ -80,9 +170,9 @@ SELECT %[1]s AS key,
        countIf(has_failed = 0 AND delivered_t != 4294967295) AS delivered_count,
        countIf(has_failed = 0 AND read_t != 4294967295) AS read_count,
        countIf(has_failed = 1) AS failed_count,
-       quantilesExactIf(0.5, 0.95)(toFloat64(delivered_t) - toFloat64(sent_t), has_failed = 0 AND sent_t != 4294967295 AND delivered_t != 4294967295 AND delivered_t >= sent_t) AS dq,
+       quantilesExactWeightedIf(0.5, 0.95)(toFloat64(delivered_t) - toFloat64(sent_t), 1, has_failed = 0 AND sent_t != 4294967295 AND delivered_t != 4294967295 AND delivered_t >= sent_t) AS dq,
        countIf(has_failed = 0 AND sent_t != 4294967295 AND delivered_t != 4294967295 AND delivered_t >= sent_t) AS dn,
-       quantilesExactIf(0.5, 0.95)(toFloat64(read_t) - toFloat64(sent_t), has_failed = 0 AND sent_t != 4294967295 AND read_t != 4294967295 AND read_t >= sent_t) AS rq,
+       quantilesExactWeightedIf(0.5, 0.95)(toFloat64(read_t) - toFloat64(sent_t), 1, has_failed = 0 AND sent_t != 4294967295 AND read_t != 4294967295 AND read_t >= sent_t) AS rq,
        countIf(has_failed = 0 AND sent_t != 4294967295 AND read_t != 4294967295 AND read_t >= sent_t) AS rn
 FROM
 (

@@ -40,6 +40,9 @@ const (
 	// id, learned from the metadata of message webhooks, for the number-level
 	// webhooks that carry only the display number (DESIGN.md, "Bus").
 	BucketNumbers = "wahook_numbers"
+	// BucketLeases holds leases with a TTL: the key "funnel" names the one
+	// instance that resolves the delivery funnel (processor/funnel).
+	BucketLeases = "wahook_leases"
 )
 
 // Headers on RAW messages.

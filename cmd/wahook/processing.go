@@ -20,6 +20,7 @@ import (
 
 	"github.com/wahook/wahook/processor"
 	"github.com/wahook/wahook/processor/chwriter"
+	"github.com/wahook/wahook/processor/funnel"
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/migrations"
 )
@@ -35,6 +36,8 @@ type processOptions struct {
 	// storeContent switches content storage on: the text of inbound
 	// messages goes into inbound_messages.content and their EVENTS.
 	storeContent bool
+	// funnel is the funnel resolver's configuration; Interval 0 runs none.
+	funnel funnel.Config
 }
 
 func (o *processOptions) register(f *flags, withSwitch bool) {
@@ -52,6 +55,8 @@ func (o *processOptions) register(f *flags, withSwitch bool) {
 	f.DurationVar(&o.events.DuplicateWindow, "events-duplicate-window", o.events.DuplicateWindow, "an event republished within it is stored once; consumers dedupe by event id beyond it (each id costs server memory)")
 	f.IntVar(&o.events.Replicas, "events-replicas", o.events.Replicas, "replicas of WAHOOK_EVENTS")
 	f.BoolVar(&o.storeContent, "store-content", false, "store the text of inbound messages (text, captions, reply titles, reactions, locations) in inbound_messages.content and their WAHOOK_EVENTS; off: the text is kept nowhere")
+	o.funnel = funnel.DefaultConfig()
+	f.DurationVar(&o.funnel.Interval, "funnel-interval", o.funnel.Interval, "how often the funnel resolver brings the delivery funnel up to date (one instance at a time resolves, under a lease in "+schema.BucketLeases+"; 0: this instance never does)")
 	f.BoolVar(&o.migrate, "migrate", true, "apply ClickHouse migrations at start-up")
 	if withSwitch {
 		f.BoolVar(&o.disabled, "no-process", false, "run without stage 1 (webhooks are stored; nothing is written to ClickHouse)")
@@ -61,6 +66,15 @@ func (o *processOptions) register(f *flags, withSwitch bool) {
 func (o *processOptions) validate() error {
 	if err := o.cfg.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if o.funnel.Interval < 0 {
+		return fmt.Errorf("%w: --funnel-interval must not be negative", errUsage)
+	}
+	if o.funnel.Interval > 0 {
+		o.funnel.LeaseTTL = max(o.funnel.LeaseTTL, 6*o.funnel.Interval)
+		if err := o.funnel.Validate(); err != nil {
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
 	}
 	if _, _, err := parseClickHouseDSN(o.dsn); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
@@ -227,8 +241,57 @@ func runStage1(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *processOp
 		done <- err
 		return
 	}
+	if o.funnel.Interval > 0 {
+		stopFunnel := startFunnel(ctx, log, deps.js, o, replicas, reg)
+		defer stopFunnel()
+	}
 	log.Info("stage 1 consuming", zap.String("stream", schema.StreamRaw), zap.String("consumer", o.cfg.Consumer))
 	done <- s1.Run(ctx)
+}
+
+// startFunnel runs the funnel resolver beside stage 1 until ctx ends or the
+// returned function is called. It has a connection of its own, with no read
+// timeout to speak of: its first pass on a large database resolves every
+// message in one query. A resolver that cannot start is logged and retried:
+// the funnel falls behind, and nothing else stops.
+func startFunnel(ctx context.Context, log *zap.Logger, js jetstream.JetStream, o *processOptions, replicas int, reg prometheus.Registerer) func() {
+	log = log.Named("funnel")
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	m := funnel.NewMetrics(reg)
+	go func() {
+		defer close(done)
+		wait := time.Second
+		for ctx.Err() == nil {
+			err := runFunnel(ctx, log, js, o, replicas, m)
+			if ctx.Err() != nil {
+				return
+			}
+			log.Warn("funnel resolver stopped; starting again", zap.Error(err), zap.Duration("retry_in", wait))
+			sleepCtx(ctx, wait)
+			wait = min(2*wait, 30*time.Second)
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+func runFunnel(ctx context.Context, log *zap.Logger, js jetstream.JetStream, o *processOptions, replicas int, m *funnel.Metrics) error {
+	opts, db, err := parseClickHouseDSN(o.dsn)
+	if err != nil {
+		return err
+	}
+	opts.ReadTimeout = time.Hour
+	conn, err := clickhouse.Open(opts)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	host, _ := os.Hostname()
+	lease, err := funnel.NewLease(ctx, js, funnel.LeaseKey, fmt.Sprintf("%s/%d", host, os.Getpid()), o.funnel.LeaseTTL, replicas)
+	if err != nil {
+		return err
+	}
+	return funnel.New(conn, db, o.funnel, log, m).Run(ctx, lease)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

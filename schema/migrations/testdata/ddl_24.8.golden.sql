@@ -321,3 +321,146 @@ GROUP BY phone_number_id, minute, status, pricing_category, waba_id, campaign;
 -- ADD COLUMN IF NOT EXISTS: Apply takes "already exists" as done.
 ALTER TABLE wahook.inbound_messages ADD COLUMN content String DEFAULT '';
 
+-- 0010_funnel.sql
+-- The delivery funnel, resolved: one net row per message and recipient in
+-- funnel_messages, kept up to date by the funnel resolver
+-- (processor/funnel), so that the funnel counts rows instead of resolving
+-- every message's statuses at query time.
+--
+-- message_states: message_lifecycle again, with a small index granularity,
+-- so that the resolver can read the state of the messages it was told about
+-- without reading whole months. Fed by message_states_mv from status_events;
+-- the resolver's first pass copies message_lifecycle in, for the statuses
+-- stored before this migration (a status in both counts once: every
+-- aggregate is a minimum or a maximum).
+CREATE TABLE IF NOT EXISTS wahook.message_states
+(
+    phone_number_id String,
+    message_id      String,
+    recipient_key   String,
+    month           Date,
+    waba_id         AggregateFunction(max, String),
+    campaign        AggregateFunction(max, String),
+    template        AggregateFunction(max, String),
+    sent_at         AggregateFunction(minIf, DateTime, UInt8),
+    delivered_at    AggregateFunction(minIf, DateTime, UInt8),
+    read_at         AggregateFunction(minIf, DateTime, UInt8),
+    played_at       AggregateFunction(minIf, DateTime, UInt8),
+    failed_at       AggregateFunction(minIf, DateTime, UInt8),
+    failed          AggregateFunction(max, UInt8)
+)
+ENGINE = AggregatingMergeTree
+PARTITION BY toYYYYMM(month)
+ORDER BY (phone_number_id, message_id, recipient_key)
+TTL month + INTERVAL 90 DAY
+SETTINGS index_granularity = 256;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS wahook.message_states_mv
+TO wahook.message_states
+AS SELECT
+    phone_number_id,
+    message_id,
+    if(participant_hash != '', participant_hash, recipient_hash) AS recipient_key,
+    toStartOfMonth(event_time) AS month,
+    maxState(waba_id) AS waba_id,
+    maxState(campaign) AS campaign,
+    maxState(CAST(template AS String)) AS template,
+    minIfState(event_time, CAST(status = 'sent' AS UInt8)) AS sent_at,
+    minIfState(event_time, CAST(status = 'delivered' AS UInt8)) AS delivered_at,
+    minIfState(event_time, CAST(status = 'read' AS UInt8)) AS read_at,
+    minIfState(event_time, CAST(status = 'played' AS UInt8)) AS played_at,
+    minIfState(event_time, CAST(status = 'failed' AS UInt8)) AS failed_at,
+    maxState(CAST(status = 'failed' AS UInt8)) AS failed
+FROM wahook.status_events
+WHERE message_id != ''
+GROUP BY phone_number_id, message_id, recipient_key, month;
+
+-- funnel_touched: which messages got a status, and when the insert
+-- happened (the server's clock), fed by message_states_touched_mv from
+-- status_events. The resolver reads it from its last pass on, less a slack
+-- for inserts that became visible after that pass read (milliseconds after
+-- their stamp), and drops days it no longer needs. The view's name sorts
+-- after message_states_mv, and 18.16 runs an insert's views one after the
+-- other in the order of their names, so message_states holds a status by
+-- the time its message shows up here (the slack covers the rest). Where the
+-- server has no TTL (18.16), only the resolver drops old days: with
+-- --funnel-interval 0 on every instance, drop them by hand.
+CREATE TABLE IF NOT EXISTS wahook.funnel_touched
+(
+    inserted_at     DateTime,
+    phone_number_id String,
+    message_id      String,
+    recipient_key   String
+)
+ENGINE = MergeTree
+PARTITION BY toYYYYMMDD(inserted_at)
+ORDER BY inserted_at
+TTL inserted_at + INTERVAL 90 DAY;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS wahook.message_states_touched_mv
+TO wahook.funnel_touched
+AS SELECT
+    now() AS inserted_at,
+    phone_number_id,
+    message_id,
+    if(participant_hash != '', participant_hash, recipient_hash) AS recipient_key
+FROM wahook.status_events
+WHERE message_id != '';
+
+-- funnel_messages: a multiset of resolved rows, n the multiplicity. Each
+-- message nets one row: the resolver, which alone writes here, replaces a
+-- message's row by inserting the rows it nets with n = -1 and the new one
+-- with n = 1, in one insert. Rows with equal columns sum in merges and
+-- vanish at 0, and every query sums n, so a row counts the same before and
+-- after merges; an insert cut short is repaired by the resolver's next pass
+-- over the message, which nets whatever is there.
+--
+-- first is the time of the first status (sent, delivered, read, played or
+-- failed); stage is 1 sent, 2 delivered, 3 read (read or played), 4 failed
+-- (once failed, always failed); to_deliver and to_read are the seconds from
+-- sent to delivered (or a later stage) and to read, -1 when unknown. The
+-- n_* columns are n where the row counts as sent (not failed), delivered,
+-- read, failed, or has a to_deliver or to_read, and 0 elsewhere, so that a
+-- funnel is plain sums (and weights of the quantiles).
+--
+-- The day of first leads the sorting key: a funnel reads only the days it
+-- asks for, and the resolver finds a message's rows by its key and the days
+-- its first status can be on (first only ever moves earlier).
+CREATE TABLE IF NOT EXISTS wahook.funnel_messages
+(
+    phone_number_id String,
+    message_id      String,
+    recipient_key   String,
+    first           DateTime,
+    waba_id         String,
+    campaign        String,
+    template        String,
+    stage           UInt8,
+    to_deliver      Int32,
+    to_read         Int32,
+    n               Int8,
+    n_sent          Int8,
+    n_delivered     Int8,
+    n_read          Int8,
+    n_failed        Int8,
+    n_to_deliver    Int8,
+    n_to_read       Int8
+)
+ENGINE = SummingMergeTree((n, n_sent, n_delivered, n_read, n_failed, n_to_deliver, n_to_read))
+PARTITION BY toYYYYMM(first)
+ORDER BY (toDate(first), phone_number_id, message_id, recipient_key, first, waba_id, campaign, template, stage, to_deliver, to_read)
+TTL first + INTERVAL 90 DAY
+SETTINGS index_granularity = 256;
+
+-- funnel_resolver: how far the resolver has read funnel_touched (the
+-- server's clock at the start of its last complete pass). The row with the
+-- largest version is current.
+CREATE TABLE IF NOT EXISTS wahook.funnel_resolver
+(
+    id        UInt8,
+    watermark DateTime,
+    version   UInt64
+)
+ENGINE = ReplacingMergeTree(version)
+ORDER BY id;
+

@@ -1,0 +1,575 @@
+package funnel_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/wahook/wahook/processor/chwriter"
+	"github.com/wahook/wahook/processor/funnel"
+	"github.com/wahook/wahook/schema"
+	"github.com/wahook/wahook/schema/migrations"
+	"github.com/wahook/wahook/schema/schematest"
+)
+
+var t0 = time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
+
+// st is one status of a message as posted.
+type st struct {
+	name string
+	at   time.Time
+}
+
+// msg is a message to one recipient, with the statuses ClickHouse holds.
+type msg struct {
+	phone, id, recipient, participant string
+	campaign, template                string
+	statuses                          []st
+}
+
+func (m *msg) key() string {
+	r := m.recipient
+	if m.participant != "" {
+		r = m.participant
+	}
+	return m.phone + "/" + m.id + "/" + r
+}
+
+// world is what the test posted, and writes it to ClickHouse as stage 1
+// would.
+type world struct {
+	t    *testing.T
+	ch   *schematest.ClickHouseDB
+	w    *chwriter.Writer
+	msgs map[string]*msg
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	ch := schematest.ClickHouse(t)
+	if _, err := migrations.Apply(context.Background(), ch.Conn, ch.Database); err != nil {
+		t.Fatal(err)
+	}
+	return &world{t: t, ch: ch, w: chwriter.New(ch.Conn, ch.Database), msgs: map[string]*msg{}}
+}
+
+// post writes statuses of messages in one insert, and remembers them.
+func (w *world) post(items ...struct {
+	m *msg
+	s st
+}) {
+	w.t.Helper()
+	var rows schema.Rows
+	for _, it := range items {
+		k := it.m.key()
+		m := w.msgs[k]
+		if m == nil {
+			cp := *it.m
+			cp.statuses = nil
+			m = &cp
+			w.msgs[k] = m
+		}
+		m.statuses = append(m.statuses, it.s)
+		rows.Statuses = append(rows.Statuses, schema.StatusRow{
+			Source:          schema.Source{App: "default", ReceivedAt: it.s.at},
+			EventID:         fmt.Sprintf("%s/%s/%d", k, it.s.name, it.s.at.Unix()),
+			EventTime:       it.s.at,
+			WabaID:          "waba-1",
+			PhoneNumberID:   m.phone,
+			MessageID:       m.id,
+			Status:          it.s.name,
+			RecipientHash:   m.recipient,
+			ParticipantHash: m.participant,
+			Campaign:        m.campaign,
+			Template:        m.template,
+		})
+	}
+	if err := w.w.Write(context.Background(), &rows); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+func item(m *msg, name string, at time.Time) struct {
+	m *msg
+	s st
+} {
+	return struct {
+		m *msg
+		s st
+	}{m, st{name, at}}
+}
+
+// expect is the funnel row of a message, computed from its statuses apart
+// from the package's rule; ok is false when none counts.
+func expect(m *msg) (funnel.Row, bool) {
+	first := map[string]time.Time{}
+	for _, s := range m.statuses {
+		if f, ok := first[s.name]; !ok || s.at.Before(f) {
+			first[s.name] = s.at
+		}
+	}
+	earliest := func(names ...string) (time.Time, bool) {
+		var out time.Time
+		found := false
+		for _, n := range names {
+			if at, ok := first[n]; ok && (!found || at.Before(out)) {
+				out, found = at, true
+			}
+		}
+		return out, found
+	}
+	begin, ok := earliest("sent", "delivered", "read", "played", "failed")
+	if !ok {
+		return funnel.Row{}, false
+	}
+	r := funnel.Row{PhoneNumberID: m.phone, MessageID: m.id, RecipientKey: m.recipient, First: uint32(begin.Unix()),
+		WabaID: "waba-1", Campaign: m.campaign, Template: m.template, Stage: funnel.StageSent, ToDeliver: -1, ToRead: -1}
+	if m.participant != "" {
+		r.RecipientKey = m.participant
+	}
+	if _, failed := first["failed"]; failed {
+		r.Stage = funnel.StageFailed
+		return r, true
+	}
+	sent, hasSent := first["sent"]
+	if at, ok := earliest("delivered", "read", "played"); ok {
+		r.Stage = funnel.StageDelivered
+		if hasSent && !at.Before(sent) {
+			r.ToDeliver = int32(at.Sub(sent) / time.Second)
+		}
+	}
+	if at, ok := earliest("read", "played"); ok {
+		r.Stage = funnel.StageRead
+		if hasSent && !at.Before(sent) {
+			r.ToRead = int32(at.Sub(sent) / time.Second)
+		}
+	}
+	return r, true
+}
+
+type netted struct {
+	funnel.Row
+	n int64
+}
+
+// net reads what funnel_messages nets, by message.
+func net(t *testing.T, ch *schematest.ClickHouseDB) map[string][]netted {
+	t.Helper()
+	rows, err := ch.Conn.Query(context.Background(), fmt.Sprintf(`SELECT phone_number_id, message_id, recipient_key, toUInt32(first),
+       waba_id, campaign, template, stage, to_deliver, to_read, sum(n) AS c,
+       [sum(n_sent), sum(n_delivered), sum(n_read), sum(n_failed), sum(n_to_deliver), sum(n_to_read)]
+FROM %s.funnel_messages
+GROUP BY phone_number_id, message_id, recipient_key, first, waba_id, campaign, template, stage, to_deliver, to_read
+HAVING c != 0`, ch.Database))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string][]netted{}
+	for rows.Next() {
+		var x netted
+		var sums []int64
+		if err := rows.Scan(&x.PhoneNumberID, &x.MessageID, &x.RecipientKey, &x.First, &x.WabaID, &x.Campaign, &x.Template,
+			&x.Stage, &x.ToDeliver, &x.ToRead, &x.n, &sums); err != nil {
+			t.Fatal(err)
+		}
+		// The sums of a row are its multiplicity where it counts.
+		if x.n >= -127 && x.n <= 127 {
+			want := x.Counts(int8(x.n))
+			for i, v := range sums {
+				if v != int64(want[i+1]) {
+					t.Errorf("%+v: sums %v, want %v", x, sums, want[1:])
+					break
+				}
+			}
+		}
+		k := x.PhoneNumberID + "/" + x.MessageID + "/" + x.RecipientKey
+		out[k] = append(out[k], x)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// mismatches lists how funnel_messages differs from one row per message
+// as expect computes it.
+func (w *world) mismatches() []string {
+	w.t.Helper()
+	got := net(w.t, w.ch)
+	var out []string
+	for k, m := range w.msgs {
+		want, ok := expect(m)
+		g := got[k]
+		delete(got, k)
+		switch {
+		case !ok && len(g) != 0:
+			out = append(out, fmt.Sprintf("%s: rows %+v, want none", k, g))
+		case ok && (len(g) != 1 || g[0].n != 1 || g[0].Row != want):
+			out = append(out, fmt.Sprintf("%s: rows %+v, want %+v once", k, g, want))
+		}
+	}
+	for k, g := range got {
+		out = append(out, fmt.Sprintf("%s: rows %+v of a message never posted", k, g))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (w *world) check() {
+	w.t.Helper()
+	for _, m := range w.mismatches() {
+		w.t.Error(m)
+	}
+}
+
+func pass(t *testing.T, r *funnel.Resolver) funnel.PassStats {
+	t.Helper()
+	st, err := r.Pass(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func TestResolve(t *testing.T) {
+	const never = 4294967295
+	base := funnel.State{PhoneNumberID: "p", MessageID: "m", RecipientKey: "r", Sent: never, Delivered: never, Read: never, Played: never, Failed: never}
+	with := func(f func(*funnel.State)) funnel.State { s := base; f(&s); return s }
+	for _, c := range []struct {
+		name  string
+		s     funnel.State
+		ok    bool
+		first uint32
+		stage uint8
+		d, r  int32
+	}{
+		{"no status that counts", base, false, 0, 0, 0, 0},
+		{"sent", with(func(s *funnel.State) { s.Sent = 100 }), true, 100, funnel.StageSent, -1, -1},
+		{"delivered", with(func(s *funnel.State) { s.Sent, s.Delivered = 100, 103 }), true, 100, funnel.StageDelivered, 3, -1},
+		{"read implies delivered", with(func(s *funnel.State) { s.Sent, s.Read = 100, 110 }), true, 100, funnel.StageRead, 10, 10},
+		{"played is read", with(func(s *funnel.State) { s.Sent, s.Delivered, s.Played = 100, 101, 150 }), true, 100, funnel.StageRead, 1, 50},
+		{"delivered before sent came", with(func(s *funnel.State) { s.Delivered = 105 }), true, 105, funnel.StageDelivered, -1, -1},
+		{"sent stamped after delivered", with(func(s *funnel.State) { s.Sent, s.Delivered = 107, 105 }), true, 105, funnel.StageDelivered, -1, -1},
+		{"failed after read", with(func(s *funnel.State) {
+			s.Sent, s.Read, s.Failed, s.HasFailed = 100, 110, 120, true
+		}), true, 100, funnel.StageFailed, -1, -1},
+		{"failed only", with(func(s *funnel.State) { s.Failed, s.HasFailed = 90, true }), true, 90, funnel.StageFailed, -1, -1},
+	} {
+		r, ok := funnel.Resolve(c.s)
+		if ok != c.ok || (ok && (r.First != c.first || r.Stage != c.stage || r.ToDeliver != c.d || r.ToRead != c.r)) {
+			t.Errorf("%s: %+v %v, want first %d stage %d durations %d %d", c.name, r, ok, c.first, c.stage, c.d, c.r)
+		}
+	}
+}
+
+// A first pass resolves everything; later passes follow new statuses:
+// out of order (a sent stamped before the first status), late reads, a
+// failure after delivery, duplicates, messages across months and group
+// participants; and they write nothing when nothing changed.
+func TestPassFollowsStatuses(t *testing.T) {
+	w := newWorld(t)
+	r := funnel.New(w.ch.Conn, w.ch.Database, funnel.DefaultConfig(), zaptest.NewLogger(t), nil)
+	a := &msg{phone: "p1", id: "wamid.A", recipient: "r1", campaign: "c1", template: "t1"}
+	b := &msg{phone: "p1", id: "wamid.B", recipient: "r2", campaign: "c1", template: "t1"}
+	c := &msg{phone: "p1", id: "wamid.C", recipient: "r3", campaign: "c2"}
+	d := &msg{phone: "p2", id: "wamid.D", recipient: "r4", campaign: "c2"}
+	g1 := &msg{phone: "p2", id: "wamid.G", recipient: "group-1", participant: "u1"}
+	g2 := &msg{phone: "p2", id: "wamid.G", recipient: "group-1", participant: "u2"}
+	x := &msg{phone: "p2", id: "wamid.X", recipient: "r5"}
+	f := &msg{phone: "p1", id: "wamid.F", recipient: "r6"}
+	monthEnd := time.Date(2026, 3, 31, 23, 59, 58, 0, time.UTC)
+	// Sent long before today (years of clock skew or an old replay).
+	old := &msg{phone: "p1", id: "wamid.OLD", recipient: "r8", campaign: "c1"}
+	longAgo := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
+	w.post(item(a, "sent", t0), item(a, "delivered", t0.Add(3*time.Second)),
+		item(b, "delivered", t0.Add(10*time.Second)),
+		item(c, "sent", t0), item(c, "delivered", t0.Add(2*time.Second)),
+		item(d, "sent", t0), item(d, "delivered", t0.Add(2*time.Second)),
+		item(g1, "sent", t0), item(g2, "sent", t0), item(g1, "read", t0.Add(30*time.Second)),
+		item(x, "deleted", t0),
+		item(f, "sent", monthEnd),
+		item(old, "sent", longAgo))
+
+	st := pass(t, r)
+	if !st.Backfill || st.Watermark.IsZero() {
+		t.Fatalf("first pass %+v, want a backfill", st)
+	}
+	w.check()
+	if n := len(net(t, w.ch)); n != 8 {
+		t.Errorf("%d messages resolved, want 8", n)
+	}
+
+	w.post(item(b, "sent", t0.Add(5*time.Second)),
+		item(d, "read", t0.Add(2*time.Hour)),
+		item(a, "delivered", t0.Add(3*time.Second)), // Meta's retry of the same status
+		item(c, "failed", t0.Add(4*time.Second)),
+		item(f, "delivered", monthEnd.Add(7*time.Second)),
+		item(g2, "delivered", t0.Add(9*time.Second)),
+		item(old, "delivered", longAgo.Add(time.Hour)))
+	w.post(item(&msg{phone: "p1", id: "wamid.E", recipient: "r7", campaign: "c9"}, "sent", t0.Add(time.Minute)))
+	st = pass(t, r)
+	if st.Backfill || st.Changed != 7 {
+		t.Errorf("second pass %+v, want 7 messages changed (b, c, d, f, g2, old and e)", st)
+	}
+	w.check()
+
+	st = pass(t, r)
+	if st.Changed != 0 || st.Rows != 0 {
+		t.Errorf("a pass with nothing new wrote %+v", st)
+	}
+	// Merges change nothing.
+	if err := w.ch.Conn.Exec(context.Background(), "OPTIMIZE TABLE "+w.ch.Database+".funnel_messages FINAL"); err != nil {
+		t.Fatal(err)
+	}
+	w.check()
+}
+
+// What a cut-short insert or a second resolver leaves behind is repaired by
+// the next pass over the message: a row counted twice, a row taken back
+// without its replacement, a stray row; and a backfill cut short starts
+// again from empty.
+func TestPassRepairsWhatItFinds(t *testing.T) {
+	w := newWorld(t)
+	r := funnel.New(w.ch.Conn, w.ch.Database, funnel.DefaultConfig(), zaptest.NewLogger(t), nil)
+	a := &msg{phone: "p1", id: "wamid.A", recipient: "r1", campaign: "c1"}
+	b := &msg{phone: "p1", id: "wamid.B", recipient: "r2", campaign: "c1"}
+	c := &msg{phone: "p1", id: "wamid.C", recipient: "r3", campaign: "c1"}
+	w.post(item(a, "sent", t0), item(b, "sent", t0), item(c, "sent", t0))
+	junk := func(m *msg, stage uint8, n int8) {
+		t.Helper()
+		batch, err := w.ch.Conn.PrepareBatch(context.Background(), "INSERT INTO "+w.ch.Database+
+			".funnel_messages (phone_number_id, message_id, recipient_key, first, waba_id, campaign, template, stage, to_deliver, to_read, "+
+			"n, n_sent, n_delivered, n_read, n_failed, n_to_deliver, n_to_read)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, ok := expect(w.msgs[m.key()])
+		if !ok {
+			t.Fatalf("%s: no row to damage", m.key())
+		}
+		want.Stage, want.ToDeliver, want.ToRead = stage, -1, -1
+		c := want.Counts(n)
+		if err := batch.Append(m.phone, m.id, m.recipient, time.Unix(int64(want.First), 0).UTC(), "waba-1", m.campaign, "", stage, int32(-1), int32(-1),
+			c[0], c[1], c[2], c[3], c[4], c[5], c[6]); err != nil {
+			t.Fatal(err)
+		}
+		if err := batch.Send(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A backfill cut short: rows, no watermark.
+	junk(a, funnel.StageRead, 1)
+	if st := pass(t, r); !st.Backfill {
+		t.Fatalf("%+v, want a backfill", st)
+	}
+	w.check()
+
+	junk(a, funnel.StageSent, 1)  // a's row twice
+	junk(b, funnel.StageSent, -1) // b's row taken back, not replaced
+	junk(c, funnel.StageRead, 1)  // a stray row beside c's
+	if got := w.mismatches(); len(got) != 3 {
+		t.Fatalf("the damage is not visible: %v", got)
+	}
+	// Each message gets a status again (a duplicate), so the pass looks at it.
+	w.post(item(a, "sent", t0), item(b, "sent", t0), item(c, "sent", t0))
+	if st := pass(t, r); st.Changed != 3 {
+		t.Errorf("%+v, want 3 messages repaired", st)
+	}
+	w.check()
+}
+
+// On a database whose statuses predate message_states (an upgrade), the
+// first pass takes them from message_lifecycle.
+func TestBackfillAfterUpgrade(t *testing.T) {
+	w := newWorld(t)
+	a := &msg{phone: "p1", id: "wamid.A", recipient: "r1", campaign: "c1"}
+	b := &msg{phone: "p2", id: "wamid.B", recipient: "r2", campaign: "c2"}
+	w.post(item(a, "sent", t0), item(a, "read", t0.Add(time.Minute)), item(b, "sent", t0), item(b, "failed", t0.Add(time.Second)))
+	for _, table := range []string{"message_states", "funnel_touched"} {
+		if err := w.ch.Conn.Exec(context.Background(), "TRUNCATE TABLE "+w.ch.Database+"."+table); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := funnel.New(w.ch.Conn, w.ch.Database, funnel.DefaultConfig(), zaptest.NewLogger(t), nil)
+	if st := pass(t, r); !st.Backfill {
+		t.Fatalf("%+v, want a backfill", st)
+	}
+	w.check()
+	// Later statuses of those messages find their state whole.
+	w.post(item(a, "delivered", t0.Add(2*time.Second)))
+	pass(t, r)
+	w.check()
+}
+
+// A pass reads funnel_touched from its watermark less the slack: an insert
+// that became visible after a pass read, stamped up to the slack before that
+// pass's watermark, is still resolved; one stamped earlier than that is not
+// (the slack is the bound).
+func TestPassSlack(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		ahead    time.Duration // the watermark's lead over the insert's stamp
+		resolved bool
+	}{
+		{"within the slack", 10 * time.Second, true},
+		{"beyond the slack", 40 * time.Second, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorld(t)
+			cfg := funnel.DefaultConfig()
+			cfg.Slack = 15 * time.Second
+			r := funnel.New(w.ch.Conn, w.ch.Database, cfg, zaptest.NewLogger(t), nil)
+			pass(t, r) // the backfill of nothing
+			h := &msg{phone: "p1", id: "wamid.H", recipient: "r1"}
+			w.post(item(h, "sent", t0))
+			// As if a pass had begun c.ahead after the insert was stamped
+			// and had not seen it.
+			var stamped uint32
+			if err := w.ch.Conn.QueryRow(context.Background(), "SELECT toUInt32(max(inserted_at)) FROM "+w.ch.Database+".funnel_touched").Scan(&stamped); err != nil {
+				t.Fatal(err)
+			}
+			setWatermark(t, w.ch, time.Unix(int64(stamped), 0).Add(c.ahead))
+			pass(t, r)
+			if got := len(net(t, w.ch)) == 1; got != c.resolved {
+				t.Errorf("resolved %v, want %v", got, c.resolved)
+			}
+		})
+	}
+}
+
+func setWatermark(t *testing.T, ch *schematest.ClickHouseDB, at time.Time) {
+	t.Helper()
+	b, err := ch.Conn.PrepareBatch(context.Background(), "INSERT INTO "+ch.Database+".funnel_resolver (id, watermark, version)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Append(uint8(1), at.UTC(), uint64(time.Now().UnixNano())); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Send(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func jetStream(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	srv := schematest.StartJetStream(t)
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// One instance holds the lease at a time; a silent holder loses it after the
+// TTL, and finds it taken; a released lease is free at once.
+func TestLease(t *testing.T) {
+	ctx := context.Background()
+	js := jetStream(t)
+	ttl := time.Second
+	l1, err := funnel.NewLease(ctx, js, funnel.LeaseKey, "one", ttl, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := funnel.NewLease(ctx, js, funnel.LeaseKey, "two", ttl, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := func(l *funnel.Lease) bool {
+		t.Helper()
+		ok, err := l.Hold(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if !hold(l1) || hold(l2) || !hold(l1) || !l1.Valid() {
+		t.Fatal("the first instance should take and renew the lease, the second not get it")
+	}
+	// l1 goes silent: l2 gets it once the entry has expired.
+	deadline := time.Now().Add(5 * time.Second)
+	for !hold(l2) {
+		if time.Now().After(deadline) {
+			t.Fatal("the lease of a silent holder did not expire")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if l1.Valid() {
+		t.Error("a silent holder still believes it may write")
+	}
+	if hold(l1) {
+		t.Fatal("two holders")
+	}
+	l2.Release(ctx)
+	if !hold(l1) {
+		t.Fatal("a released lease is not free")
+	}
+}
+
+// Two resolvers run against one database while statuses keep coming: only
+// the lease holder passes, and the funnel ends exact.
+func TestTwoResolvers(t *testing.T) {
+	w := newWorld(t)
+	js := jetStream(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cfg := funnel.Config{Interval: 100 * time.Millisecond, Slack: 15 * time.Second, LeaseTTL: time.Second}
+	var wg sync.WaitGroup
+	var resolvers []*funnel.Resolver
+	for i := range 2 {
+		lease, err := funnel.NewLease(ctx, js, funnel.LeaseKey, fmt.Sprint("instance-", i), cfg.LeaseTTL, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := funnel.New(w.ch.Conn, w.ch.Database, cfg, zaptest.NewLogger(t), nil)
+		resolvers = append(resolvers, r)
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = r.Run(ctx, lease) }()
+	}
+	defer func() { cancel(); wg.Wait() }()
+	names := []string{"sent", "delivered", "read"}
+	for round := range 3 {
+		for i := range 40 {
+			m := &msg{phone: fmt.Sprint("p", i%3), id: fmt.Sprint("wamid.", i), recipient: fmt.Sprint("r", i), campaign: fmt.Sprint("c", i%4)}
+			// Statuses arrive out of order: read before sent in odd messages.
+			name := names[round]
+			if i%2 == 1 {
+				name = names[2-round]
+			}
+			w.post(item(m, name, t0.Add(time.Duration(i*10+[]int{0, 3, 9}[slicesIndex(names, name)])*time.Second)))
+		}
+		time.Sleep(150 * time.Millisecond)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got := w.mismatches()
+		if len(got) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the funnel did not converge: %v", got)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func slicesIndex(s []string, v string) int {
+	for i, x := range s {
+		if x == v {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,144 @@
+package funnel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/wahook/wahook/schema"
+)
+
+// LeaseKey is the key of the funnel resolver's lease in schema.BucketLeases.
+const LeaseKey = "funnel"
+
+// Lease is a lease on one key of the leases bucket, whose entries expire
+// TTL after their last write: the holder renews it with a write that names
+// the revision it last wrote, so two instances never both believe they hold
+// it, and another takes it over once the holder has been silent for TTL.
+type Lease struct {
+	kv  jetstream.KeyValue
+	key string
+	id  string
+	ttl time.Duration
+
+	rev     uint64
+	renewed time.Time // when the last successful write was sent
+}
+
+// NewLease opens the leases bucket (creating it, with this TTL, when
+// absent) for key, held under id (an instance's name; it is only shown).
+func NewLease(ctx context.Context, js jetstream.JetStream, key, id string, ttl time.Duration, replicas int) (*Lease, error) {
+	kv, err := js.KeyValue(ctx, schema.BucketLeases)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      schema.BucketLeases,
+			Description: "wahook: leases; an entry expires TTL after its last renewal",
+			History:     1,
+			TTL:         ttl,
+			Storage:     jetstream.FileStorage,
+			Replicas:    max(replicas, 1),
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kv %s: %w", schema.BucketLeases, err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("kv %s: %w", schema.BucketLeases, err)
+	}
+	// The bucket's TTL decides when a silent holder loses the lease.
+	if st.TTL() > 0 {
+		ttl = st.TTL()
+	}
+	return &Lease{kv: kv, key: key, id: id, ttl: ttl}, nil
+}
+
+// Hold takes the lease or renews it, and reports whether this instance
+// holds it now.
+func (l *Lease) Hold(ctx context.Context) (bool, error) {
+	sent := time.Now()
+	if l.rev != 0 {
+		rev, err := l.kv.Update(ctx, l.key, []byte(l.id), l.rev)
+		if err == nil {
+			l.rev, l.renewed = rev, sent
+			return true, nil
+		}
+		// Expired and taken, or gone: hold it again only if nobody has.
+		l.rev = 0
+	}
+	rev, err := l.kv.Create(ctx, l.key, []byte(l.id))
+	switch {
+	case err == nil:
+		l.rev, l.renewed = rev, sent
+		return true, nil
+	case errors.Is(err, jetstream.ErrKeyExists):
+		return false, nil
+	default:
+		return false, err
+	}
+}
+
+// Valid reports whether the lease is held and its last renewal leaves a
+// margin of half the TTL: a pass checks it before writing.
+func (l *Lease) Valid() bool {
+	return l.rev != 0 && time.Since(l.renewed) < l.ttl/2
+}
+
+// Release gives the lease up, if this instance still holds it.
+func (l *Lease) Release(ctx context.Context) {
+	if l.rev == 0 {
+		return
+	}
+	_ = l.kv.Delete(ctx, l.key, jetstream.LastRevision(l.rev))
+	l.rev = 0
+}
+
+// Run passes every Interval while it holds the lease, until ctx ends; then
+// it releases the lease. A failed pass is logged and tried again at the next
+// interval (an outage of ClickHouse or NATS delays the funnel; the
+// watermark does not move, so nothing is missed).
+func (r *Resolver) Run(ctx context.Context, lease *Lease) error {
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		lease.Release(rctx)
+		if r.m != nil {
+			r.m.holder.Set(0)
+		}
+	}()
+	t := time.NewTicker(r.cfg.Interval)
+	defer t.Stop()
+	held := false
+	for {
+		ok, err := lease.Hold(ctx)
+		if err != nil && ctx.Err() == nil {
+			r.log.Warn("funnel: lease", zap.Error(err))
+		}
+		if ok != held {
+			held = ok
+			r.log.Info("funnel: lease", zap.Bool("held", held))
+			if r.m != nil {
+				r.m.holder.Set(map[bool]float64{true: 1}[held])
+			}
+		}
+		if ok {
+			st, err := r.Pass(ctx, lease.Valid)
+			switch {
+			case ctx.Err() != nil:
+			case err != nil:
+				r.log.Warn("funnel: pass failed; the next one catches up", zap.Error(err))
+			case st.Backfill:
+				r.log.Info("funnel: backfill done", zap.Time("watermark", st.Watermark))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}

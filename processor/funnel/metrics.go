@@ -1,0 +1,71 @@
+package funnel
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the resolver's Prometheus metrics.
+type Metrics struct{ m *metrics }
+
+type metrics struct {
+	passes   *prometheus.CounterVec
+	seconds  prometheus.Histogram
+	messages prometheus.Counter
+	changed  prometheus.Counter
+	rows     prometheus.Counter
+	lag      prometheus.Gauge
+	holder   prometheus.Gauge
+}
+
+// NewMetrics registers the resolver's metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &metrics{
+		passes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wahook_funnel_passes_total", Help: "Passes of the funnel resolver, by result (ok, backfill, error, lease_lost).",
+		}, []string{"result"}),
+		seconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "wahook_funnel_pass_seconds", Help: "Duration of a funnel resolver pass.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 12),
+		}),
+		messages: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wahook_funnel_messages_read_total", Help: "Message states the funnel resolver read.",
+		}),
+		changed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wahook_funnel_messages_changed_total", Help: "Messages whose funnel row the resolver replaced or added.",
+		}),
+		rows: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wahook_funnel_rows_written_total", Help: "Rows the funnel resolver inserted into funnel_messages (n = -1 and n = 1).",
+		}),
+		lag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "wahook_funnel_lag_seconds", Help: "How far the funnel's watermark was behind the clock after the last complete pass.",
+		}),
+		holder: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "wahook_funnel_lease_held", Help: "1 while this instance holds the funnel lease and resolves.",
+		}),
+	}
+	reg.MustRegister(m.passes, m.seconds, m.messages, m.changed, m.rows, m.lag, m.holder)
+	return &Metrics{m}
+}
+
+func (m *metrics) observe(st PassStats, err error, took time.Duration) {
+	m.seconds.Observe(took.Seconds())
+	switch {
+	case errors.Is(err, errLeaseLost):
+		m.passes.WithLabelValues("lease_lost").Inc()
+	case err != nil:
+		m.passes.WithLabelValues("error").Inc()
+	case st.Backfill:
+		m.passes.WithLabelValues("backfill").Inc()
+	default:
+		m.passes.WithLabelValues("ok").Inc()
+	}
+	m.messages.Add(float64(st.Messages))
+	m.changed.Add(float64(st.Changed))
+	m.rows.Add(float64(st.Rows))
+	if err == nil {
+		m.lag.Set(time.Since(st.Watermark).Seconds())
+	}
+}
