@@ -2,8 +2,11 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
 
 	"github.com/wahook/wahook/processor/funnel"
 )
@@ -69,6 +72,11 @@ func nz(col string) string {
 // at query time.
 func (s *Store) Funnel(ctx context.Context, q Query) (*Funnel, error) {
 	wm, ok, err := funnel.Watermark(ctx, s.conn, s.db)
+	var ex *clickhouse.Exception
+	if errors.As(err, &ex) && ex.Code == unknownTable {
+		// A database migrated by an older wahook: no resolver yet.
+		return s.funnelLive(ctx, q)
+	}
 	if err != nil {
 		return nil, queryError(ctx, err)
 	}
@@ -84,13 +92,14 @@ func (s *Store) Funnel(ctx context.Context, q Query) (*Funnel, error) {
 	w.in("campaign", q.Campaigns)
 	key := resolvedKeys[q.By]
 	// Every row counts n times (n is -1 for a row the resolver took back),
-	// in the sums and as the weight of the quantiles; a weight of -1 wraps
-	// around in ClickHouse's UInt64 weights and cancels its +1.
+	// in the sums and as the weight of the quantiles: ClickHouse adds
+	// weights as UInt64, so a -1 (toUInt64: 2^64-1) wraps around and cancels
+	// its +1.
 	sql := fmt.Sprintf(`
 SELECT %[1]s AS key,
        sum(n) AS messages, sum(n_sent), sum(n_delivered), sum(n_read), sum(n_failed),
-       quantilesExactWeighted(0.5, 0.95)(to_deliver, n_to_deliver), sum(n_to_deliver),
-       quantilesExactWeighted(0.5, 0.95)(to_read, n_to_read), sum(n_to_read)
+       quantilesExactWeighted(0.5, 0.95)(to_deliver, toUInt64(n_to_deliver)), sum(n_to_deliver),
+       quantilesExactWeighted(0.5, 0.95)(to_read, toUInt64(n_to_read)), sum(n_to_read)
 FROM %[2]s
 WHERE %[3]s
 GROUP BY key
@@ -127,6 +136,9 @@ ORDER BY messages DESC, key`, key, s.table("funnel_messages"), w.sql())
 	}
 	return out, nil
 }
+
+// unknownTable is ClickHouse's UNKNOWN_TABLE.
+const unknownTable = 60
 
 // resolvedKeys maps by values to the columns of funnel_messages.
 var resolvedKeys = map[string]string{

@@ -71,7 +71,6 @@ func (o *processOptions) validate() error {
 		return fmt.Errorf("%w: --funnel-interval must not be negative", errUsage)
 	}
 	if o.funnel.Interval > 0 {
-		o.funnel.LeaseTTL = max(o.funnel.LeaseTTL, 6*o.funnel.Interval)
 		if err := o.funnel.Validate(); err != nil {
 			return fmt.Errorf("%w: %v", errUsage, err)
 		}

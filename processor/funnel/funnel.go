@@ -8,10 +8,12 @@
 // computes their state from message_states, reads the rows funnel_messages
 // nets for them, and inserts, in one batch, each of those rows with the
 // opposite multiplicity and the new row. A message whose row is already
-// right costs no write. Because each pass nets whatever funnel_messages
-// holds for a message, an insert that was cut short, or a pass of a second
-// resolver, is repaired by the next pass over that message. Only one
-// instance should resolve at a time: Run holds a lease in a KV bucket.
+// right costs no write. Each pass nets whatever funnel_messages holds for a
+// message, and the watermark moves only after a pass has written
+// everything, so a pass cut short (an insert that failed half way, a crash)
+// is done again by the next one, which repairs what it left. Only one
+// instance may resolve at a time: Run holds a lease in a KV bucket, stops a
+// pass that loses it, and checks it before every write.
 package funnel
 
 import (
@@ -52,8 +54,8 @@ func (c Config) Validate() error {
 		return errors.New("funnel interval must be positive")
 	case c.Slack < time.Second:
 		return errors.New("funnel slack must be at least 1s")
-	case c.LeaseTTL < 2*c.Interval:
-		return fmt.Errorf("funnel lease TTL %v must be at least twice the interval %v", c.LeaseTTL, c.Interval)
+	case c.LeaseTTL <= 0:
+		return errors.New("funnel lease TTL must be positive")
 	}
 	return nil
 }
@@ -165,7 +167,9 @@ type PassStats struct {
 func Watermark(ctx context.Context, conn driver.Conn, db string) (time.Time, bool, error) {
 	var w uint32
 	var n uint64
-	row := conn.QueryRow(ctx, fmt.Sprintf("SELECT toUInt32(argMax(watermark, version)), count() FROM %s.funnel_resolver", db))
+	// Each watermark is a time up to which a pass had read everything, by
+	// the server's clock: the latest is the one that counts.
+	row := conn.QueryRow(ctx, fmt.Sprintf("SELECT toUInt32(max(watermark)), count() FROM %s.funnel_resolver", db))
 	if err := row.Scan(&w, &n); err != nil {
 		return time.Time{}, false, err
 	}
@@ -207,7 +211,7 @@ func (r *Resolver) pass(ctx context.Context, stillHeld func() bool) (PassStats, 
 		if stillHeld != nil && !stillHeld() {
 			return st, errLeaseLost
 		}
-		if err := r.backfill(ctx); err != nil {
+		if err := r.backfill(ctx, stillHeld); err != nil {
 			return st, err
 		}
 	} else {
@@ -236,6 +240,9 @@ func (r *Resolver) pass(ctx context.Context, stillHeld func() bool) (PassStats, 
 			}
 		}
 		r.dropTouched(ctx, from)
+	}
+	if stillHeld != nil && !stillHeld() {
+		return st, errLeaseLost
 	}
 	if err := r.setWatermark(ctx, now); err != nil {
 		return st, err
@@ -320,8 +327,9 @@ func (r *Resolver) netted(ctx context.Context, states []State, now uint32) (map[
 		// A row's first is its message's first status then, which a later
 		// status can only have moved earlier: it is on the day of the first
 		// status now or after it, up to today (or the latest status, when
-		// the clocks disagree). Past any retention, no days more.
-		for d := row.First / day; d <= min(last/day+1, row.First/day+maxDays); d++ {
+		// the clocks disagree); a day before too, as the table's days are
+		// the server's time zone's. Past any retention, no days more.
+		for d := row.First/day - 1; d <= min(last/day+1, row.First/day+maxDays); d++ {
 			if err := keys.Append(time.Unix(int64(d)*day, 0).UTC(), s.PhoneNumberID, s.MessageID, s.RecipientKey); err != nil {
 				return nil, fmt.Errorf("funnel: rows: %w", err)
 			}
@@ -426,7 +434,13 @@ func (r *Resolver) insert(ctx context.Context, rows []netRow) error {
 // backfill resolves every message of message_states into an emptied
 // funnel_messages, inside ClickHouse. A backfill cut short leaves no
 // watermark, so the next pass starts it again from empty.
-func (r *Resolver) backfill(ctx context.Context) error {
+func (r *Resolver) backfill(ctx context.Context, stillHeld func() bool) error {
+	held := func() error {
+		if stillHeld != nil && !stillHeld() {
+			return errLeaseLost
+		}
+		return nil
+	}
 	r.log.Info("funnel: resolving every message (no watermark yet)")
 	start := time.Now()
 	bctx := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{
@@ -440,6 +454,9 @@ SELECT phone_number_id, message_id, recipient_key, month, waba_id, campaign, tem
        sent_at, delivered_at, read_at, played_at, failed_at, failed
 FROM %s`, r.table("message_states"), r.table("message_lifecycle"))); err != nil {
 		return fmt.Errorf("funnel: backfill: %w", err)
+	}
+	if err := held(); err != nil {
+		return err
 	}
 	if err := r.conn.Exec(ctx, "TRUNCATE TABLE "+r.table("funnel_messages")); err != nil {
 		return fmt.Errorf("funnel: backfill: %w", err)
@@ -463,6 +480,9 @@ FROM
     WHERE first != %[5]d
 )`, r.table("funnel_messages"), rowColumns, r.stateSQL("1"),
 		StageFailed, never, StageRead, StageDelivered, StageSent, countColumns)
+	if err := held(); err != nil {
+		return err
+	}
 	if err := r.conn.Exec(bctx, sql); err != nil {
 		return fmt.Errorf("funnel: backfill: %w", err)
 	}
@@ -476,7 +496,8 @@ func (r *Resolver) setWatermark(ctx context.Context, at uint32) error {
 		return fmt.Errorf("funnel: watermark: %w", err)
 	}
 	defer b.Abort() //nolint:errcheck // a sent batch cannot be aborted
-	if err := b.Append(uint8(1), time.Unix(int64(at), 0).UTC(), uint64(time.Now().UnixNano())); err != nil {
+	// The version is the watermark: merges keep the latest.
+	if err := b.Append(uint8(1), time.Unix(int64(at), 0).UTC(), uint64(at)); err != nil {
 		return fmt.Errorf("funnel: watermark: %w", err)
 	}
 	if err := b.Send(); err != nil {

@@ -289,6 +289,9 @@ func TestPassFollowsStatuses(t *testing.T) {
 	// Sent long before today (years of clock skew or an old replay).
 	old := &msg{phone: "p1", id: "wamid.OLD", recipient: "r8", campaign: "c1"}
 	longAgo := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
+	// Its first status moves to the day before when its sent comes.
+	mid := &msg{phone: "p2", id: "wamid.MID", recipient: "r9", campaign: "c3"}
+	midnight := time.Date(2026, 3, 15, 0, 0, 0, 0, time.UTC)
 	w.post(item(a, "sent", t0), item(a, "delivered", t0.Add(3*time.Second)),
 		item(b, "delivered", t0.Add(10*time.Second)),
 		item(c, "sent", t0), item(c, "delivered", t0.Add(2*time.Second)),
@@ -296,15 +299,16 @@ func TestPassFollowsStatuses(t *testing.T) {
 		item(g1, "sent", t0), item(g2, "sent", t0), item(g1, "read", t0.Add(30*time.Second)),
 		item(x, "deleted", t0),
 		item(f, "sent", monthEnd),
-		item(old, "sent", longAgo))
+		item(old, "sent", longAgo),
+		item(mid, "delivered", midnight.Add(5*time.Second)))
 
 	st := pass(t, r)
 	if !st.Backfill || st.Watermark.IsZero() {
 		t.Fatalf("first pass %+v, want a backfill", st)
 	}
 	w.check()
-	if n := len(net(t, w.ch)); n != 8 {
-		t.Errorf("%d messages resolved, want 8", n)
+	if n := len(net(t, w.ch)); n != 9 {
+		t.Errorf("%d messages resolved, want 9", n)
 	}
 
 	w.post(item(b, "sent", t0.Add(5*time.Second)),
@@ -313,11 +317,12 @@ func TestPassFollowsStatuses(t *testing.T) {
 		item(c, "failed", t0.Add(4*time.Second)),
 		item(f, "delivered", monthEnd.Add(7*time.Second)),
 		item(g2, "delivered", t0.Add(9*time.Second)),
-		item(old, "delivered", longAgo.Add(time.Hour)))
+		item(old, "delivered", longAgo.Add(time.Hour)),
+		item(mid, "sent", midnight.Add(-2*time.Second)))
 	w.post(item(&msg{phone: "p1", id: "wamid.E", recipient: "r7", campaign: "c9"}, "sent", t0.Add(time.Minute)))
 	st = pass(t, r)
-	if st.Backfill || st.Changed != 7 {
-		t.Errorf("second pass %+v, want 7 messages changed (b, c, d, f, g2, old and e)", st)
+	if st.Backfill || st.Changed != 8 {
+		t.Errorf("second pass %+v, want 8 messages changed (b, c, d, f, g2, old, mid and e)", st)
 	}
 	w.check()
 
@@ -525,22 +530,9 @@ func TestTwoResolvers(t *testing.T) {
 	w := newWorld(t)
 	js := jetStream(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	cfg := funnel.Config{Interval: 100 * time.Millisecond, Slack: 15 * time.Second, LeaseTTL: time.Second}
-	var wg sync.WaitGroup
-	var resolvers []*funnel.Resolver
-	for i := range 2 {
-		lease, err := funnel.NewLease(ctx, js, funnel.LeaseKey, fmt.Sprint("instance-", i), cfg.LeaseTTL, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := funnel.New(w.ch.Conn, w.ch.Database, cfg, zaptest.NewLogger(t), nil)
-		resolvers = append(resolvers, r)
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = r.Run(ctx, lease) }()
-	}
-	defer func() { cancel(); wg.Wait() }()
+	cfg := funnel.Config{Interval: 100 * time.Millisecond, Slack: time.Second, LeaseTTL: time.Second}
 	names := []string{"sent", "delivered", "read"}
-	for round := range 3 {
+	post := func(round int) {
 		for i := range 40 {
 			m := &msg{phone: fmt.Sprint("p", i%3), id: fmt.Sprint("wamid.", i), recipient: fmt.Sprint("r", i), campaign: fmt.Sprint("c", i%4)}
 			// Statuses arrive out of order: read before sent in odd messages.
@@ -550,6 +542,38 @@ func TestTwoResolvers(t *testing.T) {
 			}
 			w.post(item(m, name, t0.Add(time.Duration(i*10+[]int{0, 3, 9}[slicesIndex(names, name)])*time.Second)))
 		}
+	}
+	post(0) // before either starts: both want to backfill
+	var wg sync.WaitGroup
+	var leases []*funnel.Lease
+	for i := range 2 {
+		lease, err := funnel.NewLease(ctx, js, funnel.LeaseKey, fmt.Sprint("instance-", i), cfg.LeaseTTL, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, lease)
+		r := funnel.New(w.ch.Conn, w.ch.Database, cfg, zaptest.NewLogger(t), nil)
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = r.Run(ctx, lease) }()
+	}
+	// Never do both believe they may write.
+	both := make(chan struct{}, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			if leases[0].Valid() && leases[1].Valid() {
+				select {
+				case both <- struct{}{}:
+				default:
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	defer func() { cancel(); wg.Wait() }()
+	for round := 1; round < 3; round++ {
+		post(round)
 		time.Sleep(150 * time.Millisecond)
 	}
 	deadline := time.Now().Add(20 * time.Second)
@@ -562,6 +586,11 @@ func TestTwoResolvers(t *testing.T) {
 			t.Fatalf("the funnel did not converge: %v", got)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	select {
+	case <-both:
+		t.Error("both instances held the lease at once")
+	default:
 	}
 }
 

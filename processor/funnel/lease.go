@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -25,6 +26,7 @@ type Lease struct {
 	id  string
 	ttl time.Duration
 
+	mu      sync.Mutex
 	rev     uint64
 	renewed time.Time // when the last successful write was sent
 }
@@ -60,6 +62,8 @@ func NewLease(ctx context.Context, js jetstream.JetStream, key, id string, ttl t
 // Hold takes the lease or renews it, and reports whether this instance
 // holds it now.
 func (l *Lease) Hold(ctx context.Context) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	sent := time.Now()
 	if l.rev != 0 {
 		rev, err := l.kv.Update(ctx, l.key, []byte(l.id), l.rev)
@@ -85,11 +89,18 @@ func (l *Lease) Hold(ctx context.Context) (bool, error) {
 // Valid reports whether the lease is held and its last renewal leaves a
 // margin of half the TTL: a pass checks it before writing.
 func (l *Lease) Valid() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	return l.rev != 0 && time.Since(l.renewed) < l.ttl/2
 }
 
+// TTL is how long the lease outlives its last renewal: the bucket's.
+func (l *Lease) TTL() time.Duration { return l.ttl }
+
 // Release gives the lease up, if this instance still holds it.
 func (l *Lease) Release(ctx context.Context) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.rev == 0 {
 		return
 	}
@@ -97,12 +108,53 @@ func (l *Lease) Release(ctx context.Context) {
 	l.rev = 0
 }
 
-// Run passes every Interval while it holds the lease, until ctx ends; then
-// it releases the lease. A failed pass is logged and tried again at the next
+// Run keeps the lease (renewing it every third of its TTL, and taking it
+// when free) and, while it holds it, passes every Interval, until ctx ends;
+// then it releases the lease. A pass runs under a context that ends when the
+// lease is lost, and checks the lease again before each write, so that a
+// pass, the backfill included, does not go on writing once another instance
+// may have begun. A failed pass is logged and tried again at the next
 // interval (an outage of ClickHouse or NATS delays the funnel; the
 // watermark does not move, so nothing is missed).
 func (r *Resolver) Run(ctx context.Context, lease *Lease) error {
+	var mu sync.Mutex
+	held := false
+	var lost context.CancelFunc = func() {}
+	keep := func() {
+		ok, err := lease.Hold(ctx)
+		if err != nil && ctx.Err() == nil {
+			r.log.Warn("funnel: lease", zap.Error(err))
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if ok != held {
+			held = ok
+			r.log.Info("funnel: lease", zap.Bool("held", held))
+			if r.m != nil {
+				r.m.holder.Set(map[bool]float64{true: 1}[held])
+			}
+		}
+		if !ok {
+			lost()
+		}
+	}
+	keep()
+	keeperDone := make(chan struct{})
+	go func() {
+		defer close(keeperDone)
+		t := time.NewTicker(max(lease.TTL()/3, 10*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				keep()
+			}
+		}
+	}()
 	defer func() {
+		<-keeperDone
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		lease.Release(rctx)
@@ -112,21 +164,14 @@ func (r *Resolver) Run(ctx context.Context, lease *Lease) error {
 	}()
 	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()
-	held := false
 	for {
-		ok, err := lease.Hold(ctx)
-		if err != nil && ctx.Err() == nil {
-			r.log.Warn("funnel: lease", zap.Error(err))
-		}
-		if ok != held {
-			held = ok
-			r.log.Info("funnel: lease", zap.Bool("held", held))
-			if r.m != nil {
-				r.m.holder.Set(map[bool]float64{true: 1}[held])
-			}
-		}
-		if ok {
-			st, err := r.Pass(ctx, lease.Valid)
+		mu.Lock()
+		pctx, cancel := context.WithCancel(ctx)
+		lost = cancel
+		run := held
+		mu.Unlock()
+		if run {
+			st, err := r.Pass(pctx, lease.Valid)
 			switch {
 			case ctx.Err() != nil:
 			case err != nil:
@@ -135,6 +180,7 @@ func (r *Resolver) Run(ctx context.Context, lease *Lease) error {
 				r.log.Info("funnel: backfill done", zap.Time("watermark", st.Watermark))
 			}
 		}
+		cancel()
 		select {
 		case <-ctx.Done():
 			return nil

@@ -5,7 +5,10 @@
 --
 -- message_states: message_lifecycle again, with a small index granularity,
 -- so that the resolver can read the state of the messages it was told about
--- without reading whole months. Fed by message_states_mv from status_events;
+-- without reading whole months. Its rows are kept a month longer than
+-- funnel_messages' (where the server has a TTL): a message's state must not
+-- lose its early statuses while its resolved row is still there. Fed by
+-- message_states_mv from status_events;
 -- the resolver's first pass copies message_lifecycle in, for the statuses
 -- stored before this migration (a status in both counts once: every
 -- aggregate is a minimum or a maximum).
@@ -28,7 +31,7 @@ CREATE TABLE IF NOT EXISTS {{.Database}}.message_states
 ENGINE = AggregatingMergeTree
 PARTITION BY toYYYYMM(month)
 ORDER BY (phone_number_id, message_id, recipient_key)
-{{.Retention "month"}}
+{{.Retention "month + INTERVAL 1 MONTH"}}
 SETTINGS index_granularity = 256;
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS {{.Database}}.message_states_mv
@@ -57,8 +60,11 @@ GROUP BY phone_number_id, message_id, recipient_key, month;
 -- for inserts that became visible after that pass read (milliseconds after
 -- their stamp), and drops days it no longer needs. The view's name sorts
 -- after message_states_mv, and 18.16 runs an insert's views one after the
--- other in the order of their names, so message_states holds a status by
--- the time its message shows up here (the slack covers the rest). Where the
+-- other in the order of their names, so there message_states holds a status
+-- by the time its message shows up here. Elsewhere, and for an insert
+-- stamped before a pass began but visible only after it read, the slack
+-- covers it (a server clock stepped back by more than the slack would not
+-- be covered). Where the
 -- server has no TTL (18.16), only the resolver drops old days: with
 -- --funnel-interval 0 on every instance, drop them by hand.
 CREATE TABLE IF NOT EXISTS {{.Database}}.funnel_touched
@@ -129,8 +135,8 @@ ORDER BY (toDate(first), phone_number_id, message_id, recipient_key, first, waba
 SETTINGS index_granularity = 256;
 
 -- funnel_resolver: how far the resolver has read funnel_touched (the
--- server's clock at the start of its last complete pass). The row with the
--- largest version is current.
+-- server's clock at the start of each complete pass); the latest counts.
+-- version is the watermark in seconds, so that merges keep the latest.
 CREATE TABLE IF NOT EXISTS {{.Database}}.funnel_resolver
 (
     id        UInt8,
