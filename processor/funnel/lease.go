@@ -162,7 +162,7 @@ func (r *Resolver) Run(ctx context.Context, lease *Lease) error {
 			r.m.holder.Set(0)
 		}
 	}()
-	t := time.NewTicker(r.cfg.Interval)
+	t := time.NewTimer(r.cfg.Interval)
 	defer t.Stop()
 	for {
 		mu.Lock()
@@ -170,8 +170,15 @@ func (r *Resolver) Run(ctx context.Context, lease *Lease) error {
 		lost = cancel
 		run := held
 		mu.Unlock()
+		wait := r.cfg.Interval
 		if run {
+			start := time.Now()
 			st, err := r.Pass(pctx, lease.Valid)
+			// A pass may take a fifth of ClickHouse's time at most: under a
+			// burst, passes come less often (each covers more), and the
+			// funnel lags rather than stage 1's writes.
+			took := time.Since(start)
+			wait = max(wait-took, 4*took)
 			switch {
 			case ctx.Err() != nil:
 			case err != nil:
@@ -181,6 +188,7 @@ func (r *Resolver) Run(ctx context.Context, lease *Lease) error {
 			}
 		}
 		cancel()
+		t.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return nil
