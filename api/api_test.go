@@ -178,6 +178,31 @@ func TestReportsMatchTruth(t *testing.T) {
 			checkFunnel(t, f, d.funnelBy(func(m message) string { return m.campaign }))
 		})
 
+		// Ranges whose ends are parts of hours: message rows count there,
+		// the hourly sums in whole hours. Only messages whose first status
+		// is in the range count.
+		for _, r := range []struct {
+			name     string
+			from, to time.Time
+		}{
+			{"from part of an hour", t0.Add(61 * time.Second), t0.Add(2 * time.Hour)},
+			{"to part of an hour", t0.Add(-time.Hour), t0.Add(100 * time.Second)},
+			{"within an hour", t0.Add(37 * time.Second), t0.Add(150 * time.Second)},
+		} {
+			t.Run("funnel by campaign, "+r.name+", "+name, func(t *testing.T) {
+				want := d.funnelWhere(func(m message) string { return m.campaign }, func(m message) bool {
+					at := m.firstStatus()
+					return !at.Before(r.from) && at.Before(r.to)
+				})
+				if len(want) == 0 {
+					t.Fatal("no message's first status in the range")
+				}
+				var f api.Funnel
+				query(t, app, "/api/v1/funnel?by=campaign&from="+url.QueryEscape(r.from.Format(time.RFC3339))+"&to="+url.QueryEscape(r.to.Format(time.RFC3339)), &f)
+				checkFunnel(t, f, want)
+			})
+		}
+
 		t.Run("funnel by number for one WABA, "+name, func(t *testing.T) {
 			var f api.Funnel
 			query(t, app, "/api/v1/funnel?"+rangeParams("by=number&waba_id=waba-1"), &f)

@@ -263,8 +263,27 @@ type funnelTruth struct {
 }
 
 func (d *dataset) funnelBy(key func(m message) string) map[string]*funnelTruth {
+	return d.funnelWhere(key, func(message) bool { return true })
+}
+
+// firstStatus is when a message's first status was.
+func (m message) firstStatus() time.Time {
+	at := m.statuses[0].at
+	for _, s := range m.statuses {
+		if s.at.Before(at) {
+			at = s.at
+		}
+	}
+	return at
+}
+
+// funnelWhere is funnelBy over the messages keep keeps.
+func (d *dataset) funnelWhere(key func(m message) string, keep func(m message) bool) map[string]*funnelTruth {
 	out := map[string]*funnelTruth{}
 	for _, m := range d.messages {
+		if !keep(m) {
+			continue
+		}
 		f := out[key(m)]
 		if f == nil {
 			f = &funnelTruth{}

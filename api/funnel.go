@@ -84,8 +84,18 @@ func (s *Store) Funnel(ctx context.Context, q Query) (*Funnel, error) {
 		return s.funnelLive(ctx, q)
 	}
 	out := &Funnel{From: q.From, To: q.To, By: q.By, AsOf: &wm, Rows: []FunnelRow{}}
+	// Whole hours of the range come from the hourly sums (kinds 1 to 3),
+	// the parts of hours at its ends from the message rows.
+	from, to := uint32(q.From.Unix()), uint32(q.To.Unix())
+	h0, h1 := (from+hour-1)/hour*hour, to/hour*hour
 	var w where
-	w.add("first >= toDateTime(?) AND first < toDateTime(?)", uint32(q.From.Unix()), uint32(q.To.Unix()))
+	if h0 < h1 {
+		w.add(fmt.Sprintf(`((kind IN (%d, %d, %d) AND first >= toDateTime(?) AND first < toDateTime(?))
+    OR (kind = %d AND ((first >= toDateTime(?) AND first < toDateTime(?)) OR (first >= toDateTime(?) AND first < toDateTime(?)))))`,
+			funnel.KindCounts, funnel.KindToDeliver, funnel.KindToRead, funnel.KindMessage), h0, h1, from, h0, h1, to)
+	} else {
+		w.add(fmt.Sprintf("kind = %d AND first >= toDateTime(?) AND first < toDateTime(?)", funnel.KindMessage), from, to)
+	}
 	w.in("phone_number_id", q.PhoneNumberIDs)
 	w.in("waba_id", q.WabaIDs)
 	w.in("template", q.Templates)
@@ -94,17 +104,29 @@ func (s *Store) Funnel(ctx context.Context, q Query) (*Funnel, error) {
 	// Every row counts n times (n is -1 for a row the resolver took back),
 	// in the sums and as the weight of the quantiles: ClickHouse adds
 	// weights as UInt64, so a -1 (toUInt64: 2^64-1) wraps around and cancels
-	// its +1.
+	// its +1. A message row carries its counts and both durations; an
+	// hourly counts row the counts; a duration row (kinds 2, 3) how many
+	// messages (n) took that long.
 	sql := fmt.Sprintf(`
-SELECT %[1]s AS key,
-       sum(n) AS messages, sum(n_sent), sum(n_delivered), sum(n_read), sum(n_failed),
-       quantilesExactWeighted(0.5, 0.95)(to_deliver, toUInt64(n_to_deliver)), sum(n_to_deliver),
-       quantilesExactWeighted(0.5, 0.95)(to_read, toUInt64(n_to_read)), sum(n_to_read)
-FROM %[2]s
-WHERE %[3]s
+SELECT key,
+       sum(m) AS messages, sum(n_sent), sum(n_delivered), sum(n_read), sum(n_failed),
+       quantilesExactWeighted(0.5, 0.95)(to_deliver, toUInt64(dw)), sum(dn),
+       quantilesExactWeighted(0.5, 0.95)(to_read, toUInt64(rw)), sum(rn)
+FROM
+(
+    SELECT %[1]s AS key, n_sent, n_delivered, n_read, n_failed, to_deliver, to_read,
+           if(kind <= %[4]d, n, 0) AS m,
+           if(kind <= %[4]d, n_to_deliver, 0) AS dn,
+           if(kind <= %[4]d, n_to_read, 0) AS rn,
+           multiIf(kind = %[5]d, n_to_deliver, kind = %[6]d, n, 0) AS dw,
+           multiIf(kind = %[5]d, n_to_read, kind = %[7]d, n, 0) AS rw
+    FROM %[2]s
+    WHERE %[3]s
+)
 GROUP BY key
 HAVING messages != 0
-ORDER BY messages DESC, key`, key, s.table("funnel_messages"), w.sql())
+ORDER BY messages DESC, key`, key, s.table("funnel_messages"), w.sql(),
+		funnel.KindCounts, funnel.KindMessage, funnel.KindToDeliver, funnel.KindToRead)
 	rows, err := s.conn.Query(ctx, sql, w.args...)
 	if err != nil {
 		return nil, queryError(ctx, err)
@@ -139,6 +161,8 @@ ORDER BY messages DESC, key`, key, s.table("funnel_messages"), w.sql())
 
 // unknownTable is ClickHouse's UNKNOWN_TABLE.
 const unknownTable = 60
+
+const hour = 3600
 
 // resolvedKeys maps by values to the columns of funnel_messages.
 var resolvedKeys = map[string]string{

@@ -306,7 +306,7 @@ const rowColumns = "phone_number_id, message_id, recipient_key, first, waba_id, 
 // with, and reads only their granules.
 func (r *Resolver) netted(ctx context.Context, states []State, now uint32) (map[msgKey][]netRow, error) {
 	keys, err := ext.NewTable("funnel_keys",
-		ext.Column("day", mustType("Date")), ext.Column("phone_number_id", mustType("String")),
+		ext.Column("day", mustType("Date")), ext.Column("kind", mustType("UInt8")), ext.Column("phone_number_id", mustType("String")),
 		ext.Column("message_id", mustType("String")), ext.Column("recipient_key", mustType("String")))
 	if err != nil {
 		return nil, fmt.Errorf("funnel: rows: %w", err)
@@ -330,7 +330,7 @@ func (r *Resolver) netted(ctx context.Context, states []State, now uint32) (map[
 		// the clocks disagree); a day before too, as the table's days are
 		// the server's time zone's. Past any retention, no days more.
 		for d := row.First/day - 1; d <= min(last/day+1, row.First/day+maxDays); d++ {
-			if err := keys.Append(time.Unix(int64(d)*day, 0).UTC(), s.PhoneNumberID, s.MessageID, s.RecipientKey); err != nil {
+			if err := keys.Append(time.Unix(int64(d)*day, 0).UTC(), uint8(KindMessage), s.PhoneNumberID, s.MessageID, s.RecipientKey); err != nil {
 				return nil, fmt.Errorf("funnel: rows: %w", err)
 			}
 			n++
@@ -340,7 +340,7 @@ func (r *Resolver) netted(ctx context.Context, states []State, now uint32) (map[
 	rows, err := r.conn.Query(qctx, fmt.Sprintf(`SELECT phone_number_id, message_id, recipient_key, toUInt32(first), waba_id, campaign, template,
        stage, to_deliver, to_read, sum(n) AS c
 FROM %s
-WHERE (toDate(first), phone_number_id, message_id, recipient_key) IN funnel_keys
+WHERE (toDate(first), kind, phone_number_id, message_id, recipient_key) IN funnel_keys
 GROUP BY %s
 HAVING c != 0`, r.table("funnel_messages"), rowColumns))
 	if err != nil {
@@ -396,31 +396,57 @@ const countColumns = "n, n_sent, n_delivered, n_read, n_failed, n_to_deliver, n_
 
 // Counts are the values of funnel_messages' n, n_sent, n_delivered, n_read,
 // n_failed, n_to_deliver and n_to_read for the row with multiplicity n.
-func (r Row) Counts(n int8) [7]int8 {
-	if0 := func(cond bool) int8 {
+func (r Row) Counts(n int32) [7]int32 {
+	if0 := func(cond bool) int32 {
 		if cond {
 			return n
 		}
 		return 0
 	}
-	return [7]int8{n, if0(r.Stage != StageFailed), if0(r.Stage == StageDelivered || r.Stage == StageRead), if0(r.Stage == StageRead),
+	return [7]int32{n, if0(r.Stage != StageFailed), if0(r.Stage == StageDelivered || r.Stage == StageRead), if0(r.Stage == StageRead),
 		if0(r.Stage == StageFailed), if0(r.ToDeliver >= 0), if0(r.ToRead >= 0)}
 }
 
-// insert writes rows in one batch; a multiplicity beyond Int8 is split.
+// Kinds of funnel_messages rows.
+const (
+	KindMessage   = 0 // a message and recipient
+	KindCounts    = 1 // the n_* sums by hour of first and dimensions
+	KindToDeliver = 2 // n messages took to_deliver seconds, by hour and dimensions
+	KindToRead    = 3 // n messages took to_read seconds, by hour and dimensions
+)
+
+const hour = 3600
+
+// insert writes rows in one batch: each message row, and with it, with the
+// same multiplicity, its share of the hourly sums (kinds 1 to 3), so that
+// the sums always are those of the message rows, part by part.
 func (r *Resolver) insert(ctx context.Context, rows []netRow) error {
-	b, err := r.conn.PrepareBatch(ctx, fmt.Sprintf("INSERT INTO %s (%s, %s)", r.table("funnel_messages"), rowColumns, countColumns))
+	b, err := r.conn.PrepareBatch(ctx, fmt.Sprintf("INSERT INTO %s (kind, %s, %s)", r.table("funnel_messages"), rowColumns, countColumns))
 	if err != nil {
 		return fmt.Errorf("funnel: insert: %w", err)
 	}
 	defer b.Abort() //nolint:errcheck // a sent batch cannot be aborted; nothing to report
 	for _, x := range rows {
-		for n := x.n; n != 0; {
-			part := max(min(n, 127), -127)
-			n -= part
-			c := x.Counts(int8(part))
-			if err := b.Append(x.PhoneNumberID, x.MessageID, x.RecipientKey, time.Unix(int64(x.First), 0).UTC(), x.WabaID, x.Campaign, x.Template,
-				x.Stage, x.ToDeliver, x.ToRead, c[0], c[1], c[2], c[3], c[4], c[5], c[6]); err != nil {
+		n := int32(x.n)
+		c := x.Counts(n)
+		first := time.Unix(int64(x.First), 0).UTC()
+		hourOf := time.Unix(int64(x.First/hour*hour), 0).UTC()
+		appends := [][]any{
+			{uint8(KindMessage), x.PhoneNumberID, x.MessageID, x.RecipientKey, first, x.WabaID, x.Campaign, x.Template,
+				x.Stage, x.ToDeliver, x.ToRead, c[0], c[1], c[2], c[3], c[4], c[5], c[6]},
+			{uint8(KindCounts), x.PhoneNumberID, "", "", hourOf, x.WabaID, x.Campaign, x.Template,
+				uint8(0), int32(0), int32(0), c[0], c[1], c[2], c[3], c[4], c[5], c[6]},
+		}
+		if x.ToDeliver >= 0 {
+			appends = append(appends, []any{uint8(KindToDeliver), x.PhoneNumberID, "", "", hourOf, x.WabaID, x.Campaign, x.Template,
+				uint8(0), x.ToDeliver, int32(0), n, int32(0), int32(0), int32(0), int32(0), int32(0), int32(0)})
+		}
+		if x.ToRead >= 0 {
+			appends = append(appends, []any{uint8(KindToRead), x.PhoneNumberID, "", "", hourOf, x.WabaID, x.Campaign, x.Template,
+				uint8(0), int32(0), x.ToRead, n, int32(0), int32(0), int32(0), int32(0), int32(0), int32(0)})
+		}
+		for _, a := range appends {
+			if err := b.Append(a...); err != nil {
 				return fmt.Errorf("funnel: insert: %w", err)
 			}
 		}
@@ -462,8 +488,8 @@ FROM %s`, r.table("message_states"), r.table("message_lifecycle"))); err != nil 
 		return fmt.Errorf("funnel: backfill: %w", err)
 	}
 	// The same rule as Resolve, in SQL.
-	sql := fmt.Sprintf(`INSERT INTO %[1]s (%[2]s, %[9]s)
-SELECT phone_number_id, message_id, recipient_key, toDateTime(first), w, c, t, stage, to_deliver, to_read,
+	sql := fmt.Sprintf(`INSERT INTO %[1]s (kind, %[2]s, %[9]s)
+SELECT 0, phone_number_id, message_id, recipient_key, toDateTime(first), w, c, t, stage, to_deliver, to_read,
        1, stage != %[4]d, stage = %[6]d OR stage = %[7]d, stage = %[6]d, stage = %[4]d, to_deliver >= 0, to_read >= 0
 FROM
 (
@@ -485,6 +511,24 @@ FROM
 	}
 	if err := r.conn.Exec(bctx, sql); err != nil {
 		return fmt.Errorf("funnel: backfill: %w", err)
+	}
+	// The hourly sums of the message rows, as insert adds them.
+	dims := "phone_number_id, toStartOfHour(first) AS hour, waba_id, campaign, template"
+	for _, q := range []string{
+		fmt.Sprintf(`SELECT %d, phone_number_id, '', '', hour, waba_id, campaign, template, 0, 0, 0,
+       sum(n), sum(n_sent), sum(n_delivered), sum(n_read), sum(n_failed), sum(n_to_deliver), sum(n_to_read)
+FROM %s WHERE kind = %d GROUP BY %s`, KindCounts, r.table("funnel_messages"), KindMessage, dims),
+		fmt.Sprintf(`SELECT %d, phone_number_id, '', '', hour, waba_id, campaign, template, 0, to_deliver, 0, sum(n_to_deliver), 0, 0, 0, 0, 0, 0
+FROM %s WHERE kind = %d AND n_to_deliver != 0 GROUP BY %s, to_deliver`, KindToDeliver, r.table("funnel_messages"), KindMessage, dims),
+		fmt.Sprintf(`SELECT %d, phone_number_id, '', '', hour, waba_id, campaign, template, 0, 0, to_read, sum(n_to_read), 0, 0, 0, 0, 0, 0
+FROM %s WHERE kind = %d AND n_to_read != 0 GROUP BY %s, to_read`, KindToRead, r.table("funnel_messages"), KindMessage, dims),
+	} {
+		if err := held(); err != nil {
+			return err
+		}
+		if err := r.conn.Exec(bctx, fmt.Sprintf("INSERT INTO %s (kind, %s, %s) %s", r.table("funnel_messages"), rowColumns, countColumns, q)); err != nil {
+			return fmt.Errorf("funnel: backfill: %w", err)
+		}
 	}
 	r.log.Info("funnel: every message resolved", zap.Duration("took", time.Since(start)))
 	return nil

@@ -406,27 +406,36 @@ AS SELECT
 FROM wahook.status_events
 WHERE message_id != '';
 
--- funnel_messages: a multiset of resolved rows, n the multiplicity. Each
--- message nets one row: the resolver, which alone writes here, replaces a
--- message's row by inserting the rows it nets with n = -1 and the new one
--- with n = 1, in one insert. Rows with equal columns sum in merges and
--- vanish at 0, and every query sums n, so a row counts the same before and
--- after merges; an insert cut short is repaired by the resolver's next pass
--- over the message, which nets whatever is there.
+-- funnel_messages: a multiset of resolved rows, n the multiplicity, written
+-- only by the funnel resolver. Rows with equal columns sum in merges and
+-- vanish at 0, and every query sums, so a row counts the same before and
+-- after merges.
 --
--- first is the time of the first status (sent, delivered, read, played or
--- failed); stage is 1 sent, 2 delivered, 3 read (read or played), 4 failed
--- (once failed, always failed); to_deliver and to_read are the seconds from
--- sent to delivered (or a later stage) and to read, -1 when unknown. The
--- n_* columns are n where the row counts as sent (not failed), delivered,
--- read, failed, or has a to_deliver or to_read, and 0 elsewhere, so that a
--- funnel is plain sums (and weights of the quantiles).
+-- kind 0 rows are messages: each message and recipient nets one. The
+-- resolver replaces a message's row by inserting the rows it nets with
+-- n = -1 and the new one with n = 1, in one insert. first is the time of the
+-- first status (sent, delivered, read, played or failed); stage is 1 sent,
+-- 2 delivered, 3 read (read or played), 4 failed (once failed, always
+-- failed); to_deliver and to_read are the seconds from sent to delivered (or
+-- a later stage) and to read, -1 when unknown. The n_* columns are n where
+-- the row counts as sent (not failed), delivered, read, failed, or has a
+-- to_deliver or to_read, and 0 elsewhere.
 --
--- The day of first leads the sorting key: a funnel reads only the days it
--- asks for, and the resolver finds a message's rows by its key and the days
--- its first status can be on (first only ever moves earlier).
+-- Kinds 1 to 3 are the same rows summed by the hour of first and by number,
+-- WABA, campaign and template (message_id, recipient_key and stage empty),
+-- which the resolver inserts with each message row, with the same n, in the
+-- same insert and so in the same part: kind 1 the counts (the n_* columns),
+-- kind 2 how many messages (n) took to_deliver seconds, kind 3 to_read. A
+-- funnel reads them for whole hours and the message rows only for the parts
+-- of hours at the ends of its range.
+--
+-- The day of first and the kind lead the sorting key: a funnel reads only the
+-- days and kinds it asks for, and the resolver finds a message's rows by its
+-- key and the days its first status can be on (first only ever moves
+-- earlier).
 CREATE TABLE IF NOT EXISTS wahook.funnel_messages
 (
+    kind            UInt8,
     phone_number_id String,
     message_id      String,
     recipient_key   String,
@@ -437,17 +446,17 @@ CREATE TABLE IF NOT EXISTS wahook.funnel_messages
     stage           UInt8,
     to_deliver      Int32,
     to_read         Int32,
-    n               Int8,
-    n_sent          Int8,
-    n_delivered     Int8,
-    n_read          Int8,
-    n_failed        Int8,
-    n_to_deliver    Int8,
-    n_to_read       Int8
+    n               Int32,
+    n_sent          Int32,
+    n_delivered     Int32,
+    n_read          Int32,
+    n_failed        Int32,
+    n_to_deliver    Int32,
+    n_to_read       Int32
 )
 ENGINE = SummingMergeTree((n, n_sent, n_delivered, n_read, n_failed, n_to_deliver, n_to_read))
 PARTITION BY toYYYYMM(first)
-ORDER BY (toDate(first), phone_number_id, message_id, recipient_key, first, waba_id, campaign, template, stage, to_deliver, to_read)
+ORDER BY (toDate(first), kind, phone_number_id, message_id, recipient_key, first, waba_id, campaign, template, stage, to_deliver, to_read)
 
 SETTINGS index_granularity = 256;
 
