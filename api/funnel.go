@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
@@ -88,14 +89,27 @@ func (s *Store) Funnel(ctx context.Context, q Query) (*Funnel, error) {
 	// the parts of hours at its ends from the message rows.
 	from, to := uint32(q.From.Unix()), uint32(q.To.Unix())
 	h0, h1 := (from+hour-1)/hour*hour, to/hour*hour
-	var w where
-	if h0 < h1 {
-		w.add(fmt.Sprintf(`((kind IN (%d, %d, %d) AND first >= toDateTime(?) AND first < toDateTime(?))
-    OR (kind = %d AND ((first >= toDateTime(?) AND first < toDateTime(?)) OR (first >= toDateTime(?) AND first < toDateTime(?)))))`,
-			funnel.KindCounts, funnel.KindToDeliver, funnel.KindToRead, funnel.KindMessage), h0, h1, from, h0, h1, to)
-	} else {
-		w.add(fmt.Sprintf("kind = %d AND first >= toDateTime(?) AND first < toDateTime(?)", funnel.KindMessage), from, to)
+	var parts []string
+	var args []any
+	span := func(kinds string, lo, hi uint32) {
+		if lo < hi { // an empty part would still read its days' granules
+			parts = append(parts, "(kind IN ("+kinds+") AND first >= toDateTime(?) AND first < toDateTime(?))")
+			args = append(args, lo, hi)
+		}
 	}
+	messages, sums := fmt.Sprint(funnel.KindMessage), fmt.Sprintf("%d, %d, %d", funnel.KindCounts, funnel.KindToDeliver, funnel.KindToRead)
+	if h0 < h1 {
+		span(messages, from, h0)
+		span(sums, h0, h1)
+		span(messages, h1, to)
+	} else {
+		span(messages, from, to)
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "0")
+	}
+	var w where
+	w.add("("+strings.Join(parts, " OR ")+")", args...)
 	w.in("phone_number_id", q.PhoneNumberIDs)
 	w.in("waba_id", q.WabaIDs)
 	w.in("template", q.Templates)
