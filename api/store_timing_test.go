@@ -102,6 +102,10 @@ func BenchmarkReports(b *testing.B) {
 		{"errors_by_code_number_campaign_hourly", "errors", dayParams + "&group_by=code,number,campaign&step=1h"},
 		{"errors_by_class_one_waba", "errors", dayParams + "&group_by=class&waba_id=waba-3"},
 		{"funnel_by_campaign", "funnel", dayParams},
+		// Ends in parts of hours (10:17:23 to 10:17:23 the next day), read
+		// from the message rows of their days.
+		{"funnel_by_campaign_not_on_the_hour", "funnel", "from=" + day.Add(37043*time.Second).Format(time.RFC3339) +
+			"&to=" + day.AddDate(0, 0, 1).Add(37043*time.Second).Format(time.RFC3339)},
 		{"funnel_one_number", "funnel", dayParams + "&by=template&phone_number_id=106540352210007"},
 		{"throughput_one_number_per_minute", "throughput", dayParams + "&phone_number_id=106540352210007&step=1m"},
 		{"numbers", "numbers", dayParams},

@@ -49,6 +49,8 @@ func BenchmarkWebhookToKV(b *testing.B) {
 	if c := os.Getenv("WAHOOK_BENCH_COALESCE"); c != "" {
 		args = append(args, "--pacing-coalesce", c)
 	}
+	// More flags of serve, e.g. "--funnel-interval 0" for an A/B.
+	args = append(args, strings.Fields(os.Getenv("WAHOOK_BENCH_SERVE_ARGS"))...)
 	go func() { done <- run(ctx, args, io.Discard, &stderr) }()
 	defer func() {
 		cancel()

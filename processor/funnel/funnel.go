@@ -215,6 +215,9 @@ func (r *Resolver) pass(ctx context.Context, stillHeld func() bool) (PassStats, 
 			return st, err
 		}
 	} else {
+		// One thread: a pass's lookups leave ClickHouse's other cores to
+		// stage 1's inserts.
+		ctx := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"max_threads": 1}))
 		from := uint32(max(wm.Unix()-int64(r.cfg.Slack/time.Second), 0))
 		touched := fmt.Sprintf("(phone_number_id, message_id, recipient_key) IN (SELECT phone_number_id, message_id, recipient_key FROM %s WHERE inserted_at >= toDateTime(%d))",
 			r.table("funnel_touched"), from)

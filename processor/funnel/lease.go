@@ -174,11 +174,11 @@ func (r *Resolver) Run(ctx context.Context, lease *Lease) error {
 		if run {
 			start := time.Now()
 			st, err := r.Pass(pctx, lease.Valid)
-			// A pass may take a fifth of ClickHouse's time at most: under a
-			// burst, passes come less often (each covers more), and the
-			// funnel lags rather than stage 1's writes.
+			// Passes take a tenth of the time at most: under a burst they
+			// come less often (each covers more), and the funnel lags
+			// rather than stage 1's writes, which share ClickHouse.
 			took := time.Since(start)
-			wait = max(wait-took, 4*took)
+			wait = max(wait-took, 9*took)
 			switch {
 			case ctx.Err() != nil:
 			case err != nil:
