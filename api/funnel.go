@@ -89,12 +89,37 @@ func (s *Store) Funnel(ctx context.Context, q Query) (*Funnel, error) {
 	// the parts of hours at its ends from the message rows.
 	from, to := uint32(q.From.Unix()), uint32(q.To.Unix())
 	h0, h1 := (from+hour-1)/hour*hour, to/hour*hour
+	var filters where
+	filters.in("phone_number_id", q.PhoneNumberIDs)
+	filters.in("waba_id", q.WabaIDs)
+	filters.in("template", q.Templates)
+	filters.in("campaign", q.Campaigns)
+	key := resolvedKeys[q.By]
+	// Every row counts n times (n is -1 for a row the resolver took back),
+	// in the sums and as the weight of the quantiles: ClickHouse adds
+	// weights as UInt64, so a -1 (toUInt64: 2^64-1) wraps around and cancels
+	// its +1. A message row carries its counts and both durations; an
+	// hourly counts row the counts; a duration row (kinds 2, 3) how many
+	// messages (n) took that long.
+	part := fmt.Sprintf(`SELECT %[1]s AS key, n_sent, n_delivered, n_read, n_failed, to_deliver, to_read,
+           if(kind <= %[3]d, n, 0) AS m,
+           if(kind <= %[3]d, n_to_deliver, 0) AS dn,
+           if(kind <= %[3]d, n_to_read, 0) AS rn,
+           multiIf(kind = %[4]d, n_to_deliver, kind = %[5]d, n, 0) AS dw,
+           multiIf(kind = %[4]d, n_to_read, kind = %[6]d, n, 0) AS rw
+    FROM %[2]s
+    PREWHERE kind IN (%%s) AND first >= toDateTime(?) AND first < toDateTime(?)
+    WHERE %[7]s`, key, s.table("funnel_messages"),
+		funnel.KindCounts, funnel.KindMessage, funnel.KindToDeliver, funnel.KindToRead, filters.sql())
+	// One part for each span, each read on its own (PREWHERE on its kinds
+	// and times: the message rows of a part of an hour are found among
+	// their day's by first alone).
 	var parts []string
 	var args []any
 	span := func(kinds string, lo, hi uint32) {
 		if lo < hi { // an empty part would still read its days' granules
-			parts = append(parts, "(kind IN ("+kinds+") AND first >= toDateTime(?) AND first < toDateTime(?))")
-			args = append(args, lo, hi)
+			parts = append(parts, fmt.Sprintf(part, kinds))
+			args = append(append(args, lo, hi), filters.args...)
 		}
 	}
 	messages, sums := fmt.Sprint(funnel.KindMessage), fmt.Sprintf("%d, %d, %d", funnel.KindCounts, funnel.KindToDeliver, funnel.KindToRead)
@@ -106,21 +131,8 @@ func (s *Store) Funnel(ctx context.Context, q Query) (*Funnel, error) {
 		span(messages, from, to)
 	}
 	if len(parts) == 0 {
-		parts = append(parts, "0")
+		return out, nil // an empty range
 	}
-	var w where
-	w.add("("+strings.Join(parts, " OR ")+")", args...)
-	w.in("phone_number_id", q.PhoneNumberIDs)
-	w.in("waba_id", q.WabaIDs)
-	w.in("template", q.Templates)
-	w.in("campaign", q.Campaigns)
-	key := resolvedKeys[q.By]
-	// Every row counts n times (n is -1 for a row the resolver took back),
-	// in the sums and as the weight of the quantiles: ClickHouse adds
-	// weights as UInt64, so a -1 (toUInt64: 2^64-1) wraps around and cancels
-	// its +1. A message row carries its counts and both durations; an
-	// hourly counts row the counts; a duration row (kinds 2, 3) how many
-	// messages (n) took that long.
 	sql := fmt.Sprintf(`
 SELECT key,
        sum(m) AS messages, sum(n_sent), sum(n_delivered), sum(n_read), sum(n_failed),
@@ -128,20 +140,12 @@ SELECT key,
        quantilesExactWeighted(0.5, 0.95)(to_read, toUInt64(rw)), sum(rn)
 FROM
 (
-    SELECT %[1]s AS key, n_sent, n_delivered, n_read, n_failed, to_deliver, to_read,
-           if(kind <= %[4]d, n, 0) AS m,
-           if(kind <= %[4]d, n_to_deliver, 0) AS dn,
-           if(kind <= %[4]d, n_to_read, 0) AS rn,
-           multiIf(kind = %[5]d, n_to_deliver, kind = %[6]d, n, 0) AS dw,
-           multiIf(kind = %[5]d, n_to_read, kind = %[7]d, n, 0) AS rw
-    FROM %[2]s
-    WHERE %[3]s
+    %s
 )
 GROUP BY key
 HAVING messages != 0
-ORDER BY messages DESC, key`, key, s.table("funnel_messages"), w.sql(),
-		funnel.KindCounts, funnel.KindMessage, funnel.KindToDeliver, funnel.KindToRead)
-	rows, err := s.conn.Query(ctx, sql, w.args...)
+ORDER BY messages DESC, key`, strings.Join(parts, "\n    UNION ALL\n    "))
+	rows, err := s.conn.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, queryError(ctx, err)
 	}
