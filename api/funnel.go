@@ -163,18 +163,28 @@ ORDER BY messages DESC, key`, strings.Join(parts, "\n    UNION ALL\n    "))
 		r.ToDeliver.Samples, r.ToRead.Samples = u(5), u(6)
 		r.ToDeliver.set(floats(dq))
 		r.ToRead.set(floats(rq))
-		if q.By == "total" {
-			r.Key = "total"
-		}
-		out.Rows = append(out.Rows, r)
+		out.add(r, q)
 	}
-	if err := rows.Err(); err != nil {
+	return out.done(ctx, rows.Err(), q)
+}
+
+// add appends a row of the answer ("total" names the one row of by=total).
+func (f *Funnel) add(r FunnelRow, q Query) {
+	if q.By == "total" {
+		r.Key = "total"
+	}
+	f.Rows = append(f.Rows, r)
+}
+
+// done returns the answer, cut to q's limit, once its rows are read.
+func (f *Funnel) done(ctx context.Context, err error, q Query) (*Funnel, error) {
+	if err != nil {
 		return nil, queryError(ctx, err)
 	}
-	if q.Limit > 0 && len(out.Rows) > q.Limit {
-		out.Rows = out.Rows[:q.Limit]
+	if q.Limit > 0 && len(f.Rows) > q.Limit {
+		f.Rows = f.Rows[:q.Limit]
 	}
-	return out, nil
+	return f, nil
 }
 
 // unknownTable is ClickHouse's UNKNOWN_TABLE.
@@ -264,18 +274,9 @@ ORDER BY messages DESC, key`, key,
 		}
 		r.ToDeliver.set(dq)
 		r.ToRead.set(rq)
-		if q.By == "total" {
-			r.Key = "total"
-		}
-		out.Rows = append(out.Rows, r)
+		out.add(r, q)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, queryError(ctx, err)
-	}
-	if q.Limit > 0 && len(out.Rows) > q.Limit {
-		out.Rows = out.Rows[:q.Limit]
-	}
-	return out, nil
+	return out.done(ctx, rows.Err(), q)
 }
 
 func (d *Durations) set(q []float64) {
