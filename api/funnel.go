@@ -88,7 +88,8 @@ func (s *Store) Funnel(ctx context.Context, q Query) (*Funnel, error) {
 	// Whole hours of the range come from the hourly sums (kinds 1 to 3),
 	// the parts of hours at its ends from the message rows.
 	from, to := uint32(q.From.Unix()), uint32(q.To.Unix())
-	h0, h1 := (from+hour-1)/hour*hour, to/hour*hour
+	const sums = funnel.SumSeconds
+	h0, h1 := (from+sums-1)/sums*sums, to/sums*sums
 	var filters where
 	filters.in("phone_number_id", q.PhoneNumberIDs)
 	filters.in("waba_id", q.WabaIDs)
@@ -122,13 +123,13 @@ func (s *Store) Funnel(ctx context.Context, q Query) (*Funnel, error) {
 			args = append(append(args, lo, hi), filters.args...)
 		}
 	}
-	messages, sums := fmt.Sprint(funnel.KindMessage), fmt.Sprintf("%d, %d, %d", funnel.KindCounts, funnel.KindToDeliver, funnel.KindToRead)
+	messageKinds, sumKinds := fmt.Sprint(funnel.KindMessage), fmt.Sprintf("%d, %d, %d", funnel.KindCounts, funnel.KindToDeliver, funnel.KindToRead)
 	if h0 < h1 {
-		span(messages, from, h0)
-		span(sums, h0, h1)
-		span(messages, h1, to)
+		span(messageKinds, from, h0)
+		span(sumKinds, h0, h1)
+		span(messageKinds, h1, to)
 	} else {
-		span(messages, from, to)
+		span(messageKinds, from, to)
 	}
 	if len(parts) == 0 {
 		return out, nil // an empty range
@@ -189,8 +190,6 @@ func (f *Funnel) done(ctx context.Context, err error, q Query) (*Funnel, error) 
 
 // unknownTable is ClickHouse's UNKNOWN_TABLE.
 const unknownTable = 60
-
-const hour = 3600
 
 // resolvedKeys maps by values to the columns of funnel_messages.
 var resolvedKeys = map[string]string{

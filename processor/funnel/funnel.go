@@ -198,6 +198,12 @@ var errLeaseLost = errors.New("funnel: lease lost during the pass; nothing writt
 
 func (r *Resolver) pass(ctx context.Context, stillHeld func() bool) (PassStats, error) {
 	var st PassStats
+	held := func() error {
+		if stillHeld != nil && !stillHeld() {
+			return errLeaseLost
+		}
+		return nil
+	}
 	var now uint32
 	if err := r.conn.QueryRow(ctx, "SELECT toUInt32(now())").Scan(&now); err != nil {
 		return st, fmt.Errorf("funnel: %w", err)
@@ -208,10 +214,7 @@ func (r *Resolver) pass(ctx context.Context, stillHeld func() bool) (PassStats, 
 	}
 	if !ok {
 		st.Backfill = true
-		if stillHeld != nil && !stillHeld() {
-			return st, errLeaseLost
-		}
-		if err := r.backfill(ctx, stillHeld); err != nil {
+		if err := r.backfill(ctx, held); err != nil {
 			return st, err
 		}
 	} else {
@@ -227,15 +230,20 @@ func (r *Resolver) pass(ctx context.Context, stillHeld func() bool) (PassStats, 
 		}
 		st.Messages = len(states)
 		if len(states) > 0 {
-			have, err := r.netted(ctx, states, now)
+			want := make([]resolved, len(states))
+			for i, s := range states {
+				want[i].State = s
+				want[i].row, want[i].ok = Resolve(s)
+			}
+			have, err := r.netted(ctx, want, now)
 			if err != nil {
 				return st, err
 			}
-			rows, changed := diff(states, have)
+			rows, changed := diff(want, have)
 			st.Changed, st.Rows = changed, len(rows)
 			if len(rows) > 0 {
-				if stillHeld != nil && !stillHeld() {
-					return st, errLeaseLost
+				if err := held(); err != nil {
+					return st, err
 				}
 				if err := r.insert(ctx, rows); err != nil {
 					return st, err
@@ -244,8 +252,8 @@ func (r *Resolver) pass(ctx context.Context, stillHeld func() bool) (PassStats, 
 		}
 		r.dropTouched(ctx, from)
 	}
-	if stillHeld != nil && !stillHeld() {
-		return st, errLeaseLost
+	if err := held(); err != nil {
+		return st, err
 	}
 	if err := r.setWatermark(ctx, now); err != nil {
 		return st, err
@@ -293,6 +301,14 @@ func (r *Resolver) states(ctx context.Context, cond string) ([]State, error) {
 	return out, nil
 }
 
+// resolved is a message's state and the row Resolve makes of it (ok false:
+// none).
+type resolved struct {
+	State
+	row Row
+	ok  bool
+}
+
 // netRow is a distinct row of funnel_messages and its net multiplicity.
 type netRow struct {
 	Row
@@ -307,18 +323,18 @@ const rowColumns = "phone_number_id, message_id, recipient_key, first, waba_id, 
 // today (or its latest status, if the clocks disagree): the lookup names
 // each key with each of those days, which the table's sorting key begins
 // with, and reads only their granules.
-func (r *Resolver) netted(ctx context.Context, states []State, now uint32) (map[msgKey][]netRow, error) {
+func (r *Resolver) netted(ctx context.Context, states []resolved, now uint32) (map[msgKey][]netRow, error) {
 	keys, err := ext.NewTable("funnel_keys",
-		ext.Column("day", mustType("Date")), ext.Column("kind", mustType("UInt8")), ext.Column("phone_number_id", mustType("String")),
-		ext.Column("message_id", mustType("String")), ext.Column("recipient_key", mustType("String")))
+		ext.Column("day", column.Type("Date")), ext.Column("kind", column.Type("UInt8")), ext.Column("phone_number_id", column.Type("String")),
+		ext.Column("message_id", column.Type("String")), ext.Column("recipient_key", column.Type("String")))
 	if err != nil {
 		return nil, fmt.Errorf("funnel: rows: %w", err)
 	}
 	const day, maxDays = 86400, 400
 	n := 0
 	for _, s := range states {
-		row, ok := Resolve(s)
-		if !ok {
+		row := s.row
+		if !s.ok {
 			continue // no status that counts: never had a row
 		}
 		last := now
@@ -365,16 +381,14 @@ HAVING c != 0`, r.table("funnel_messages"), rowColumns))
 	return out, nil
 }
 
-func mustType(t string) column.Type { return column.Type(t) }
-
 // diff returns the rows to insert so that each message of states nets
 // exactly its resolved row (none for a message without a first status),
 // and how many messages change. Messages in have but not in states are
 // left alone: they were touched after states was read, and the next pass
 // resolves them.
-func diff(states []State, have map[msgKey][]netRow) (out []netRow, changed int) {
+func diff(states []resolved, have map[msgKey][]netRow) (out []netRow, changed int) {
 	for _, s := range states {
-		want, ok := Resolve(s)
+		want, ok := s.row, s.ok
 		cur := have[msgKey{s.PhoneNumberID, s.MessageID, s.RecipientKey}]
 		if ok && len(cur) == 1 && cur[0].n == 1 && cur[0].Row == want {
 			continue
@@ -418,7 +432,9 @@ const (
 	KindToRead    = 3 // n messages took to_read seconds, by hour and dimensions
 )
 
-const hour = 3600
+// SumSeconds is the span of the sums of kinds 1 to 3: the hour of first
+// (toStartOfHour). A funnel reads them for the whole spans of its range.
+const SumSeconds = 3600
 
 // insert writes rows in one batch: each message row, and with it, with the
 // same multiplicity, its share of the hourly sums (kinds 1 to 3), so that
@@ -433,7 +449,7 @@ func (r *Resolver) insert(ctx context.Context, rows []netRow) error {
 		n := int32(x.n)
 		c := x.Counts(n)
 		first := time.Unix(int64(x.First), 0).UTC()
-		hourOf := time.Unix(int64(x.First/hour*hour), 0).UTC()
+		hourOf := time.Unix(int64(x.First/SumSeconds*SumSeconds), 0).UTC()
 		appends := [][]any{
 			{uint8(KindMessage), x.PhoneNumberID, x.MessageID, x.RecipientKey, first, x.WabaID, x.Campaign, x.Template,
 				x.Stage, x.ToDeliver, x.ToRead, c[0], c[1], c[2], c[3], c[4], c[5], c[6]},
@@ -463,13 +479,8 @@ func (r *Resolver) insert(ctx context.Context, rows []netRow) error {
 // backfill resolves every message of message_states into an emptied
 // funnel_messages, inside ClickHouse. A backfill cut short leaves no
 // watermark, so the next pass starts it again from empty.
-func (r *Resolver) backfill(ctx context.Context, stillHeld func() bool) error {
-	held := func() error {
-		if stillHeld != nil && !stillHeld() {
-			return errLeaseLost
-		}
-		return nil
-	}
+// held is asked before each write: errLeaseLost once the lease is gone.
+func (r *Resolver) backfill(ctx context.Context, held func() error) error {
 	r.log.Info("funnel: resolving every message (no watermark yet)")
 	start := time.Now()
 	bctx := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{

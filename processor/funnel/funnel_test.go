@@ -418,7 +418,7 @@ func TestPassRepairsWhatItFinds(t *testing.T) {
 			c[0], c[1], c[2], c[3], c[4], c[5], c[6]); err != nil {
 			t.Fatal(err)
 		}
-		if err := batch.Append(uint8(funnel.KindCounts), m.phone, "", "", time.Unix(int64(want.First/3600*3600), 0).UTC(), "waba-1", m.campaign, "", uint8(0), int32(0), int32(0),
+		if err := batch.Append(uint8(funnel.KindCounts), m.phone, "", "", time.Unix(int64(want.First/funnel.SumSeconds*funnel.SumSeconds), 0).UTC(), "waba-1", m.campaign, "", uint8(0), int32(0), int32(0),
 			c[0], c[1], c[2], c[3], c[4], c[5], c[6]); err != nil {
 			t.Fatal(err)
 		}
