@@ -183,13 +183,11 @@ HAVING c != 0`, ch.Database))
 			t.Fatal(err)
 		}
 		// The sums of a row are its multiplicity where it counts.
-		{
-			want := x.Counts(int32(x.n))
-			for i, v := range sums {
-				if v != int64(want[i+1]) {
-					t.Errorf("%+v: sums %v, want %v", x, sums, want[1:])
-					break
-				}
+		want := x.Counts(int32(x.n))
+		for i, v := range sums {
+			if v != int64(want[i+1]) {
+				t.Errorf("%+v: sums %v, want %v", x, sums, want[1:])
+				break
 			}
 		}
 		k := x.PhoneNumberID + "/" + x.MessageID + "/" + x.RecipientKey
