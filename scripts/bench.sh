@@ -16,7 +16,11 @@
 #             sat_rss_mib is the peak RSS by the end of the closed loop, and
 #             index_ids / index_mib what the duplicate index held then;
 #             rss-<round>-<variant>.txt has the RSS every 5 s (seconds since
-#             start, MiB).
+#             start, MiB). srv_p99_ms and srv_over_10ms_pct are the half-rate
+#             run seen from inside wahook (wahook_ingest_request_duration_seconds,
+#             from reading the request to its answer; p99 interpolated within
+#             its bucket): the rest of p99_ms is time in the kernels' queues and
+#             the load generator, waiting for a core.
 #   pipeline  wahook serve with stage 1 writing to a ClickHouse this script
 #             starts (webhooks answered while every body is decoded and
 #             written), closed loop, and its peak RSS (PIPELINE=0 skips it)
@@ -117,7 +121,7 @@ timed_load() {
 }
 
 if [ -n "$SERVE_ARGS" ]; then echo "serve flags: $SERVE_ARGS"; fi
-echo "round bare_rps ingest_rps ratio half_rate_p50_ms p99_ms p999_ms ingest_rss_mib pipeline_rps ratio pipeline_rss_mib non200 variant others_cores others_half dups sat_rss_mib index_ids index_mib"
+echo "round bare_rps ingest_rps ratio half_rate_p50_ms p99_ms p999_ms ingest_rss_mib pipeline_rps ratio pipeline_rss_mib non200 variant others_cores others_half dups sat_rss_mib index_ids index_mib srv_p99_ms srv_over_10ms_pct"
 for r in $(seq 1 "$ROUNDS"); do
 	"$WAHOOK_BIN" loadtest --baseline-listen "$BARE" 2>/dev/null & pids+=($!)
 	bare_pid=$!
@@ -142,7 +146,9 @@ for r in $(seq 1 "$ROUNDS"); do
 		index=$(curl -fsS "http://$WAHOOK/metrics" | awk '/^wahook_ingest_dedupe_entries / {n = $2} /^wahook_ingest_dedupe_bytes / {b = $2}
 			END {printf "%d %.0f", n, b / 1048576}')
 		rate=$(python3 -c "print(int($(field "$out/wahook-$r-$name.json" rate_per_s)/2))")
+		curl -fsS "http://$WAHOOK/metrics" > "$out/metrics-half-$r-$name.before"
 		timed_load "$out/wahook-half-$r-$name" "http://$WAHOOK/webhook" "$rate" 901
+		curl -fsS "http://$WAHOOK/metrics" > "$out/metrics-half-$r-$name.after"
 		dups=$(curl -fsS "http://$WAHOOK/metrics" | awk '/^wahook_ingest_requests_total\{.*result="duplicate"/ {n += $2} END {print n + 0}')
 		rss=$(awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$serve_pid/status")
 		kill -TERM "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
@@ -176,10 +182,31 @@ def others(run, res):
     not_serve, lu, ls = open(f"{out}/{run}.cpu").read().split()
     return max(int(not_serve) / hz - float(lu) - float(ls), 0) / res["duration_s"]
 non200 = sum(x["sent"] - x["ok"] for x in (w, h) + ((p,) if p else ()))
+def buckets(path):
+    # The cumulative buckets of wahook_ingest_request_duration_seconds.
+    b = {}
+    for line in open(path):
+        if line.startswith("wahook_ingest_request_duration_seconds_bucket{"):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            b[float(le)] = float(line.rsplit(" ", 1)[1])
+    return b
+b0, b1 = buckets(f"{out}/metrics-half-{r}-{name}.before"), buckets(f"{out}/metrics-half-{r}-{name}.after")
+les = sorted(b1)
+cum = [b1[le] - b0.get(le, 0) for le in les]
+total = cum[-1]
+def srv_quantile(q):
+    # As Prometheus' histogram_quantile: linear within the bucket.
+    rank, lo, below = q * total, 0.0, 0.0
+    for le, c in zip(les, cum):
+        if c >= rank:
+            return lo if le == float("inf") else lo + (le - lo) * (rank - below) / max(c - below, 1)
+        lo, below = le, c
+    return lo
+srv = f"{srv_quantile(0.99) * 1000:.2f} {100 * (total - cum[les.index(0.01)]) / max(total, 1):.2f}"
 pipe = f"{p['rate_per_s']:.0f} {p['rate_per_s'] / b['rate_per_s']:.2f} {prss}" if p else "- - -"
 print(f"{r} {b['rate_per_s']:.0f} {w['rate_per_s']:.0f} {w['rate_per_s'] / b['rate_per_s']:.2f} "
       f"{h['p50_ms']:.2f} {h['p99_ms']:.2f} {h['p999_ms']:.2f} {rss} {pipe} {non200} {name} "
-      f"{others(f'wahook-{r}-{name}', w):.2f} {others(f'wahook-half-{r}-{name}', h):.2f} {dups} {sat_rss} {index_ids} {index_mib}")
+      f"{others(f'wahook-{r}-{name}', w):.2f} {others(f'wahook-half-{r}-{name}', h):.2f} {dups} {sat_rss} {index_ids} {index_mib} {srv}")
 PY
 	done
 done
