@@ -29,9 +29,13 @@ type Summary struct {
 	P99Ms       float64        `json:"p99_ms"`
 	P999Ms      float64        `json:"p999_ms"`
 	MaxMs       float64        `json:"max_ms"`
-	Over250ms   float64        `json:"share_over_250ms"`
-	Over1s      float64        `json:"share_over_1s"`
-	MetaSLO     bool           `json:"meets_meta_slo"`
+	// SendLagP50Ms and SendLagP99Ms are Result.SendLag's (open loop and
+	// traffic runs).
+	SendLagP50Ms float64 `json:"send_lag_p50_ms,omitempty"`
+	SendLagP99Ms float64 `json:"send_lag_p99_ms,omitempty"`
+	Over250ms    float64 `json:"share_over_250ms"`
+	Over1s       float64 `json:"share_over_1s"`
+	MetaSLO      bool    `json:"meets_meta_slo"`
 	// ServerCPUS is the CPU time the service used during the run (from its
 	// /metrics), and RequestsPerCPUS the requests answered per CPU second:
 	// the per-core capacity that sizing starts from.
@@ -95,6 +99,9 @@ func (r *Result) Summary() Summary {
 	for code, n := range r.Statuses {
 		s.Statuses[fmt.Sprint(code)] = int(n)
 	}
+	if r.SendLag != nil && r.SendLag.TotalCount() > 0 {
+		s.SendLagP50Ms, s.SendLagP99Ms = ms(percentile(r.SendLag, 50)), ms(percentile(r.SendLag, 99))
+	}
 	if r.Timeline != nil {
 		s.Timeline = r.Timeline.Seconds()
 	}
@@ -146,6 +153,10 @@ func (s Summary) WriteText(w io.Writer) {
 		s.Sent, s.DurationS, s.RatePerS, s.Errors, s.Retried, s.GaveUp)
 	fmt.Fprintf(w, "  answers: %s\n", sortedCounts(s.Statuses))
 	fmt.Fprintf(w, "  latency p50 %.2f ms, p90 %.2f, p99 %.2f, p99.9 %.2f, max %.2f\n", s.P50Ms, s.P90Ms, s.P99Ms, s.P999Ms, s.MaxMs)
+	if s.SendLagP99Ms > 0 {
+		fmt.Fprintf(w, "  of which before sending (a free connection, a core for the generator): p50 %.2f ms, p99 %.2f\n",
+			s.SendLagP50Ms, s.SendLagP99Ms)
+	}
 	verdict := "FAILS"
 	if s.MetaSLO {
 		verdict = "meets"

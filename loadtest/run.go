@@ -106,7 +106,14 @@ type Result struct {
 	Retried  uint64 // requests that posted a body again after a non-200 or no answer
 	GaveUp   uint64 // bodies that never got a 200 within Attempts
 	// Latency is in microseconds, from the intended send time to the answer.
-	Latency  *hdrhistogram.Histogram
+	Latency *hdrhistogram.Histogram
+	// SendLag is in microseconds, from the intended send time of a body's
+	// first attempt to the moment the generator hands it to its HTTP client,
+	// in open-loop and traffic runs (nil in closed loop): the part of
+	// Latency spent in the generator, waiting for a free connection or for a
+	// core. When it is a large part of Latency, the generator, not the
+	// service, is behind.
+	SendLag  *hdrhistogram.Histogram
 	Timeline *Timeline
 	// Traffic and Ledger are set when the run sent a traffic model.
 	Traffic *Traffic
@@ -218,7 +225,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	// Each worker keeps its own histogram and status counts, merged at the
 	// end, so that recording takes no shared lock.
 	type local struct {
-		h        *hdrhistogram.Histogram
+		h, lag   *hdrhistogram.Histogram
 		statuses map[int]uint64
 		buf      []byte
 	}
@@ -240,6 +247,9 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		req.Header.Set(schema.SignatureHeader, schema.Sign(c.Secret, b))
 		req.SetBodyRaw(b)
 		intended := j.at
+		if l.lag != nil {
+			_ = l.lag.RecordValue(max(time.Since(intended).Microseconds(), 1))
+		}
 		for attempt := 1; ; attempt++ {
 			sent.Add(1)
 			err := client.DoTimeout(req, resp, c.Timeout)
@@ -277,8 +287,14 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	locals := make([]*local, c.Connections)
 	jobs := make(chan job, 1<<16)
 	closedLoop := c.Rate == 0 && traffic == nil
+	if !closedLoop {
+		res.SendLag = hdrhistogram.New(1, 60_000_000, 3)
+	}
 	for w := range locals {
 		l := &local{h: hdrhistogram.New(1, 60_000_000, 3), statuses: map[int]uint64{}}
+		if !closedLoop {
+			l.lag = hdrhistogram.New(1, 60_000_000, 3)
+		}
 		locals[w] = l
 		wg.Add(1)
 		go func() {
@@ -313,6 +329,9 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	client.CloseIdleConnections()
 	for _, l := range locals {
 		res.Latency.Merge(l.h)
+		if l.lag != nil {
+			res.SendLag.Merge(l.lag)
+		}
 		for s, n := range l.statuses {
 			res.Statuses[s] += n
 		}
@@ -336,7 +355,8 @@ func schedule(ctx context.Context, rate float64, jobs chan<- job) {
 	interval := time.Duration(float64(time.Second) / rate)
 	start := time.Now()
 	// Ticks are coarse (about 1 ms), so each tick releases every request
-	// that has come due since the last.
+	// that has come due since the last: a request leaves up to a tick after
+	// its intended time (Result.SendLag).
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	var n int64

@@ -19,8 +19,10 @@
 #             start, MiB). srv_p99_ms and srv_over_10ms_pct are the half-rate
 #             run seen from inside wahook (wahook_ingest_request_duration_seconds,
 #             from reading the request to its answer; p99 interpolated within
-#             its bucket): the rest of p99_ms is time in the kernels' queues and
-#             the load generator, waiting for a core.
+#             its bucket), and gen_lag_p99_ms the p99 of the time bodies
+#             spent in the load generator before it sent them (its 1 ms
+#             ticks, a free connection, a core): the rest of p99_ms is time
+#             in the kernel's queues and the generator, waiting for a core.
 #   pipeline  wahook serve with stage 1 writing to a ClickHouse this script
 #             starts (webhooks answered while every body is decoded and
 #             written), closed loop, and its peak RSS (PIPELINE=0 skips it)
@@ -121,7 +123,7 @@ timed_load() {
 }
 
 if [ -n "$SERVE_ARGS" ]; then echo "serve flags: $SERVE_ARGS"; fi
-echo "round bare_rps ingest_rps ratio half_rate_p50_ms p99_ms p999_ms ingest_rss_mib pipeline_rps ratio pipeline_rss_mib non200 variant others_cores others_half dups sat_rss_mib index_ids index_mib srv_p99_ms srv_over_10ms_pct"
+echo "round bare_rps ingest_rps ratio half_rate_p50_ms p99_ms p999_ms ingest_rss_mib pipeline_rps ratio pipeline_rss_mib non200 variant others_cores others_half dups sat_rss_mib index_ids index_mib srv_p99_ms srv_over_10ms_pct gen_lag_p99_ms"
 for r in $(seq 1 "$ROUNDS"); do
 	"$WAHOOK_BIN" loadtest --baseline-listen "$BARE" 2>/dev/null & pids+=($!)
 	bare_pid=$!
@@ -202,7 +204,7 @@ def srv_quantile(q):
             return lo if le == float("inf") else lo + (le - lo) * (rank - below) / max(c - below, 1)
         lo, below = le, c
     return lo
-srv = f"{srv_quantile(0.99) * 1000:.2f} {100 * (total - cum[les.index(0.01)]) / max(total, 1):.2f}"
+srv = f"{srv_quantile(0.99) * 1000:.2f} {100 * (total - cum[les.index(0.01)]) / max(total, 1):.2f} {h.get('send_lag_p99_ms', 0):.2f}"
 pipe = f"{p['rate_per_s']:.0f} {p['rate_per_s'] / b['rate_per_s']:.2f} {prss}" if p else "- - -"
 print(f"{r} {b['rate_per_s']:.0f} {w['rate_per_s']:.0f} {w['rate_per_s'] / b['rate_per_s']:.2f} "
       f"{h['p50_ms']:.2f} {h['p99_ms']:.2f} {h['p999_ms']:.2f} {rss} {pipe} {non200} {name} "

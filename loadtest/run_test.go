@@ -1,0 +1,87 @@
+package loadtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// openLoop runs rate req/s for d over conns connections against url.
+func openLoop(t *testing.T, url string, rate float64, d time.Duration, conns int) *Result {
+	t.Helper()
+	c := DefaultConfig()
+	c.URL, c.Secret, c.Rate, c.Duration, c.Connections, c.Attempts, c.MetricsURL = url, []byte("s"), rate, d, conns, 1, "-"
+	res, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// TestRunSendLag: in open loop the generator reports how long each body
+// waited before it was sent, a part of its latency; when the service is
+// slower than the rate, the wait for a free connection shows there.
+func TestRunSendLag(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ServeBaseline(ln)
+	defer ln.Close()
+	res := openLoop(t, "http://"+ln.Addr().String()+"/webhook", 400, time.Second, 4)
+	lag, lat := res.SendLag, res.Latency
+	if lag == nil || res.OK() < 300 || lag.TotalCount() != int64(res.OK()) {
+		t.Fatalf("%d answered 200; send lags recorded: %v (want one per body)", res.OK(), lag)
+	}
+	// Each body's lag is a part of its latency, so every percentile is too.
+	for _, p := range []float64{50, 99, 100} {
+		if l, d := percentile(lag, p), percentile(lat, p); l > d {
+			t.Errorf("p%.0f: send lag %s over the latency %s", p, l, d)
+		}
+	}
+	s := res.Summary()
+	var text, js bytes.Buffer
+	s.WriteText(&text)
+	if err := s.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var back map[string]any
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if back["send_lag_p99_ms"] == nil || !strings.Contains(text.String(), "before sending") {
+		t.Errorf("the reports lack the send lag:\n%s\n%s", text.String(), js.String())
+	}
+
+	// One connection to a service that takes 20 ms, asked for 100 req/s:
+	// bodies queue for the connection, and their lag grows with the queue.
+	slow := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(20 * time.Millisecond)
+	})}
+	ln2, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go slow.Serve(ln2)
+	defer slow.Close()
+	res = openLoop(t, "http://"+ln2.Addr().String()+"/webhook", 100, time.Second, 1)
+	if med := percentile(res.SendLag, 50); med < 100*time.Millisecond {
+		t.Errorf("median send lag %s behind a queue of about 50 bodies: want over 100ms", med)
+	}
+
+	// Closed loop sends each body when the last is answered: no lag.
+	c := DefaultConfig()
+	c.URL, c.Secret, c.Duration, c.Connections, c.MetricsURL = "http://"+ln.Addr().String()+"/webhook", []byte("s"), 200*time.Millisecond, 2, "-"
+	res, err = Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := res.Summary(); res.SendLag != nil || s.SendLagP99Ms != 0 {
+		t.Errorf("closed loop: send lag %v, summary p99 %v; want none", res.SendLag, s.SendLagP99Ms)
+	}
+}
