@@ -154,7 +154,7 @@ func (s Summary) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "  answers: %s\n", sortedCounts(s.Statuses))
 	fmt.Fprintf(w, "  latency p50 %.2f ms, p90 %.2f, p99 %.2f, p99.9 %.2f, max %.2f\n", s.P50Ms, s.P90Ms, s.P99Ms, s.P999Ms, s.MaxMs)
 	if s.SendLagP99Ms > 0 {
-		fmt.Fprintf(w, "  of which before sending (a free connection, a core for the generator): p50 %.2f ms, p99 %.2f\n",
+		fmt.Fprintf(w, "  waited in the generator before sending (next tick, a free connection, a core): p50 %.2f ms, p99 %.2f\n",
 			s.SendLagP50Ms, s.SendLagP99Ms)
 	}
 	verdict := "FAILS"

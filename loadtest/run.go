@@ -72,6 +72,8 @@ func (c Config) Validate() error {
 		return errors.New("an app secret is required to sign the bodies")
 	case c.Rate < 0:
 		return errors.New("rate must not be negative")
+	case c.Rate > 1e6:
+		return errors.New("rate must be at most 1000000 per second")
 	case c.Duration <= 0 || c.Duration > time.Hour:
 		return errors.New("duration must be between 0 and 1h")
 	case c.Connections < 1 || c.Connections > 10000:
@@ -110,9 +112,11 @@ type Result struct {
 	// SendLag is in microseconds, from the intended send time of a body's
 	// first attempt to the moment the generator hands it to its HTTP client,
 	// in open-loop and traffic runs (nil in closed loop): the part of
-	// Latency spent in the generator, waiting for a free connection or for a
-	// core. When it is a large part of Latency, the generator, not the
-	// service, is behind.
+	// Latency spent in the generator (waiting for the next tick, for a free
+	// connection, for a core; building and signing the body). When it is a
+	// large part of Latency, bodies queued in the generator: too few
+	// connections for the rate times the service's latency, or a generator
+	// short of CPU.
 	SendLag  *hdrhistogram.Histogram
 	Timeline *Timeline
 	// Traffic and Ledger are set when the run sent a traffic model.
@@ -354,19 +358,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 func schedule(ctx context.Context, rate float64, jobs chan<- job) {
 	interval := time.Duration(float64(time.Second) / rate)
 	start := time.Now()
-	// Each tick releases every request that has come due since the last, so
-	// a request leaves up to a tick after its intended time (Result.SendLag)
-	// and requests leave in bursts of a tick's worth. The tick is about two
-	// intervals, from 100 µs to 1 ms: 174 µs at 11.5k req/s. Against wahook
-	// serve at that rate, 5 interleaved pairs of 30 s runs, 1 ms ticks
-	// against 200 µs: p50 1.8-2.1 ms against 0.7-0.9 (1.1 ms of it before
-	// sending, against 0.37), p99 8.9 / 9.4 / 8.3 / 7.5 / 6.2 ms against
-	// 7.7 / 8.0 / 8.1 / 5.9 / 8.0. Smoother arrivals share fewer wake-ups:
-	// wahook used 0.65-0.82 cores against 0.83-0.96 (71 against 87 CPU-µs
-	// per request; bare Fiber 23 against 32, this generator 35-41 against
-	// 46): bursts of 11 had made a request look cheaper than it is when
-	// requests arrive spread out.
-	tick := time.NewTicker(min(max(2*interval, 100*time.Microsecond), time.Millisecond))
+	tick := time.NewTicker(paceTick(interval))
 	defer tick.Stop()
 	var n int64
 	runtime.Gosched()
@@ -385,6 +377,24 @@ func schedule(ctx context.Context, rate float64, jobs chan<- job) {
 			}
 		}
 	}
+}
+
+// paceTick is how often an open loop with requests interval apart releases
+// the ones due: about two intervals, from 100 µs to 1 ms (174 µs at 11.5k
+// req/s). A request leaves up to a tick after its intended time
+// (Result.SendLag), and requests leave in bursts of a tick's worth.
+//
+// Against wahook serve at 11.5k req/s, 5 interleaved pairs of 30 s runs,
+// 1 ms ticks against 200 µs: p50 1.8-2.1 ms against 0.7-0.9 (of which 1.1
+// ms against 0.37 waited before sending), p99 8.9 / 9.4 / 8.3 / 7.5 / 6.2
+// ms against 7.7 / 8.0 / 8.1 / 5.9 / 8.0. Smoother arrivals share fewer
+// wake-ups: wahook used 0.65-0.82 cores against 0.83-0.96 over those runs;
+// perf stat, one 8 s sample at 1 ms and one at 174 µs ticks: wahook 71
+// against 87 CPU-µs per request, bare Fiber 23 against 32, this generator
+// 35-41 against 46. Bursts of 11 had made a request look cheaper than it
+// is when requests arrive spread out.
+func paceTick(interval time.Duration) time.Duration {
+	return min(max(2*interval, 100*time.Microsecond), time.Millisecond)
 }
 
 // scheduleTraffic puts the POSTs of g on jobs as they come due, until ctx

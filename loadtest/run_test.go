@@ -70,8 +70,16 @@ func TestRunSendLag(t *testing.T) {
 	go slow.Serve(ln2)
 	defer slow.Close()
 	res = openLoop(t, "http://"+ln2.Addr().String()+"/webhook", 100, time.Second, 1)
+	if res.SendLag == nil || res.SendLag.TotalCount() == 0 {
+		t.Fatal("no send lag recorded")
+	}
 	if med := percentile(res.SendLag, 50); med < 100*time.Millisecond {
 		t.Errorf("median send lag %s behind a queue of about 50 bodies: want over 100ms", med)
+	}
+	// The lag ends when a body is sent: each body's latency is its lag and
+	// at least the 20 ms the service takes.
+	if lag, lat := percentile(res.SendLag, 50), percentile(res.Latency, 50); lat-lag < 15*time.Millisecond {
+		t.Errorf("median latency %s only %s over the median send lag %s: want the 20 ms of service between", lat, lat-lag, lag)
 	}
 
 	// Closed loop sends each body when the last is answered: no lag.
@@ -83,5 +91,29 @@ func TestRunSendLag(t *testing.T) {
 	}
 	if s := res.Summary(); res.SendLag != nil || s.SendLagP99Ms != 0 {
 		t.Errorf("closed loop: send lag %v, summary p99 %v; want none", res.SendLag, s.SendLagP99Ms)
+	}
+}
+
+// TestPaceTick: two intervals, within 100 µs and 1 ms.
+func TestPaceTick(t *testing.T) {
+	for _, c := range []struct {
+		rate float64
+		want time.Duration
+	}{
+		{100, time.Millisecond},
+		{2000, time.Millisecond},
+		{4000, 500 * time.Microsecond},
+		{11500, 173912 * time.Nanosecond},
+		{20000, 100 * time.Microsecond},
+		{1e6, 100 * time.Microsecond},
+	} {
+		if got := paceTick(time.Duration(float64(time.Second) / c.rate)); got != c.want {
+			t.Errorf("%.0f req/s: tick %s, want %s", c.rate, got, c.want)
+		}
+	}
+	c := DefaultConfig()
+	c.URL, c.Secret, c.Rate = "http://127.0.0.1:1/webhook", []byte("s"), 2e6
+	if err := c.Validate(); err == nil {
+		t.Error("a rate of 2M/s validated")
 	}
 }

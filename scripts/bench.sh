@@ -20,9 +20,9 @@
 #             run seen from inside wahook (wahook_ingest_request_duration_seconds,
 #             from reading the request to its answer; p99 interpolated within
 #             its bucket), and gen_lag_p99_ms the p99 of the time bodies
-#             spent in the load generator before it sent them (its 1 ms
-#             ticks, a free connection, a core): the rest of p99_ms is time
-#             in the kernel's queues and the generator, waiting for a core.
+#             spent in the load generator before it sent them (its next
+#             tick, a free connection, a core), for comparison with p99_ms
+#             (percentiles do not add up).
 #   pipeline  wahook serve with stage 1 writing to a ClickHouse this script
 #             starts (webhooks answered while every body is decoded and
 #             written), closed loop, and its peak RSS (PIPELINE=0 skips it)
@@ -195,7 +195,7 @@ def buckets(path):
 b0, b1 = buckets(f"{out}/metrics-half-{r}-{name}.before"), buckets(f"{out}/metrics-half-{r}-{name}.after")
 les = sorted(b1)
 cum = [b1[le] - b0.get(le, 0) for le in les]
-total = cum[-1]
+total = cum[-1] if cum else 0
 def srv_quantile(q):
     # As Prometheus' histogram_quantile: linear within the bucket.
     rank, lo, below = q * total, 0.0, 0.0
@@ -204,7 +204,9 @@ def srv_quantile(q):
             return lo if le == float("inf") else lo + (le - lo) * (rank - below) / max(c - below, 1)
         lo, below = le, c
     return lo
-srv = f"{srv_quantile(0.99) * 1000:.2f} {100 * (total - cum[les.index(0.01)]) / max(total, 1):.2f} {h.get('send_lag_p99_ms', 0):.2f}"
+# "- -" when this wahook has no such histogram (an older WAHOOK_BIN).
+srv = "- -" if 0.01 not in b1 else f"{srv_quantile(0.99) * 1000:.2f} {100 * (total - cum[les.index(0.01)]) / max(total, 1):.2f}"
+srv += f" {h.get('send_lag_p99_ms', 0):.2f}"
 pipe = f"{p['rate_per_s']:.0f} {p['rate_per_s'] / b['rate_per_s']:.2f} {prss}" if p else "- - -"
 print(f"{r} {b['rate_per_s']:.0f} {w['rate_per_s']:.0f} {w['rate_per_s'] / b['rate_per_s']:.2f} "
       f"{h['p50_ms']:.2f} {h['p99_ms']:.2f} {h['p999_ms']:.2f} {rss} {pipe} {non200} {name} "
