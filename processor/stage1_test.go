@@ -174,6 +174,28 @@ func (p *pipeline) drained(timeout time.Duration) {
 	}
 }
 
+// pulling waits until stage 1's consumer has n pull requests waiting: the
+// instances started have asked for messages.
+func (p *pipeline) pulling(n int, timeout time.Duration) {
+	p.t.Helper()
+	var waiting int
+	for deadline := time.Now().Add(timeout); ; time.Sleep(20 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if c, err := p.js.Consumer(ctx, schema.StreamRaw, p.cfg.Consumer); err == nil {
+			if info, err := c.Info(ctx); err == nil {
+				waiting = info.NumWaiting
+			}
+		}
+		cancel()
+		if waiting >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("stage 1's consumer has %d pull requests waiting after %s, want %d", waiting, timeout, n)
+		}
+	}
+}
+
 func (p *pipeline) count(query string, args ...any) uint64 {
 	p.t.Helper()
 	q := strings.ReplaceAll(query, "{db}", p.db.Database)
@@ -541,6 +563,9 @@ func TestStage1TwoInstances(t *testing.T) {
 	p.cfg.BatchRows = 200
 	p.start()
 	p.start()
+	// Both must be pulling before the bodies come, or the first may take
+	// them all before the second has asked (seen under -race -count=3).
+	p.pulling(2, 30*time.Second)
 	const n = 2000
 	for i := 0; i < n; i++ {
 		p.publish("default", []byte(fmt.Sprintf(`{"object":"whatsapp_business_account","entry":[{"id":"1","changes":[{"field":"messages","value":{"metadata":{"display_phone_number":"15557810009","phone_number_id":"109"},"statuses":[{"id":"wamid.two-%d","status":"read","timestamp":"%d","recipient_id":"4915155500734"}]}}]}]}`, i, 1781514312+i)))
