@@ -177,6 +177,10 @@ func (r *Result) MeetsMetaSLO() bool {
 		r.Errors == 0 && r.OK() == r.Sent
 }
 
+// newLatencyHistogram records microseconds from 1 µs to 60 s, to 3
+// significant digits.
+func newLatencyHistogram() *hdrhistogram.Histogram { return hdrhistogram.New(1, 60_000_000, 3) }
+
 // job is one body to post: when it was due, and the model's POST or the
 // sequence number of a default body.
 type job struct {
@@ -193,7 +197,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		size := c.BodyBytes
 		c.Body = func(i uint64) []byte { return StatusBody(i, size) }
 	}
-	res := &Result{Config: c, Statuses: map[int]uint64{}, Latency: hdrhistogram.New(1, 60_000_000, 3), ServerCPU: -1}
+	res := &Result{Config: c, Statuses: map[int]uint64{}, Latency: newLatencyHistogram(), ServerCPU: -1}
 	var traffic *Traffic
 	if c.Traffic != nil {
 		var err error
@@ -292,12 +296,12 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	jobs := make(chan job, 1<<16)
 	closedLoop := c.Rate == 0 && traffic == nil
 	if !closedLoop {
-		res.SendLag = hdrhistogram.New(1, 60_000_000, 3)
+		res.SendLag = newLatencyHistogram()
 	}
 	for w := range locals {
-		l := &local{h: hdrhistogram.New(1, 60_000_000, 3), statuses: map[int]uint64{}}
+		l := &local{h: newLatencyHistogram(), statuses: map[int]uint64{}}
 		if !closedLoop {
-			l.lag = hdrhistogram.New(1, 60_000_000, 3)
+			l.lag = newLatencyHistogram()
 		}
 		locals[w] = l
 		wg.Add(1)

@@ -158,12 +158,8 @@ func (p *pipeline) drained(timeout time.Duration) {
 		if err == nil {
 			last = s.CachedInfo().State.LastSeq
 		}
-		c, err2 := p.js.Consumer(ctx, schema.StreamRaw, p.cfg.Consumer)
-		var info *jetstream.ConsumerInfo
-		if err2 == nil {
-			info, err2 = c.Info(ctx)
-		}
 		cancel()
+		info, err2 := p.consumerInfo()
 		if err == nil && err2 == nil && info.AckFloor.Stream >= last && info.NumAckPending == 0 {
 			return
 		}
@@ -174,19 +170,26 @@ func (p *pipeline) drained(timeout time.Duration) {
 	}
 }
 
+// consumerInfo returns the state of stage 1's consumer on the server.
+func (p *pipeline) consumerInfo() (*jetstream.ConsumerInfo, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := p.js.Consumer(ctx, schema.StreamRaw, p.cfg.Consumer)
+	if err != nil {
+		return nil, err
+	}
+	return c.Info(ctx)
+}
+
 // pulling waits until stage 1's consumer has n pull requests waiting: the
 // instances started have asked for messages.
 func (p *pipeline) pulling(n int, timeout time.Duration) {
 	p.t.Helper()
 	var waiting int
 	for deadline := time.Now().Add(timeout); ; time.Sleep(20 * time.Millisecond) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if c, err := p.js.Consumer(ctx, schema.StreamRaw, p.cfg.Consumer); err == nil {
-			if info, err := c.Info(ctx); err == nil {
-				waiting = info.NumWaiting
-			}
+		if info, err := p.consumerInfo(); err == nil {
+			waiting = info.NumWaiting
 		}
-		cancel()
 		if waiting >= n {
 			return
 		}

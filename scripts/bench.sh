@@ -145,13 +145,13 @@ for r in $(seq 1 "$ROUNDS"); do
 		wait_http "http://$WAHOOK/readyz"
 		timed_load "$out/wahook-$r-$name" "http://$WAHOOK/webhook"
 		sat_rss=$(awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$serve_pid/status")
-		index=$(curl -fsS "http://$WAHOOK/metrics" | awk '/^wahook_ingest_dedupe_entries / {n = $2} /^wahook_ingest_dedupe_bytes / {b = $2}
-			END {printf "%d %.0f", n, b / 1048576}')
-		rate=$(python3 -c "print(int($(field "$out/wahook-$r-$name.json" rate_per_s)/2))")
 		curl -fsS "http://$WAHOOK/metrics" > "$out/metrics-half-$r-$name.before"
+		index=$(awk '/^wahook_ingest_dedupe_entries / {n = $2} /^wahook_ingest_dedupe_bytes / {b = $2}
+			END {printf "%d %.0f", n, b / 1048576}' "$out/metrics-half-$r-$name.before")
+		rate=$(python3 -c "print(int($(field "$out/wahook-$r-$name.json" rate_per_s)/2))")
 		timed_load "$out/wahook-half-$r-$name" "http://$WAHOOK/webhook" "$rate" 901
 		curl -fsS "http://$WAHOOK/metrics" > "$out/metrics-half-$r-$name.after"
-		dups=$(curl -fsS "http://$WAHOOK/metrics" | awk '/^wahook_ingest_requests_total\{.*result="duplicate"/ {n += $2} END {print n + 0}')
+		dups=$(awk '/^wahook_ingest_requests_total\{.*result="duplicate"/ {n += $2} END {print n + 0}' "$out/metrics-half-$r-$name.after")
 		rss=$(awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$serve_pid/status")
 		kill -TERM "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
 		echo "$rss $dups $sat_rss $index" > "$out/ingest-$r-$name.txt"
