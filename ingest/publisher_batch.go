@@ -199,7 +199,7 @@ func NewBatchPublisher(nc *nats.Conn, maxInflight int, ackTimeout time.Duration,
 	// generous all the same.
 	_ = sub.SetPendingLimits(-1, -1)
 	p.sub = sub
-	p.status = nc.StatusChanged(nats.DISCONNECTED, nats.CONNECTED)
+	p.status = nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CONNECTED)
 	p.stopped.Add(3)
 	go p.lingerLoop()
 	go p.statusLoop()

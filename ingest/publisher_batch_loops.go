@@ -126,9 +126,7 @@ func (p *BatchPublisher) sweep() {
 	}
 }
 
-// statusLoop ends the current batch when the connection drops: messages
-// sent just before may be lost, so new ones start a new batch, and once the
-// connection is back the ended batch's commit tells what was stored.
+// statusLoop follows the connection (connectionChanged).
 func (p *BatchPublisher) statusLoop() {
 	defer p.stopped.Done()
 	for {
@@ -139,21 +137,30 @@ func (p *BatchPublisher) statusLoop() {
 			if !ok {
 				return
 			}
-			p.mu.Lock()
-			switch s {
-			case nats.DISCONNECTED:
-				if b := p.cur; b != nil {
-					p.endLocked(b)
-				}
-			case nats.CONNECTED:
-				// Commits sent while disconnected were lost; ask again.
-				for _, b := range p.batches {
-					if b.ending && b.sent > 0 {
-						p.commitLocked(b)
-					}
-				}
+			p.connectionChanged(s)
+		}
+	}
+}
+
+// connectionChanged ends the current batch when the connection drops:
+// messages sent just before may be lost, so new ones start a new batch, and
+// once the connection is back the ended batch's commit tells what was
+// stored. A connection that reconnects reports RECONNECTING, not
+// DISCONNECTED (nats.go reports DISCONNECTED only when it will not retry).
+func (p *BatchPublisher) connectionChanged(s nats.Status) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch s {
+	case nats.DISCONNECTED, nats.RECONNECTING:
+		if b := p.cur; b != nil {
+			p.endLocked(b)
+		}
+	case nats.CONNECTED:
+		// Commits sent while disconnected were lost; ask again.
+		for _, b := range p.batches {
+			if b.ending && b.sent > 0 {
+				p.commitLocked(b)
 			}
-			p.mu.Unlock()
 		}
 	}
 }
