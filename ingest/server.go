@@ -49,6 +49,10 @@ type Server struct {
 	// evictLogAt is when the index's early forgetting was last logged
 	// (Unix nanoseconds), so that it is logged once a minute at most.
 	evictLogAt atomic.Int64
+	// pubFailLogAt and pubFailures throttle the publish-failure warning:
+	// during an outage every request fails.
+	pubFailLogAt atomic.Int64
+	pubFailures  atomic.Int64
 }
 
 // appRoute is what the hot path needs of one configured app.
@@ -263,6 +267,7 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 	r := s.route(c)
 	if r == nil {
 		s.metrics.requests.WithLabelValues("", resultUnknownApp).Inc()
+		s.metrics.latency.Observe(time.Since(start).Seconds())
 		return c.Status(fiber.StatusNotFound).SendString("unknown app")
 	}
 	// Meta sends plain JSON. A Content-Encoding is refused before anything
@@ -271,6 +276,7 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 	// inflated form of them.
 	if len(c.Request().Header.ContentEncoding()) > 0 {
 		s.metrics.requests.WithLabelValues(r.name, resultBadEncoding).Inc()
+		s.metrics.latency.Observe(time.Since(start).Seconds())
 		return c.Status(fiber.StatusUnsupportedMediaType).SendString("Content-Encoding is not accepted")
 	}
 	// The raw bytes as received: never c.Body(), which decodes.
@@ -316,9 +322,7 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 		// stream's window stores a retry that comes soon once, and
 		// downstream deduplicates a later one by event id.
 		r.metrics.unavailable.Inc()
-		if ce := s.log.Check(zap.WarnLevel, "publish failed, answering 503"); ce != nil {
-			ce.Write(zap.String("app", r.name), zap.Int("bytes", len(data)), zap.Error(err))
-		}
+		s.logPublishFailure(r.name, len(data), err)
 		s.metrics.latency.Observe(time.Since(start).Seconds())
 		c.Set(fiber.HeaderRetryAfter, "1")
 		return c.Status(fiber.StatusServiceUnavailable).SendString("not stored, retry")
@@ -331,12 +335,12 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 	now := time.Now()
 	s.metrics.publish.Observe(now.Sub(pubStart).Seconds())
 	s.metrics.latency.Observe(now.Sub(start).Seconds())
-	s.metrics.bytes.Add(float64(len(data)))
 	if dup {
 		r.metrics.duplicate.Inc()
 		s.metrics.dupStream.Inc()
 	} else {
 		r.metrics.ok.Inc()
+		s.metrics.bytes.Add(float64(len(data)))
 	}
 	return c.SendStatus(fiber.StatusOK)
 }
@@ -353,6 +357,27 @@ func (s *Server) logEvictions() {
 	s.log.Warn("duplicate index full: forgetting the oldest body ids before their window ends; Meta's retries of those bodies will be stored again, and deduplicated downstream by event id",
 		zap.Uint64("forgotten_total", s.dups.evictions()), zap.Int("dedupe_max_entries", s.cfg.DedupeMaxEntries),
 		zap.Duration("dedupe_window", s.cfg.DedupeWindow))
+}
+
+// publishFailureLogEvery is how often at most a failed publish is logged.
+const publishFailureLogEvery = 10 * time.Second
+
+// logPublishFailure warns of a publish that failed: the first at once, then
+// one line every publishFailureLogEvery at most, with the number of
+// failures since the last line, so that an outage does not flood the logs
+// with a line per request (wahook_ingest_requests_total{result="unavailable"}
+// counts every one).
+func (s *Server) logPublishFailure(app string, bytes int, err error) {
+	s.pubFailures.Add(1)
+	now := time.Now().UnixNano()
+	last := s.pubFailLogAt.Load()
+	if now-last < int64(publishFailureLogEvery) || !s.pubFailLogAt.CompareAndSwap(last, now) {
+		return
+	}
+	if ce := s.log.Check(zap.WarnLevel, "publish failed, answering 503"); ce != nil {
+		ce.Write(zap.String("app", app), zap.Int("bytes", bytes), zap.Int64("failures_since_last_line", s.pubFailures.Swap(0)),
+			zap.Error(err))
+	}
 }
 
 // handleReady is 200 while the publisher's store can take bodies, and 503

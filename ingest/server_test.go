@@ -20,7 +20,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/wahook/wahook/ingest"
 	"github.com/wahook/wahook/schema"
@@ -48,6 +51,7 @@ type harness struct {
 	reg    *prometheus.Registry
 	base   string
 	client *http.Client
+	logs   *observer.ObservedLogs // the server's warnings and errors
 }
 
 // publishers are the publishers every harness test runs with.
@@ -109,7 +113,10 @@ func newHarnessStream(t *testing.T, cfg ingest.Config, sc ingest.StreamConfig) *
 		t.Fatal(err)
 	}
 	t.Cleanup(h.pub.Close)
-	h.srv, err = ingest.New(cfg, h.pub, ingest.StreamReady(h.js), h.reg, zaptest.NewLogger(t))
+	observed, logs := observer.New(zap.WarnLevel)
+	h.logs = logs
+	log := zaptest.NewLogger(t, zaptest.WrapOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return zapcore.NewTee(c, observed) })))
+	h.srv, err = ingest.New(cfg, h.pub, ingest.StreamReady(h.js), h.reg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -467,6 +474,9 @@ func TestContentEncodingRefused(t *testing.T) {
 		if got := h.counter("wahook_ingest_requests_total", "result", "bad_encoding"); got != 4 {
 			t.Fatalf("bad_encoding count: got %v, want 4", got)
 		}
+		if r := h.get("/metrics"); !strings.Contains(r.body, "wahook_ingest_request_duration_seconds_count 4\n") {
+			t.Errorf("the 415s are not in wahook_ingest_request_duration_seconds")
+		}
 	})
 }
 
@@ -476,6 +486,10 @@ func TestUnknownAppPost(t *testing.T) {
 		b := body(1)
 		if r := h.post("/webhook/nosuch", b, schema.Sign([]byte(secretA), b)); r.status != 404 {
 			t.Fatalf("status: got %d, want 404", r.status)
+		}
+		// Every answered POST is in the latency histogram.
+		if r := h.get("/metrics"); !strings.Contains(r.body, "wahook_ingest_request_duration_seconds_count 1\n") {
+			t.Errorf("the 404 is not in wahook_ingest_request_duration_seconds")
 		}
 	})
 }
@@ -518,6 +532,41 @@ func TestRetriedBodyStoredOnce(t *testing.T) {
 		} {
 			if !strings.Contains(r.body, want) {
 				t.Errorf("/metrics lacks %q", want)
+			}
+		}
+	})
+}
+
+// TestStreamDuplicateNotCountedAsStored: with the endpoint's index off, a
+// retried body reaches the stream, which answers that it holds it already:
+// the retry is answered 200 and counted as a duplicate from the stream, and
+// its bytes are not counted as stored.
+func TestStreamDuplicateNotCountedAsStored(t *testing.T) {
+	forEachPublisher(t, func(t *testing.T, cfg ingest.Config) {
+		cfg.DedupeWindow = 0
+		h := newHarness(t, cfg)
+		b := body(8)
+		sig := schema.Sign([]byte(secretA), b)
+		for i := 0; i < 3; i++ {
+			if r := h.post("/webhook", b, sig); r.status != 200 {
+				t.Fatalf("post %d: got %d %v, want 200", i, r.status, r.err)
+			}
+		}
+		if got := len(h.stored()); got != 1 {
+			t.Fatalf("stored %d, want 1", got)
+		}
+		for _, c := range []struct {
+			name   string
+			labels []string
+			want   float64
+		}{
+			{"wahook_ingest_requests_total", []string{"result", "ok"}, 1},
+			{"wahook_ingest_requests_total", []string{"result", "duplicate"}, 2},
+			{"wahook_ingest_duplicates_total", []string{"source", "stream"}, 2},
+			{"wahook_ingest_bytes_total", nil, float64(len(b))},
+		} {
+			if got := h.counter(c.name, c.labels...); got != c.want {
+				t.Errorf("%s%v: got %v, want %v", c.name, c.labels, got, c.want)
 			}
 		}
 	})
