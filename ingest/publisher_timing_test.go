@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/wahook/wahook/ingest"
@@ -23,20 +22,7 @@ import (
 func BenchmarkPublisher(b *testing.B) {
 	for _, kind := range []string{"async", "batch"} {
 		b.Run(kind, func(b *testing.B) {
-			srv, err := server.NewServer(&server.Options{Port: -1, DontListen: true, JetStream: true, StoreDir: b.TempDir(), NoLog: true, NoSigs: true})
-			if err != nil {
-				b.Fatal(err)
-			}
-			srv.Start()
-			defer srv.Shutdown()
-			if !srv.ReadyForConnections(10 * time.Second) {
-				b.Fatal("nats-server not ready")
-			}
-			nc, err := nats.Connect("", append(ingest.NATSOptions("bench"), nats.InProcessServer(srv))...)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer nc.Close()
+			nc := inProcessJetStream(b)
 			pub, closePub := newPublisher(b, kind, nc, 8192, 5*time.Second)
 			defer closePub()
 			const workers = 64

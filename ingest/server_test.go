@@ -197,6 +197,23 @@ func (h *harness) stored() []*jetstream.RawStreamMsg {
 	return msgs
 }
 
+// counterWant is a counter's expected value; labels are name, value pairs.
+type counterWant struct {
+	name   string
+	labels []string
+	want   float64
+}
+
+// wantCounters reports each counter whose value is not the one wanted.
+func (h *harness) wantCounters(wants []counterWant) {
+	h.t.Helper()
+	for _, c := range wants {
+		if got := h.counter(c.name, c.labels...); got != c.want {
+			h.t.Errorf("%s%v: got %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+}
+
 func (h *harness) counter(name string, labels ...string) float64 {
 	h.t.Helper()
 	mfs, err := h.reg.Gather()
@@ -511,20 +528,12 @@ func TestRetriedBodyStoredOnce(t *testing.T) {
 		}
 		// The copies are answered from the endpoint's index, without a
 		// publish.
-		for _, c := range []struct {
-			name   string
-			labels []string
-			want   float64
-		}{
+		h.wantCounters([]counterWant{
 			{"wahook_ingest_requests_total", []string{"result", "ok"}, 1},
 			{"wahook_ingest_requests_total", []string{"result", "duplicate"}, 2},
 			{"wahook_ingest_duplicates_total", []string{"source", "index"}, 2},
 			{"wahook_ingest_duplicates_total", []string{"source", "stream"}, 0},
-		} {
-			if got := h.counter(c.name, c.labels...); got != c.want {
-				t.Errorf("%s%v: got %v, want %v", c.name, c.labels, got, c.want)
-			}
-		}
+		})
 		r := h.get("/metrics")
 		for _, want := range []string{
 			"wahook_ingest_publish_duration_seconds_count 1\n",
@@ -555,20 +564,12 @@ func TestStreamDuplicateNotCountedAsStored(t *testing.T) {
 		if got := len(h.stored()); got != 1 {
 			t.Fatalf("stored %d, want 1", got)
 		}
-		for _, c := range []struct {
-			name   string
-			labels []string
-			want   float64
-		}{
+		h.wantCounters([]counterWant{
 			{"wahook_ingest_requests_total", []string{"result", "ok"}, 1},
 			{"wahook_ingest_requests_total", []string{"result", "duplicate"}, 2},
 			{"wahook_ingest_duplicates_total", []string{"source", "stream"}, 2},
 			{"wahook_ingest_bytes_total", nil, float64(len(b))},
-		} {
-			if got := h.counter(c.name, c.labels...); got != c.want {
-				t.Errorf("%s%v: got %v, want %v", c.name, c.labels, got, c.want)
-			}
-		}
+		})
 	})
 }
 

@@ -67,20 +67,7 @@ func BenchmarkHandler(b *testing.B) {
 	})
 	for _, name := range []string{ingest.PublisherBatch, ingest.PublisherAsync} {
 		b.Run("wahook-embedded-jetstream-"+name, func(b *testing.B) {
-			srv, err := server.NewServer(&server.Options{Port: -1, JetStream: true, StoreDir: b.TempDir(), NoLog: true, NoSigs: true})
-			if err != nil {
-				b.Fatal(err)
-			}
-			srv.Start()
-			defer srv.Shutdown()
-			if !srv.ReadyForConnections(10 * time.Second) {
-				b.Fatal("nats-server not ready")
-			}
-			nc, err := nats.Connect("", append(ingest.NATSOptions("bench"), nats.InProcessServer(srv))...)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer nc.Close()
+			nc := inProcessJetStream(b)
 			js, err := jetstream.New(nc)
 			if err != nil {
 				b.Fatal(err)
@@ -163,4 +150,26 @@ func benchApp(b *testing.B, app *fiber.App) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "req/s")
+}
+
+// inProcessJetStream starts an embedded nats-server with JetStream, not
+// listening, and returns a connection to it in-process, as wahook serve
+// has; both end with b.
+func inProcessJetStream(b *testing.B) *nats.Conn {
+	b.Helper()
+	srv, err := server.NewServer(&server.Options{Port: -1, DontListen: true, JetStream: true, StoreDir: b.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv.Start()
+	b.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(10 * time.Second) {
+		b.Fatal("nats-server not ready")
+	}
+	nc, err := nats.Connect("", append(ingest.NATSOptions("bench"), nats.InProcessServer(srv))...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	return nc
 }
