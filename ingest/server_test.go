@@ -516,16 +516,7 @@ func TestUnknownAppPost(t *testing.T) {
 func TestRetriedBodyStoredOnce(t *testing.T) {
 	forEachPublisher(t, func(t *testing.T, cfg ingest.Config) {
 		h := newHarness(t, cfg)
-		b := body(7)
-		sig := schema.Sign([]byte(secretA), b)
-		for i := 0; i < 3; i++ {
-			if r := h.post("/webhook", b, sig); r.status != 200 {
-				t.Fatalf("post %d: got %d %v, want 200", i, r.status, r.err)
-			}
-		}
-		if got := len(h.stored()); got != 1 {
-			t.Fatalf("stored %d, want 1", got)
-		}
+		h.postStoredOnce(body(7), 3)
 		// The copies are answered from the endpoint's index, without a
 		// publish.
 		h.wantCounters([]counterWant{
@@ -546,6 +537,21 @@ func TestRetriedBodyStoredOnce(t *testing.T) {
 	})
 }
 
+// postStoredOnce posts b, signed, n times one after the other: each is
+// answered 200, and the stream holds b once.
+func (h *harness) postStoredOnce(b []byte, n int) {
+	h.t.Helper()
+	sig := schema.Sign([]byte(secretA), b)
+	for i := 0; i < n; i++ {
+		if r := h.post("/webhook", b, sig); r.status != 200 {
+			h.t.Fatalf("post %d: got %d %v, want 200", i, r.status, r.err)
+		}
+	}
+	if got := len(h.stored()); got != 1 {
+		h.t.Fatalf("stored %d, want 1", got)
+	}
+}
+
 // TestStreamDuplicateNotCountedAsStored: with the endpoint's index off, a
 // retried body reaches the stream, which answers that it holds it already:
 // the retry is answered 200 and counted as a duplicate from the stream, and
@@ -555,15 +561,7 @@ func TestStreamDuplicateNotCountedAsStored(t *testing.T) {
 		cfg.DedupeWindow = 0
 		h := newHarness(t, cfg)
 		b := body(8)
-		sig := schema.Sign([]byte(secretA), b)
-		for i := 0; i < 3; i++ {
-			if r := h.post("/webhook", b, sig); r.status != 200 {
-				t.Fatalf("post %d: got %d %v, want 200", i, r.status, r.err)
-			}
-		}
-		if got := len(h.stored()); got != 1 {
-			t.Fatalf("stored %d, want 1", got)
-		}
+		h.postStoredOnce(b, 3)
 		h.wantCounters([]counterWant{
 			{"wahook_ingest_requests_total", []string{"result", "ok"}, 1},
 			{"wahook_ingest_requests_total", []string{"result", "duplicate"}, 2},
