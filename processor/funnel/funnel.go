@@ -39,7 +39,15 @@ type Config struct {
 	Slack time.Duration
 	// LeaseTTL is how long the lease outlives its holder's last renewal.
 	LeaseTTL time.Duration
+	// LookupKeys is the most message-days one lookup of funnel_messages
+	// names (0: DefaultLookupKeys). A pass over many messages, or over
+	// messages whose first status is long past, makes several lookups,
+	// so that its memory stays bounded.
+	LookupKeys int
 }
+
+// DefaultLookupKeys bounds a lookup's table of message-days to ~10-20 MB.
+const DefaultLookupKeys = 100_000
 
 // DefaultConfig returns the defaults: a pass every 5 s, 5 s of slack, a
 // 30 s lease.
@@ -56,6 +64,8 @@ func (c Config) Validate() error {
 		return errors.New("funnel slack must be at least 1s")
 	case c.LeaseTTL <= 0:
 		return errors.New("funnel lease TTL must be positive")
+	case c.LookupKeys < 0:
+		return errors.New("funnel lookup keys must not be negative")
 	}
 	return nil
 }
@@ -160,6 +170,7 @@ type PassStats struct {
 	Messages  int       // messages whose state was read
 	Changed   int       // messages whose row changed
 	Rows      int       // rows inserted (n = -1 and n = 1)
+	Lookups   int       // queries of funnel_messages' rows (LookupKeys message-days each at most)
 }
 
 // Watermark returns the time up to which funnel_messages reflects every
@@ -235,7 +246,8 @@ func (r *Resolver) pass(ctx context.Context, stillHeld func() bool) (PassStats, 
 				want[i].State = s
 				want[i].row, want[i].ok = Resolve(s)
 			}
-			have, err := r.netted(ctx, want, now)
+			have, lookups, err := r.netted(ctx, want, now)
+			st.Lookups = lookups
 			if err != nil {
 				return st, err
 			}
@@ -322,16 +334,17 @@ const rowColumns = "phone_number_id, message_id, recipient_key, first, waba_id, 
 // earlier, so its rows are on the days from that of its first status now to
 // today (or its latest status, if the clocks disagree): the lookup names
 // each key with each of those days, which the table's sorting key begins
-// with, and reads only their granules.
-func (r *Resolver) netted(ctx context.Context, states []resolved, now uint32) (map[msgKey][]netRow, error) {
-	keys, err := ext.NewTable("funnel_keys",
-		ext.Column("day", column.Type("Date")), ext.Column("kind", column.Type("UInt8")), ext.Column("phone_number_id", column.Type("String")),
-		ext.Column("message_id", column.Type("String")), ext.Column("recipient_key", column.Type("String")))
-	if err != nil {
-		return nil, fmt.Errorf("funnel: rows: %w", err)
+// with, and reads only their granules. The keys and days go in lookups of
+// LookupKeys at most; each (day, key) is named in one of them, so the rows
+// each finds are distinct, and together they are all the messages' rows.
+func (r *Resolver) netted(ctx context.Context, states []resolved, now uint32) (map[msgKey][]netRow, int, error) {
+	limit := r.cfg.LookupKeys
+	if limit <= 0 {
+		limit = DefaultLookupKeys
 	}
-	const day, maxDays = 86400, 400
-	n := 0
+	out := map[msgKey][]netRow{}
+	var keys *ext.Table
+	n, lookups := 0, 0
 	for _, s := range states {
 		row := s.row
 		if !s.ok {
@@ -348,13 +361,40 @@ func (r *Resolver) netted(ctx context.Context, states []resolved, now uint32) (m
 		// status now or after it, up to today (or the latest status, when
 		// the clocks disagree); a day before too, as the table's days are
 		// the server's time zone's. Past any retention, no days more.
+		const day, maxDays = 86400, 400
 		for d := row.First/day - 1; d <= min(last/day+1, row.First/day+maxDays); d++ {
-			if err := keys.Append(time.Unix(int64(d)*day, 0).UTC(), uint8(KindMessage), s.PhoneNumberID, s.MessageID, s.RecipientKey); err != nil {
-				return nil, fmt.Errorf("funnel: rows: %w", err)
+			if keys == nil {
+				var err error
+				if keys, err = ext.NewTable("funnel_keys",
+					ext.Column("day", column.Type("Date")), ext.Column("kind", column.Type("UInt8")), ext.Column("phone_number_id", column.Type("String")),
+					ext.Column("message_id", column.Type("String")), ext.Column("recipient_key", column.Type("String"))); err != nil {
+					return nil, lookups, fmt.Errorf("funnel: rows: %w", err)
+				}
 			}
-			n++
+			if err := keys.Append(time.Unix(int64(d)*day, 0).UTC(), uint8(KindMessage), s.PhoneNumberID, s.MessageID, s.RecipientKey); err != nil {
+				return nil, lookups, fmt.Errorf("funnel: rows: %w", err)
+			}
+			if n++; n == limit {
+				lookups++
+				if err := r.lookup(ctx, keys, n, out); err != nil {
+					return nil, lookups, err
+				}
+				keys, n = nil, 0
+			}
 		}
 	}
+	if n > 0 {
+		lookups++
+		if err := r.lookup(ctx, keys, n, out); err != nil {
+			return nil, lookups, err
+		}
+	}
+	return out, lookups, nil
+}
+
+// lookup adds to out the rows funnel_messages nets for the n (day, key)
+// pairs of keys.
+func (r *Resolver) lookup(ctx context.Context, keys *ext.Table, n int, out map[msgKey][]netRow) error {
 	qctx := clickhouse.Context(ctx, clickhouse.WithExternalTable(keys))
 	rows, err := r.conn.Query(qctx, fmt.Sprintf(`SELECT phone_number_id, message_id, recipient_key, toUInt32(first), waba_id, campaign, template,
        stage, to_deliver, to_read, sum(n) AS c
@@ -363,22 +403,21 @@ WHERE (toDate(first), kind, phone_number_id, message_id, recipient_key) IN funne
 GROUP BY %s
 HAVING c != 0`, r.table("funnel_messages"), rowColumns))
 	if err != nil {
-		return nil, fmt.Errorf("funnel: rows (%d keys and days): %w", n, err)
+		return fmt.Errorf("funnel: rows (%d keys and days): %w", n, err)
 	}
 	defer rows.Close()
-	out := map[msgKey][]netRow{}
 	for rows.Next() {
 		var x netRow
 		if err := rows.Scan(&x.PhoneNumberID, &x.MessageID, &x.RecipientKey, &x.First, &x.WabaID, &x.Campaign, &x.Template,
 			&x.Stage, &x.ToDeliver, &x.ToRead, &x.n); err != nil {
-			return nil, fmt.Errorf("funnel: rows: %w", err)
+			return fmt.Errorf("funnel: rows: %w", err)
 		}
 		out[x.key()] = append(out[x.key()], x)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("funnel: rows: %w", err)
+		return fmt.Errorf("funnel: rows: %w", err)
 	}
-	return out, nil
+	return nil
 }
 
 // diff returns the rows to insert so that each message of states nets

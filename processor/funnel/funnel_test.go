@@ -323,8 +323,18 @@ func TestResolve(t *testing.T) {
 // failure after delivery, duplicates, messages across months and group
 // participants; and they write nothing when nothing changed.
 func TestPassFollowsStatuses(t *testing.T) {
+	// The default lookups, and lookups of 300 message-days: each message
+	// here spans 265 days or more, so its days are split between lookups.
+	for _, keys := range []int{0, 300} {
+		t.Run(fmt.Sprintf("lookup_keys=%d", keys), func(t *testing.T) { testPassFollowsStatuses(t, keys) })
+	}
+}
+
+func testPassFollowsStatuses(t *testing.T, lookupKeys int) {
 	w := newWorld(t)
-	r := funnel.New(w.ch.Conn, w.ch.Database, funnel.DefaultConfig(), zaptest.NewLogger(t), nil)
+	cfg := funnel.DefaultConfig()
+	cfg.LookupKeys = lookupKeys
+	r := funnel.New(w.ch.Conn, w.ch.Database, cfg, zaptest.NewLogger(t), nil)
 	a := &msg{phone: "p1", id: "wamid.A", recipient: "r1", campaign: "c1", template: "t1"}
 	b := &msg{phone: "p1", id: "wamid.B", recipient: "r2", campaign: "c1", template: "t1"}
 	c := &msg{phone: "p1", id: "wamid.C", recipient: "r3", campaign: "c2"}
@@ -371,6 +381,14 @@ func TestPassFollowsStatuses(t *testing.T) {
 	st = pass(t, r)
 	if st.Backfill || st.Changed != 8 {
 		t.Errorf("second pass %+v, want 8 messages changed (b, c, d, f, g2, old, mid and e)", st)
+	}
+	t.Logf("second pass: %+v", st)
+	// 11 messages of 265 days or more each (old's 400): ~3,000 message-days.
+	if lookupKeys > 0 && st.Lookups < 9 {
+		t.Errorf("second pass %+v: %d lookups of %d message-days, want 9 or more", st, st.Lookups, lookupKeys)
+	}
+	if lookupKeys == 0 && st.Lookups != 1 {
+		t.Errorf("second pass %+v: %d lookups, want 1", st, st.Lookups)
 	}
 	w.check()
 

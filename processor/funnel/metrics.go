@@ -16,6 +16,7 @@ type metrics struct {
 	messages prometheus.Counter
 	changed  prometheus.Counter
 	rows     prometheus.Counter
+	lookups  prometheus.Counter
 	lag      prometheus.Gauge
 	holder   prometheus.Gauge
 }
@@ -39,6 +40,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		rows: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wahook_funnel_rows_written_total", Help: "Rows the funnel resolver inserted into funnel_messages (n = -1 and n = 1).",
 		}),
+		lookups: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wahook_funnel_lookups_total", Help: "Queries of funnel_messages' current rows; a pass makes one per LookupKeys message-days.",
+		}),
 		lag: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "wahook_funnel_lag_seconds", Help: "How far the funnel's watermark was behind the clock after the last complete pass.",
 		}),
@@ -46,7 +50,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "wahook_funnel_lease_held", Help: "1 while this instance holds the funnel lease and resolves.",
 		}),
 	}
-	reg.MustRegister(m.passes, m.seconds, m.messages, m.changed, m.rows, m.lag, m.holder)
+	reg.MustRegister(m.passes, m.seconds, m.messages, m.changed, m.rows, m.lookups, m.lag, m.holder)
 	return &Metrics{m}
 }
 
@@ -65,6 +69,7 @@ func (m *metrics) observe(st PassStats, err error, took time.Duration) {
 	m.messages.Add(float64(st.Messages))
 	m.changed.Add(float64(st.Changed))
 	m.rows.Add(float64(st.Rows))
+	m.lookups.Add(float64(st.Lookups))
 	if err == nil {
 		m.lag.Set(time.Since(st.Watermark).Seconds())
 	}
