@@ -44,7 +44,15 @@ type Config struct {
 	// messages whose first status is long past, makes several lookups,
 	// so that its memory stays bounded.
 	LookupKeys int
+	// PassMessages is about the most messages a pass resolves at once (0:
+	// DefaultPassMessages): a pass with more touched since the last one,
+	// after an outage or a burst, resolves them in parts by a hash of the
+	// message id, so that its memory stays bounded.
+	PassMessages int
 }
+
+// DefaultPassMessages bounds the message states a pass holds to ~20 MB.
+const DefaultPassMessages = 50_000
 
 // DefaultLookupKeys bounds a lookup's table of message-days to ~10-20 MB.
 const DefaultLookupKeys = 100_000
@@ -66,6 +74,8 @@ func (c Config) Validate() error {
 		return errors.New("funnel lease TTL must be positive")
 	case c.LookupKeys < 0:
 		return errors.New("funnel lookup keys must not be negative")
+	case c.PassMessages < 0:
+		return errors.New("funnel pass messages must not be negative")
 	}
 	return nil
 }
@@ -171,6 +181,7 @@ type PassStats struct {
 	Changed   int       // messages whose row changed
 	Rows      int       // rows inserted (n = -1 and n = 1)
 	Lookups   int       // queries of funnel_messages' rows (LookupKeys message-days each at most)
+	Parts     int       // parts the touched messages were resolved in (PassMessages each, about)
 }
 
 // Watermark returns the time up to which funnel_messages reflects every
@@ -235,31 +246,25 @@ func (r *Resolver) pass(ctx context.Context, stillHeld func() bool) (PassStats, 
 		from := uint32(max(wm.Unix()-int64(r.cfg.Slack/time.Second), 0))
 		touched := fmt.Sprintf("(phone_number_id, message_id, recipient_key) IN (SELECT phone_number_id, message_id, recipient_key FROM %s WHERE inserted_at >= toDateTime(%d))",
 			r.table("funnel_touched"), from)
-		states, err := r.states(ctx, touched)
-		if err != nil {
-			return st, err
+		// Statuses touch a message each, so this counts a message once or
+		// more: parts are as many as needed or more.
+		var touches uint64
+		if err := r.conn.QueryRow(ctx, fmt.Sprintf("SELECT count() FROM %s WHERE inserted_at >= toDateTime(%d)",
+			r.table("funnel_touched"), from)).Scan(&touches); err != nil {
+			return st, fmt.Errorf("funnel: touched: %w", err)
 		}
-		st.Messages = len(states)
-		if len(states) > 0 {
-			want := make([]resolved, len(states))
-			for i, s := range states {
-				want[i].State = s
-				want[i].row, want[i].ok = Resolve(s)
+		per := r.cfg.PassMessages
+		if per <= 0 {
+			per = DefaultPassMessages
+		}
+		st.Parts = max(int((touches+uint64(per)-1)/uint64(per)), 1)
+		for part := range st.Parts {
+			cond := touched
+			if st.Parts > 1 {
+				cond = fmt.Sprintf("%s AND cityHash64(message_id) %% %d = %d", touched, st.Parts, part)
 			}
-			have, lookups, err := r.netted(ctx, want, now)
-			st.Lookups = lookups
-			if err != nil {
+			if err := r.resolvePart(ctx, cond, now, &st, held); err != nil {
 				return st, err
-			}
-			rows, changed := diff(want, have)
-			st.Changed, st.Rows = changed, len(rows)
-			if len(rows) > 0 {
-				if err := held(); err != nil {
-					return st, err
-				}
-				if err := r.insert(ctx, rows); err != nil {
-					return st, err
-				}
 			}
 		}
 		r.dropTouched(ctx, from)
@@ -272,6 +277,39 @@ func (r *Resolver) pass(ctx context.Context, stillHeld func() bool) (PassStats, 
 	}
 	st.Watermark = time.Unix(int64(now), 0).UTC()
 	return st, nil
+}
+
+// resolvePart resolves the messages where cond holds and writes the rows
+// that change, adding to st.
+func (r *Resolver) resolvePart(ctx context.Context, cond string, now uint32, st *PassStats, held func() error) error {
+	states, err := r.states(ctx, cond)
+	if err != nil {
+		return err
+	}
+	st.Messages += len(states)
+	if len(states) == 0 {
+		return nil
+	}
+	want := make([]resolved, len(states))
+	for i, s := range states {
+		want[i].State = s
+		want[i].row, want[i].ok = Resolve(s)
+	}
+	have, lookups, err := r.netted(ctx, want, now)
+	st.Lookups += lookups
+	if err != nil {
+		return err
+	}
+	rows, changed := diff(want, have)
+	st.Changed += changed
+	st.Rows += len(rows)
+	if len(rows) == 0 {
+		return nil
+	}
+	if err := held(); err != nil {
+		return err
+	}
+	return r.insert(ctx, rows)
 }
 
 // stateSQL selects message_states, resolved into State's fields (named w,

@@ -323,17 +323,20 @@ func TestResolve(t *testing.T) {
 // failure after delivery, duplicates, messages across months and group
 // participants; and they write nothing when nothing changed.
 func TestPassFollowsStatuses(t *testing.T) {
-	// The default lookups, and lookups of 300 message-days: each message
-	// here spans 265 days or more, so its days are split between lookups.
-	for _, keys := range []int{0, 300} {
-		t.Run(fmt.Sprintf("lookup_keys=%d", keys), func(t *testing.T) { testPassFollowsStatuses(t, keys) })
+	// The defaults; and lookups of 300 message-days, with passes in parts
+	// of about 3 messages: each message here spans 265 days or more, so
+	// its days are split between lookups, and a pass has several parts.
+	for _, small := range []bool{false, true} {
+		t.Run(fmt.Sprintf("small=%v", small), func(t *testing.T) { testPassFollowsStatuses(t, small) })
 	}
 }
 
-func testPassFollowsStatuses(t *testing.T, lookupKeys int) {
+func testPassFollowsStatuses(t *testing.T, small bool) {
 	w := newWorld(t)
 	cfg := funnel.DefaultConfig()
-	cfg.LookupKeys = lookupKeys
+	if small {
+		cfg.LookupKeys, cfg.PassMessages = 300, 3
+	}
 	r := funnel.New(w.ch.Conn, w.ch.Database, cfg, zaptest.NewLogger(t), nil)
 	a := &msg{phone: "p1", id: "wamid.A", recipient: "r1", campaign: "c1", template: "t1"}
 	b := &msg{phone: "p1", id: "wamid.B", recipient: "r2", campaign: "c1", template: "t1"}
@@ -383,12 +386,13 @@ func testPassFollowsStatuses(t *testing.T, lookupKeys int) {
 		t.Errorf("second pass %+v, want 8 messages changed (b, c, d, f, g2, old, mid and e)", st)
 	}
 	t.Logf("second pass: %+v", st)
-	// 11 messages of 265 days or more each (old's 400): ~3,000 message-days.
-	if lookupKeys > 0 && st.Lookups < 9 {
-		t.Errorf("second pass %+v: %d lookups of %d message-days, want 9 or more", st, st.Lookups, lookupKeys)
+	// 11 messages of 265 days or more each (old's 400): ~3,000
+	// message-days; 9 statuses or more since the slack's start.
+	if small && (st.Lookups < 9 || st.Parts < 3) {
+		t.Errorf("second pass %+v: want 9 lookups or more of 300 message-days, in 3 parts or more", st)
 	}
-	if lookupKeys == 0 && st.Lookups != 1 {
-		t.Errorf("second pass %+v: %d lookups, want 1", st, st.Lookups)
+	if !small && (st.Lookups != 1 || st.Parts != 1) {
+		t.Errorf("second pass %+v: want 1 lookup, in 1 part", st)
 	}
 	w.check()
 
