@@ -6,8 +6,9 @@
 // A Resolver pass reads which messages got a status since its last pass
 // (funnel_touched, with a slack for inserts that became visible late),
 // computes their state from message_states, reads the rows funnel_messages
-// nets for them, and inserts, in one batch, each of those rows with the
-// opposite multiplicity and the new row. A message whose row is already
+// nets for them, and inserts, in one batch per part of about PassMessages
+// messages, each of those rows with the opposite multiplicity and the new
+// row. A message whose row is already
 // right costs no write. Each pass nets whatever funnel_messages holds for a
 // message, and the watermark moves only after a pass has written
 // everything, so a pass cut short (an insert that failed half way, a crash)
@@ -205,8 +206,9 @@ func Watermark(ctx context.Context, conn driver.Conn, db string) (time.Time, boo
 // database, or one made before the resolver existed) it resolves every
 // message; otherwise only those touched since the watermark, less the
 // slack. The watermark moves only when the pass has written everything.
-// stillHeld, when not nil, is asked before writing; a pass whose lease is
-// gone writes nothing.
+// stillHeld, when not nil, is asked before each write; a pass whose lease
+// is gone writes nothing more (parts written before are right, and the
+// watermark does not move).
 func (r *Resolver) Pass(ctx context.Context, stillHeld func() bool) (PassStats, error) {
 	start := time.Now()
 	st, err := r.pass(ctx, stillHeld)
@@ -216,7 +218,7 @@ func (r *Resolver) Pass(ctx context.Context, stillHeld func() bool) (PassStats, 
 	return st, err
 }
 
-var errLeaseLost = errors.New("funnel: lease lost during the pass; nothing written")
+var errLeaseLost = errors.New("funnel: lease lost during the pass; nothing more written")
 
 func (r *Resolver) pass(ctx context.Context, stillHeld func() bool) (PassStats, error) {
 	var st PassStats
@@ -244,13 +246,11 @@ func (r *Resolver) pass(ctx context.Context, stillHeld func() bool) (PassStats, 
 		// stage 1's inserts.
 		ctx := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"max_threads": 1}))
 		from := uint32(max(wm.Unix()-int64(r.cfg.Slack/time.Second), 0))
-		touched := fmt.Sprintf("(phone_number_id, message_id, recipient_key) IN (SELECT phone_number_id, message_id, recipient_key FROM %s WHERE inserted_at >= toDateTime(%d))",
-			r.table("funnel_touched"), from)
+		since := fmt.Sprintf("inserted_at >= toDateTime(%d)", from)
 		// Statuses touch a message each, so this counts a message once or
 		// more: parts are as many as needed or more.
 		var touches uint64
-		if err := r.conn.QueryRow(ctx, fmt.Sprintf("SELECT count() FROM %s WHERE inserted_at >= toDateTime(%d)",
-			r.table("funnel_touched"), from)).Scan(&touches); err != nil {
+		if err := r.conn.QueryRow(ctx, fmt.Sprintf("SELECT count() FROM %s WHERE %s", r.table("funnel_touched"), since)).Scan(&touches); err != nil {
 			return st, fmt.Errorf("funnel: touched: %w", err)
 		}
 		per := r.cfg.PassMessages
@@ -259,10 +259,14 @@ func (r *Resolver) pass(ctx context.Context, stillHeld func() bool) (PassStats, 
 		}
 		st.Parts = max(int((touches+uint64(per)-1)/uint64(per)), 1)
 		for part := range st.Parts {
-			cond := touched
+			// The part's messages among those touched, filtered inside the
+			// subquery, so that each part's set and lookups are its own.
+			in := since
 			if st.Parts > 1 {
-				cond = fmt.Sprintf("%s AND cityHash64(message_id) %% %d = %d", touched, st.Parts, part)
+				in = fmt.Sprintf("%s AND cityHash64(message_id) %% %d = %d", since, st.Parts, part)
 			}
+			cond := fmt.Sprintf("(phone_number_id, message_id, recipient_key) IN (SELECT phone_number_id, message_id, recipient_key FROM %s WHERE %s)",
+				r.table("funnel_touched"), in)
 			if err := r.resolvePart(ctx, cond, now, &st, held); err != nil {
 				return st, err
 			}

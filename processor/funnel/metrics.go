@@ -41,7 +41,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "wahook_funnel_rows_written_total", Help: "Rows the funnel resolver inserted into funnel_messages (n = -1 and n = 1).",
 		}),
 		lookups: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "wahook_funnel_lookups_total", Help: "Queries of funnel_messages' current rows; a pass makes one per LookupKeys message-days.",
+			Name: "wahook_funnel_lookups_total", Help: "Queries of funnel_messages' current rows; a pass makes one per part and per LookupKeys message-days in it.",
 		}),
 		lag: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "wahook_funnel_lag_seconds", Help: "How far the funnel's watermark was behind the clock after the last complete pass.",
