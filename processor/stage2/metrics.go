@@ -10,6 +10,7 @@ type metrics struct {
 	numbers    prometheus.Gauge
 	partitions prometheus.Gauge
 	writeFails *prometheus.CounterVec // by bucket
+	clamped    prometheus.Counter
 }
 
 // The results of an event.
@@ -41,6 +42,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		partitions: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "wahook_stage2_partitions", Help: "Partitions of the numbers this instance owns in its consumer group (0 without partitions).",
 		}),
+		clamped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wahook_stage2_events_ahead_total", Help: "Events stamped more than 2 s ahead of this clock, counted as now.",
+		}),
 		writeFails: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wahook_stage2_write_failures_total", Help: "KV writes that failed, by bucket.",
 		}, []string{"bucket"}),
@@ -48,6 +52,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, r := range []string{resultApplied, resultDuplicate, resultIgnored, resultBad, resultNotOwned} {
 		m.events.WithLabelValues(r)
 	}
-	reg.MustRegister(m.events, m.signals, m.urgent, m.cooldowns, m.numbers, m.partitions, m.writeFails)
+	reg.MustRegister(m.events, m.signals, m.urgent, m.cooldowns, m.numbers, m.partitions, m.writeFails, m.clamped)
 	return m
 }

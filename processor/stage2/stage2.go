@@ -219,6 +219,14 @@ func (s *Stage2) handle(ctx context.Context, msg jetstream.Msg) {
 // cool-down could not be written: the event is then counted, and its
 // redelivery writes the cool-down alone.
 func (s *Stage2) apply(ctx context.Context, ev *event) error {
+	// An event stamped ahead of this clock (a sender's clock running fast,
+	// a send result stamped in the future) counts as now: the windows and
+	// the de-duplication follow the newest second seen, and a single event
+	// far ahead would leave every number's traffic behind them.
+	if now := s.cfg.Now().Unix(); ev.e.At > now+maxAhead {
+		ev.e.At = now
+		s.m.clamped.Inc()
+	}
 	e := ev.e
 	pair := e.Recipient != "" && hasCode(e.Codes, 131056)
 	if ev.countable() {
@@ -257,6 +265,10 @@ func (s *Stage2) apply(ctx context.Context, ev *event) error {
 	}
 	return nil
 }
+
+// maxAhead is how far ahead of this clock an event's time may be, in
+// seconds, before it counts as now.
+const maxAhead = 2
 
 // cooldown writes the cool-down of a 131056, remembering the event for a
 // retry when the write fails.

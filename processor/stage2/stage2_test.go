@@ -458,3 +458,29 @@ func TestDecisionWrittenAtOnce(t *testing.T) {
 		t.Fatalf("urgent writes: %v", metricValue(h.s.m.urgent))
 	}
 }
+
+// TestEventAheadOfTheClockCountsAsNow: a send result stamped an hour ahead
+// (a sender's clock, or a bad stamp) counts as now. Counted at its own time
+// it moved the de-duplication's newest second an hour on, and every other
+// number's traffic fell behind the windows: A's rate went to 0.
+func TestEventAheadOfTheClockCountsAsNow(t *testing.T) {
+	h := start(t, sec(22), nil)
+	h.traffic("A", 0, 20, 10, 0)
+	h.flushed()
+	h.waitSignal("A", "A at 10 mps", func(s schema.PacingSignal) bool { return s.Observed.S10 == 10 })
+	h.publish(schema.KindSendResult, "B", "sr-ahead", schema.SendResultRow{EventID: "sr-ahead", EventTime: sec(3600),
+		PhoneNumberID: "B", MessageID: "wamid.ahead", Status: schema.SendAccepted})
+	h.flushed()
+	h.clock.Set(sec(42))
+	h.traffic("A", 20, 40, 10, 0)
+	h.flushed()
+	if n := metricValue(h.s.m.clamped); n != 1 {
+		t.Errorf("events counted as now: %v, want 1", n)
+	}
+	if n := h.count(resultIgnored); n != 0 {
+		t.Errorf("%d events ignored as older than the windows, want 0", n)
+	}
+	h.waitSignal("A", "A still at 10 mps after B's send result", func(s schema.PacingSignal) bool { return s.Observed.S10 == 10 })
+	// Taken at 22 s as if sent then: in B's last minute at 42 s.
+	h.waitSignal("B", "B's send result counted in its last minute", func(s schema.PacingSignal) bool { return s.Observed.S60 > 0 })
+}
