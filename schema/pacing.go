@@ -46,6 +46,7 @@ type PacingSignal struct {
 	MessagingLimit   string             `json:"messaging_limit,omitempty"`
 	RecentErrors     map[ErrorClass]int `json:"recent_errors"` // error occurrences of the last 60 s by class
 	MaintenanceUntil *time.Time         `json:"maintenance_until,omitempty"`
+	StopUntil        *time.Time         `json:"stop_until,omitempty"` // while the advice is stop: when its error's 15 minutes end
 	Advice           Advice             `json:"advice"`
 	RecommendedMPS   float64            `json:"recommended_mps"`
 	Reason           string             `json:"reason"`

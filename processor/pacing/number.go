@@ -181,7 +181,25 @@ func (n *Number) Signal(now time.Time, tiers Tiers) schema.PacingSignal {
 		s.MaintenanceUntil = &t
 	}
 	s.Advice, s.RecommendedMPS, s.Reason = n.advise(sec, tier, s.Observed)
+	if s.Advice == schema.AdviceStop {
+		t := time.Unix(n.lastStop, 0).Add(StopHold).UTC()
+		s.StopUntil = &t
+	}
 	return s
+}
+
+// HoldsUntil is when the number's holds (a stop, a maintenance window, a
+// 130429's minute) end, in Unix seconds; 0 when it has none. Its signal
+// changes then without an event.
+func (n *Number) HoldsUntil() int64 {
+	var u int64
+	if n.lastStop != 0 {
+		u = n.lastStop + int64(StopHold/time.Second)
+	}
+	if n.lastThrottle != 0 {
+		u = max(u, n.lastThrottle+int64(ThrottleHold/time.Second))
+	}
+	return max(u, n.maintenanceUntil)
 }
 
 // advise is the rule of schema/README.md, first match wins:

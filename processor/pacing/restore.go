@@ -8,13 +8,14 @@ import (
 )
 
 // Restore seeds a number that has seen no event yet from its last
-// published signal, so that a restarted stage 2 does not forget what the
-// EVENTS stream may no longer hold: the tier's source (a THROUGHPUT_UPGRADE
-// or the Business app's syncs can be weeks old), quality, messaging limit
-// and an open maintenance window. Traffic, errors and holds (stop,
-// throttle) are not restored: the windows start empty and fill within a
-// minute, and a stop is kept by the events of its last 15 minutes, which
-// EVENTS still holds.
+// published signal, so that a restarted stage 2 does not forget what it has
+// acked and the consumer will not deliver again: the tier's source (a
+// THROUGHPUT_UPGRADE or the Business app's syncs can be weeks old),
+// quality, messaging limit, an open maintenance window and a stop, which
+// ends when it would have (stop_until; for a signal written before it had
+// one, 15 minutes after it was written). Traffic, errors and a 130429's
+// slow-down are not restored: the windows start empty and fill within a
+// minute.
 func (n *Number) Restore(s schema.PacingSignal) {
 	switch s.TierSource {
 	case "throughput_upgrade":
@@ -32,6 +33,9 @@ func (n *Number) Restore(s schema.PacingSignal) {
 	}
 	if s.Advice == schema.AdviceStop && n.lastStop == 0 {
 		n.lastStop = s.UpdatedAt.Unix()
+		if s.StopUntil != nil {
+			n.lastStop = s.StopUntil.Add(-StopHold).Unix()
+		}
 		// The reason names the code: "error 131048 (stop, ...".
 		if f := strings.Fields(s.Reason); len(f) > 1 && f[0] == "error" {
 			if c, err := strconv.ParseInt(f[1], 10, 32); err == nil {

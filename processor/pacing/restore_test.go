@@ -33,6 +33,27 @@ func TestRestore(t *testing.T) {
 	if s := n.Signal(t0.Add(17*time.Minute), DefaultTiers()); s.Advice != schema.AdviceOK {
 		t.Fatalf("stop after 15 min from the signal: %+v", s)
 	}
+	// The stop ends 15 minutes after its error, however late its last
+	// signal was written (traffic rewrites it every second).
+	late := stop.Signal(t0.Add(14*time.Minute+50*time.Second), DefaultTiers())
+	if late.Advice != schema.AdviceStop || late.StopUntil == nil || !late.StopUntil.Equal(t0.Add(StopHold)) {
+		t.Fatalf("stop_until of a stop at 0: %+v", late)
+	}
+	n = NewNumber("1003")
+	n.Restore(late)
+	if s := n.Signal(t0.Add(15*time.Minute+30*time.Second), DefaultTiers()); s.Advice != schema.AdviceOK || s.StopUntil != nil {
+		t.Fatalf("stop restored from a signal written at 14:50 still holds at 15:30: %+v", s)
+	}
+	if u := n.HoldsUntil(); u != at(0)+int64(StopHold/time.Second) {
+		t.Fatalf("holds until %d, want the stop's end %d", u, at(0)+int64(StopHold/time.Second))
+	}
+	// A signal written before stop_until existed: 15 minutes from its write.
+	late.StopUntil = nil
+	n = NewNumber("1003")
+	n.Restore(late)
+	if s := n.Signal(t0.Add(29*time.Minute), DefaultTiers()); s.Advice != schema.AdviceStop {
+		t.Fatalf("stop restored from a signal without stop_until: %+v", s)
+	}
 	co := NewNumber("1002")
 	co.Restore(schema.PacingSignal{TierSource: "coexistence", Quality: "unknown"})
 	if s := co.Signal(t0, DefaultTiers()); s.TierMPS != 20 || s.Quality != "unknown" {

@@ -293,6 +293,13 @@ func (s *Stage2) number(ctx context.Context, id string) *number {
 		var sig schema.PacingSignal
 		if err := json.Unmarshal(e.Value(), &sig); err == nil && sig.PhoneNumberID == id {
 			n.p.Restore(sig)
+			n.last = sig
+			// A restored hold ends without an event: the number stays
+			// live until then, so that its signal is written when it ends.
+			if u := n.p.HoldsUntil(); u > 0 {
+				n.holdUntil = u
+				s.w.live[n] = struct{}{}
+			}
 		}
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyDeleted) {
 		s.log.Warn("read the last signal", zap.String("phone_number_id", id), zap.Error(err))

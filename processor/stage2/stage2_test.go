@@ -484,3 +484,55 @@ func TestEventAheadOfTheClockCountsAsNow(t *testing.T) {
 	// Taken at 22 s as if sent then: in B's last minute at 42 s.
 	h.waitSignal("B", "B's send result counted in its last minute", func(s schema.PacingSignal) bool { return s.Observed.S60 > 0 })
 }
+
+// TestRestoredStopEndsOnTime: a stop restored after a restart ends 15
+// minutes after its error, although traffic kept rewriting its signal, and
+// the signal says so once it ends, although no event comes then.
+func TestRestoredStopEndsOnTime(t *testing.T) {
+	h := start(t, sec(1), nil)
+	h.failed("C", "f1", "r1", sec(0), 131048)
+	h.flushed()
+	h.waitSignal("C", "stop", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceStop })
+	h.clock.Set(sec(890))
+	h.inbound("C", "i1", sec(888))
+	h.flushed()
+	h.waitSignal("C", "stop rewritten at 890 s", func(s schema.PacingSignal) bool { return s.UpdatedAt.Equal(sec(890)) })
+	h.restart()
+	h.clock.Set(sec(895))
+	h.inbound("C", "i2", sec(893))
+	h.flushed()
+	h.waitSignal("C", "the restored stop still holds at 895 s, until 900 s", func(s schema.PacingSignal) bool {
+		return s.Advice == schema.AdviceStop && s.StopUntil != nil && s.StopUntil.Equal(sec(900))
+	})
+	// Past the stop and the traffic's minute: no event, and the signal
+	// is written when the stop ends.
+	h.clock.Set(sec(1000))
+	h.waitSignal("C", "ok once the stop ended", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceOK && s.StopUntil == nil })
+}
+
+// TestRestoredStopWrittenWhenItEnds: after a restart, a number whose
+// restored stop outlasts its traffic stays live until the stop ends, and
+// its signal is written then; it used to leave the live set a minute after
+// its traffic, and the KV said stop for good.
+func TestRestoredStopWrittenWhenItEnds(t *testing.T) {
+	h := start(t, sec(1), nil)
+	h.failed("D", "f1", "r1", sec(0), 131048)
+	h.flushed()
+	h.waitSignal("D", "stop", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceStop })
+	h.restart()
+	h.clock.Set(sec(60))
+	h.inbound("D", "i1", sec(58))
+	h.flushed()
+	h.clock.Set(sec(62))
+	h.waitSignal("D", "the inbound message counted after the restart", func(s schema.PacingSignal) bool { return s.Observed.S60 > 0 })
+	// Past the traffic's minute, the stop still on: the rates settle to 0.
+	h.clock.Set(sec(200))
+	h.waitSignal("D", "the rates settled, still stop", func(s schema.PacingSignal) bool {
+		return s.UpdatedAt.Equal(sec(200)) && s.Observed.S60 == 0 && s.Advice == schema.AdviceStop
+	})
+	// Give the refresh (every second) the turns in which a number with
+	// nothing left to change leaves the live set.
+	time.Sleep(2500 * time.Millisecond)
+	h.clock.Set(sec(2000))
+	h.waitSignal("D", "ok once the stop ended", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceOK })
+}
