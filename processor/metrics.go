@@ -19,7 +19,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		bodies: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "wahook_processor_bodies_total", Help: "RAW bodies normalized by stage 1.",
+			Name: "wahook_processor_bodies_total", Help: "RAW bodies whose rows stage 1 wrote, and acked (a body whose batch failed counts when a later write stores it).",
 		}),
 		rows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wahook_processor_rows_total", Help: "Rows written by stage 1, by table.",
@@ -32,22 +32,25 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: prometheus.ExponentialBuckets(10, 4, 8),
 		}),
 		flush: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "wahook_processor_flush_duration_seconds", Help: "Time to write a batch, publish its events and ack it.",
+			Name: "wahook_processor_flush_duration_seconds", Help: "Time to write a batch and ack it (its events were published before).",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
 		}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wahook_processor_write_failures_total", Help: "Batches not stored (ClickHouse or NATS down), nak'ed for a retry.",
 		}),
 		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "wahook_processor_dead_letters_total", Help: "Bodies or items kept as dead letters.",
+			Name: "wahook_processor_dead_letters_total", Help: "Bodies or items written as dead letters.",
 		}),
 	}
 	reg.MustRegister(m.bodies, m.rows, m.batches, m.batchRows, m.flush, m.failures, m.deadLetters)
 	return m
 }
 
+// observe counts a batch written and acked.
 func (m *metrics) observe(b *batch, took time.Duration) {
 	m.batches.Inc()
+	m.bodies.Add(float64(len(b.msgs)))
+	m.deadLetters.Add(float64(len(b.rows.DeadLetters)))
 	m.batchRows.Observe(float64(b.rows.Len()))
 	m.flush.Observe(took.Seconds())
 	m.rows.WithLabelValues("status_events").Add(float64(len(b.rows.Statuses)))

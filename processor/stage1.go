@@ -232,12 +232,7 @@ func (s *Stage1) add(b *batch, msg jetstream.Msg) {
 	b.msgs = append(b.msgs, msg)
 	b.bytes += len(msg.Data())
 	src := SourceOf(msg)
-	before := len(b.rows.DeadLetters)
 	s.n.Normalize(msg.Data(), src, msg.Headers().Get(schema.HeaderMsgID), &b.rows)
-	if n := len(b.rows.DeadLetters) - before; n > 0 {
-		s.metrics.deadLetters.Add(float64(n))
-	}
-	s.metrics.bodies.Inc()
 }
 
 // SourceOf reads the source of a RAW message from its headers and metadata.

@@ -432,6 +432,9 @@ func TestStage1DeadLetters(t *testing.T) {
 	if got := p.count("SELECT uniqExact(event_id) FROM {db}.errors WHERE code = 131048"); got != 1 {
 		t.Errorf("the body after the bad ones: 131048 rows %d, want 1", got)
 	}
+	if got := p.metric(0, "wahook_processor_dead_letters_total"); got != 3 {
+		t.Errorf("dead letters counted: got %v, want 3", got)
+	}
 }
 
 // TestStage1ClickHouseOutage stops ClickHouse while bodies keep coming, then
@@ -475,6 +478,11 @@ func TestStage1ClickHouseOutage(t *testing.T) {
 	p.drained(60 * time.Second)
 	if got := p.metric(0, "wahook_processor_write_failures_total"); got == 0 {
 		t.Fatal("no write failed during the outage: the test did not test an outage")
+	}
+	// The bodies of the failed batches were normalized again and again;
+	// each counts once, when written.
+	if got := p.metric(0, "wahook_processor_bodies_total"); got != n {
+		t.Errorf("bodies counted: got %v, want %d", got, n)
 	}
 	if got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events"); got != n {
 		t.Fatalf("statuses after the outage: got %d, want %d", got, n)
