@@ -79,6 +79,9 @@ type Number struct {
 	stopCode                     int32
 	coexistence                  bool
 	quality, limit               string
+	// qualityAt and limitAt are the times of the events that set quality
+	// and limit: an older event, retried or replayed late, changes neither.
+	qualityAt, limitAt int64
 }
 
 // NewNumber is the state of a number before any event.
@@ -124,13 +127,13 @@ func (n *Number) Apply(e Event) bool {
 				n.upgradedAt = e.At
 			}
 			n.maintenanceUntil = max(n.maintenanceUntil, e.At+int64(MaintenanceWindow/time.Second))
-		case "FLAGGED":
-			n.quality = "flagged"
-		case "UNFLAGGED":
-			n.quality = "unflagged"
+		case "FLAGGED", "UNFLAGGED":
+			if e.At >= n.qualityAt {
+				n.quality, n.qualityAt = strings.ToLower(e.Name), e.At
+			}
 		}
-		if e.NewValue != "" {
-			n.limit = e.NewValue
+		if e.NewValue != "" && e.At >= n.limitAt {
+			n.limit, n.limitAt = e.NewValue, e.At
 		}
 	}
 	return changed

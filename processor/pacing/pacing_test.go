@@ -192,6 +192,22 @@ func TestQualityStop(t *testing.T) {
 	}
 }
 
+// TestQualityByMetaTime: quality and messaging limit follow Meta's time,
+// not the order of delivery: a retried or replayed older event changes
+// neither.
+func TestQualityByMetaTime(t *testing.T) {
+	n := NewNumber("1001")
+	n.Apply(Event{At: at(50), Field: "phone_number_quality_update", Name: "UNFLAGGED", NewValue: "TIER_1K"})
+	n.Apply(Event{At: at(10), Field: "phone_number_quality_update", Name: "FLAGGED", NewValue: "TIER_250"})
+	if s := n.Signal(t0.Add(time.Minute), DefaultTiers()); s.Quality != "unflagged" || s.MessagingLimit != "TIER_1K" {
+		t.Fatalf("the older FLAGGED delivered last won: %+v", s)
+	}
+	n.Apply(Event{At: at(60), Field: "phone_number_quality_update", Name: "FLAGGED", NewValue: "TIER_250"})
+	if s := n.Signal(t0.Add(2*time.Minute), DefaultTiers()); s.Quality != "flagged" || s.MessagingLimit != "TIER_250" {
+		t.Fatalf("a newer FLAGGED: %+v", s)
+	}
+}
+
 func TestOverrideTier(t *testing.T) {
 	n := NewNumber("1001")
 	n.Apply(Event{At: at(0), Field: "phone_number_quality_update", Name: "THROUGHPUT_UPGRADE"})
