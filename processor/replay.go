@@ -15,6 +15,7 @@ import (
 // ReplayResult counts what a replay fed through stage 1 again.
 type ReplayResult struct {
 	Bodies, Rows, DeadLetters int
+	Batches                   int // written, of BatchRows rows or BatchBytes body bytes at most, about
 	FirstSeq, LastSeq         uint64
 }
 
@@ -61,6 +62,7 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 		defer events.close()
 	}
 	var rows schema.Rows
+	bytes := 0 // of the bodies in rows
 	flush := func() error {
 		backoff := cfg.BackoffMin
 		for {
@@ -71,7 +73,9 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 			if err == nil {
 				res.Rows += rows.Len()
 				res.DeadLetters += len(rows.DeadLetters)
+				res.Batches++
 				rows.Reset()
+				bytes = 0
 				return nil
 			}
 			log.Warn("replay batch not stored, retrying", zap.Error(err), zap.Duration("in", backoff))
@@ -91,6 +95,12 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 				return res, ctx.Err()
 			}
 			if errors.Is(err, context.DeadlineExceeded) {
+				// What was read is written before giving up.
+				if rows.Len() > 0 {
+					if err := flush(); err != nil {
+						return res, err
+					}
+				}
 				return res, fmt.Errorf("replay stalled at sequence %d of %d", res.LastSeq, last)
 			}
 			return res, fmt.Errorf("replay: %w", err)
@@ -102,8 +112,11 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 		res.LastSeq = src.RawSeq
 		res.Bodies++
 		n.Normalize(msg.Data(), src, msg.Headers().Get(schema.HeaderMsgID), &rows)
+		bytes += len(msg.Data())
 		done := src.RawSeq >= last
-		if rows.Len() >= cfg.BatchRows || done {
+		// Dead letters hold whole bodies (up to 4 MiB each): a batch is
+		// bounded by their bytes too, as stage 1's are.
+		if rows.Len() >= cfg.BatchRows || bytes >= cfg.BatchBytes || done {
 			if err := flush(); err != nil {
 				return res, err
 			}

@@ -404,6 +404,17 @@ func TestStage1Fixtures(t *testing.T) {
 	if got := p.count("SELECT count() FROM {db}.status_events"); got < 3*e.statuses {
 		t.Errorf("raw status rows: got %d, want at least %d (the test must really write duplicates)", got, 3*e.statuses)
 	}
+	// Batches of one body each, by their bytes: the same totals.
+	small := p.cfg
+	small.BatchBytes = 1
+	res, err = processor.Replay(context.Background(), small, p.js, p.writer, p.norm, time.Now().Add(-time.Hour), zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatalf("replay in batches of one body: %v", err)
+	}
+	if res.Batches != res.Bodies || res.Bodies != 2*len(e.files) {
+		t.Errorf("replay with BatchBytes 1: %d batches of %d bodies, want %d of each", res.Batches, res.Bodies, 2*len(e.files))
+	}
+	p.checkFixtureTotals(e)
 }
 
 // TestStage1DeadLetters: a signed body that is not JSON, one that is JSON
