@@ -219,6 +219,7 @@ func (s *Stage2) runGroup(ctx context.Context) error {
 		s.log.Warn("this member owns no partition: it is not in the group's membership, or the group has more members than partitions",
 			zap.String("group", s.cfg.Durable), zap.String("member", s.cfg.Member))
 	}
+	s.seedHeld(ctx)
 
 	nextRefresh := time.Now().Add(s.cfg.Refresh)
 	timer := time.NewTimer(time.Until(s.nextWake(nextRefresh)))

@@ -121,6 +121,7 @@ func (s *Stage2) Run(ctx context.Context) error {
 	}()
 	defer func() { close(quit); <-stopped }()
 	s.log.Info("stage 2 started", zap.String("consumer", s.cfg.Durable), zap.Strings("subjects", s.cfg.FilterSubjects))
+	s.seedHeld(ctx)
 
 	nextRefresh := time.Now().Add(s.cfg.Refresh)
 	nextCheck := time.Now().Add(consumerCheck)
@@ -279,6 +280,44 @@ func (s *Stage2) cooldown(ctx context.Context, ev *event) error {
 	}
 	delete(s.cooldownRetry, ev.id)
 	return nil
+}
+
+// seedHeld seeds, at the start, the numbers (this instance's) whose last
+// signal holds them (stop or pause): a hold ends without an event, and the
+// signal must say so when it does. The other numbers are seeded when
+// their next event comes.
+func (s *Stage2) seedHeld(ctx context.Context) {
+	w, err := s.pacingKV.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		s.log.Warn("read the held numbers' last signals", zap.Error(err))
+		return
+	}
+	defer w.Stop() //nolint:errcheck // a watcher that cannot stop ends with ctx
+	held := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			if !ok || e == nil { // nil: every key's last value is in
+				if held > 0 {
+					s.log.Info("seeded the numbers held at the start", zap.Int("numbers", held))
+				}
+				return
+			}
+			var sig schema.PacingSignal
+			if json.Unmarshal(e.Value(), &sig) != nil || (sig.Advice != schema.AdviceStop && sig.Advice != schema.AdvicePause) {
+				continue
+			}
+			if s.own != nil && !s.own.owns(sig.PhoneNumberID) {
+				continue
+			}
+			if s.nums[sig.PhoneNumberID] == nil {
+				s.number(ctx, sig.PhoneNumberID)
+				held++
+			}
+		}
+	}
 }
 
 // number is the state of id, made on first sight and seeded from its last

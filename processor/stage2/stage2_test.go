@@ -536,3 +536,16 @@ func TestRestoredStopWrittenWhenItEnds(t *testing.T) {
 	h.clock.Set(sec(2000))
 	h.waitSignal("D", "ok once the stop ended", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceOK })
 }
+
+// TestHeldNumberSeededAtStart: a number stopped before a restart, with no
+// event after it, is seeded at the start from its signal, and its signal
+// says ok once the stop has ended.
+func TestHeldNumberSeededAtStart(t *testing.T) {
+	h := start(t, sec(1), nil)
+	h.failed("E", "f1", "r1", sec(0), 131048)
+	h.flushed()
+	h.waitSignal("E", "stop", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceStop })
+	h.restart()
+	h.clock.Set(sec(2000))
+	h.waitSignal("E", "ok once the stop ended, without an event", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceOK })
+}
