@@ -261,13 +261,16 @@ func (s *Server) handleHandshake(c *fiber.Ctx) error {
 func (s *Server) handleNotification(c *fiber.Ctx) error {
 	start := time.Now()
 	// Counted from the start, so that a shutdown waits for every request
-	// it has accepted, and /metrics shows them.
+	// it has accepted, and /metrics shows them; every answer, whatever it
+	// is, is in the latency histogram.
 	s.metrics.inflight.Add(1)
-	defer s.metrics.inflight.Add(-1)
+	defer func() {
+		s.metrics.latency.Observe(time.Since(start).Seconds())
+		s.metrics.inflight.Add(-1)
+	}()
 	r := s.route(c)
 	if r == nil {
 		s.metrics.requests.WithLabelValues("", resultUnknownApp).Inc()
-		s.metrics.latency.Observe(time.Since(start).Seconds())
 		return c.Status(fiber.StatusNotFound).SendString("unknown app")
 	}
 	// Meta sends plain JSON. A Content-Encoding is refused before anything
@@ -276,7 +279,6 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 	// inflated form of them.
 	if len(c.Request().Header.ContentEncoding()) > 0 {
 		s.metrics.requests.WithLabelValues(r.name, resultBadEncoding).Inc()
-		s.metrics.latency.Observe(time.Since(start).Seconds())
 		return c.Status(fiber.StatusUnsupportedMediaType).SendString("Content-Encoding is not accepted")
 	}
 	// The raw bytes as received: never c.Body(), which decodes.
@@ -291,7 +293,6 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 		default:
 			r.metrics.sigMismatch.Inc()
 		}
-		s.metrics.latency.Observe(time.Since(start).Seconds())
 		return c.Status(fiber.StatusUnauthorized).SendString(err.Error())
 	}
 	// The body's SHA-256: the key of the duplicate index, and in hex its
@@ -302,7 +303,6 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 		// retry. It is stored; nothing is published.
 		r.metrics.duplicate.Inc()
 		s.metrics.dupIndex.Inc()
-		s.metrics.latency.Observe(time.Since(start).Seconds())
 		return c.SendStatus(fiber.StatusOK)
 	}
 	// fasthttp reuses the request's buffer once the handler returns, and
@@ -323,7 +323,6 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 		// downstream deduplicates a later one by event id.
 		r.metrics.unavailable.Inc()
 		s.logPublishFailure(r.name, len(data), err)
-		s.metrics.latency.Observe(time.Since(start).Seconds())
 		c.Set(fiber.HeaderRetryAfter, "1")
 		return c.Status(fiber.StatusServiceUnavailable).SendString("not stored, retry")
 	}
@@ -332,9 +331,7 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 	if s.dups != nil && s.dups.add(&sum) > 0 {
 		s.logEvictions()
 	}
-	now := time.Now()
-	s.metrics.publish.Observe(now.Sub(pubStart).Seconds())
-	s.metrics.latency.Observe(now.Sub(start).Seconds())
+	s.metrics.publish.Observe(time.Since(pubStart).Seconds())
 	if dup {
 		r.metrics.duplicate.Inc()
 		s.metrics.dupStream.Inc()
