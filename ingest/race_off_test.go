@@ -1,5 +1,0 @@
-//go:build !race
-
-package ingest_test
-
-const raceEnabled = false
