@@ -313,7 +313,7 @@ func (s *Stage2) seedHeld(ctx context.Context) {
 				continue
 			}
 			if s.nums[sig.PhoneNumberID] == nil {
-				s.number(ctx, sig.PhoneNumberID)
+				s.seed(sig.PhoneNumberID, &sig)
 				held++
 			}
 		}
@@ -326,22 +326,31 @@ func (s *Stage2) number(ctx context.Context, id string) *number {
 	if n := s.nums[id]; n != nil {
 		return n
 	}
-	n := &number{id: id, p: pacing.NewNumber(id), subject: schema.PacingSubject(id),
-		kvSubject: "$KV." + schema.BucketPacing + "." + schema.PacingKey(id)}
+	var last *schema.PacingSignal
 	if e, err := s.pacingKV.Get(ctx, schema.PacingKey(id)); err == nil {
 		var sig schema.PacingSignal
-		if err := json.Unmarshal(e.Value(), &sig); err == nil && sig.PhoneNumberID == id {
-			n.p.Restore(sig)
-			n.last = sig
-			// A restored hold ends without an event: the number stays
-			// live until then, so that its signal is written when it ends.
-			if u := n.p.HoldsUntil(); u > 0 {
-				n.holdUntil = u
-				s.w.live[n] = struct{}{}
-			}
+		if err := json.Unmarshal(e.Value(), &sig); err == nil {
+			last = &sig
 		}
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyDeleted) {
 		s.log.Warn("read the last signal", zap.String("phone_number_id", id), zap.Error(err))
+	}
+	return s.seed(id, last)
+}
+
+// seed makes the state of id, restored from last, its last signal, if any.
+func (s *Stage2) seed(id string, last *schema.PacingSignal) *number {
+	n := &number{id: id, p: pacing.NewNumber(id), subject: schema.PacingSubject(id),
+		kvSubject: "$KV." + schema.BucketPacing + "." + schema.PacingKey(id)}
+	if last != nil && last.PhoneNumberID == id {
+		n.p.Restore(*last)
+		n.last = *last
+		// A restored hold ends without an event: the number stays live
+		// until then, so that its signal is written when it ends.
+		if u := n.p.HoldsUntil(); u > 0 {
+			n.holdUntil = u
+			s.w.live[n] = struct{}{}
+		}
 	}
 	s.nums[id] = n
 	s.m.numbers.Set(float64(len(s.nums)))

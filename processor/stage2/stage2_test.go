@@ -490,9 +490,7 @@ func TestEventAheadOfTheClockCountsAsNow(t *testing.T) {
 // the signal says so once it ends, although no event comes then.
 func TestRestoredStopEndsOnTime(t *testing.T) {
 	h := start(t, sec(1), nil)
-	h.failed("C", "f1", "r1", sec(0), 131048)
-	h.flushed()
-	h.waitSignal("C", "stop", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceStop })
+	h.stop131048("C")
 	h.clock.Set(sec(890))
 	h.inbound("C", "i1", sec(888))
 	h.flushed()
@@ -516,9 +514,7 @@ func TestRestoredStopEndsOnTime(t *testing.T) {
 // its traffic, and the KV said stop for good.
 func TestRestoredStopWrittenWhenItEnds(t *testing.T) {
 	h := start(t, sec(1), nil)
-	h.failed("D", "f1", "r1", sec(0), 131048)
-	h.flushed()
-	h.waitSignal("D", "stop", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceStop })
+	h.stop131048("D")
 	h.restart()
 	h.clock.Set(sec(60))
 	h.inbound("D", "i1", sec(58))
@@ -542,10 +538,17 @@ func TestRestoredStopWrittenWhenItEnds(t *testing.T) {
 // says ok once the stop has ended.
 func TestHeldNumberSeededAtStart(t *testing.T) {
 	h := start(t, sec(1), nil)
-	h.failed("E", "f1", "r1", sec(0), 131048)
-	h.flushed()
-	h.waitSignal("E", "stop", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceStop })
+	h.stop131048("E")
 	h.restart()
 	h.clock.Set(sec(2000))
 	h.waitSignal("E", "ok once the stop ended, without an event", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceOK })
+}
+
+// stop131048 has the number fail a message with 131048 at 0 s and waits
+// until its signal says stop.
+func (h *harness) stop131048(number string) {
+	h.t.Helper()
+	h.failed(number, "f1", "r1", sec(0), 131048)
+	h.flushed()
+	h.waitSignal(number, "stop", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceStop })
 }
