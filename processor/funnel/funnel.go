@@ -41,12 +41,12 @@ type Config struct {
 	// LeaseTTL is how long the lease outlives its holder's last renewal.
 	LeaseTTL time.Duration
 	// LookupKeys is the most message-days one lookup of funnel_messages
-	// names (0: DefaultLookupKeys). A pass over many messages, or over
+	// names (0: DefaultLookupKeys, set by New). A pass over many messages, or over
 	// messages whose first status is long past, makes several lookups,
 	// so that its memory stays bounded.
 	LookupKeys int
 	// PassMessages is about the most messages a pass resolves at once (0:
-	// DefaultPassMessages): a pass with more touched since the last one,
+	// DefaultPassMessages, set by New): a pass with more touched since the last one,
 	// after an outage or a burst, resolves them in parts by a hash of the
 	// message id, so that its memory stays bounded.
 	PassMessages int
@@ -165,6 +165,12 @@ type Resolver struct {
 
 // New returns a resolver of the tables in database db. m may be nil.
 func New(conn driver.Conn, db string, cfg Config, log *zap.Logger, m *Metrics) *Resolver {
+	if cfg.LookupKeys == 0 {
+		cfg.LookupKeys = DefaultLookupKeys
+	}
+	if cfg.PassMessages == 0 {
+		cfg.PassMessages = DefaultPassMessages
+	}
 	r := &Resolver{conn: conn, db: db, cfg: cfg, log: log}
 	if m != nil {
 		r.m = m.m
@@ -253,11 +259,8 @@ func (r *Resolver) pass(ctx context.Context, stillHeld func() bool) (PassStats, 
 		if err := r.conn.QueryRow(ctx, fmt.Sprintf("SELECT count() FROM %s WHERE %s", r.table("funnel_touched"), since)).Scan(&touches); err != nil {
 			return st, fmt.Errorf("funnel: touched: %w", err)
 		}
-		per := r.cfg.PassMessages
-		if per <= 0 {
-			per = DefaultPassMessages
-		}
-		st.Parts = max(int((touches+uint64(per)-1)/uint64(per)), 1)
+		per := uint64(r.cfg.PassMessages)
+		st.Parts = max(int((touches+per-1)/per), 1)
 		for part := range st.Parts {
 			// The part's messages among those touched, filtered inside the
 			// subquery, so that each part's set and lookups are its own.
@@ -380,10 +383,6 @@ const rowColumns = "phone_number_id, message_id, recipient_key, first, waba_id, 
 // LookupKeys at most; each (day, key) is named in one of them, so the rows
 // each finds are distinct, and together they are all the messages' rows.
 func (r *Resolver) netted(ctx context.Context, states []resolved, now uint32) (map[msgKey][]netRow, int, error) {
-	limit := r.cfg.LookupKeys
-	if limit <= 0 {
-		limit = DefaultLookupKeys
-	}
 	out := map[msgKey][]netRow{}
 	var keys *ext.Table
 	n, lookups := 0, 0
@@ -407,16 +406,14 @@ func (r *Resolver) netted(ctx context.Context, states []resolved, now uint32) (m
 		for d := row.First/day - 1; d <= min(last/day+1, row.First/day+maxDays); d++ {
 			if keys == nil {
 				var err error
-				if keys, err = ext.NewTable("funnel_keys",
-					ext.Column("day", column.Type("Date")), ext.Column("kind", column.Type("UInt8")), ext.Column("phone_number_id", column.Type("String")),
-					ext.Column("message_id", column.Type("String")), ext.Column("recipient_key", column.Type("String"))); err != nil {
+				if keys, err = newKeysTable(); err != nil {
 					return nil, lookups, fmt.Errorf("funnel: rows: %w", err)
 				}
 			}
 			if err := keys.Append(time.Unix(int64(d)*day, 0).UTC(), uint8(KindMessage), s.PhoneNumberID, s.MessageID, s.RecipientKey); err != nil {
 				return nil, lookups, fmt.Errorf("funnel: rows: %w", err)
 			}
-			if n++; n == limit {
+			if n++; n == r.cfg.LookupKeys {
 				lookups++
 				if err := r.lookup(ctx, keys, n, out); err != nil {
 					return nil, lookups, err
@@ -432,6 +429,13 @@ func (r *Resolver) netted(ctx context.Context, states []resolved, now uint32) (m
 		}
 	}
 	return out, lookups, nil
+}
+
+// newKeysTable is an empty table of the (day, key) pairs a lookup names.
+func newKeysTable() (*ext.Table, error) {
+	return ext.NewTable("funnel_keys",
+		ext.Column("day", column.Type("Date")), ext.Column("kind", column.Type("UInt8")), ext.Column("phone_number_id", column.Type("String")),
+		ext.Column("message_id", column.Type("String")), ext.Column("recipient_key", column.Type("String")))
 }
 
 // lookup adds to out the rows funnel_messages nets for the n (day, key)

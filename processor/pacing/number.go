@@ -185,20 +185,25 @@ func (n *Number) Signal(now time.Time, tiers Tiers) schema.PacingSignal {
 	}
 	s.Advice, s.RecommendedMPS, s.Reason = n.advise(sec, tier, s.Observed)
 	if s.Advice == schema.AdviceStop {
-		t := time.Unix(n.lastStop, 0).Add(StopHold).UTC()
+		t := time.Unix(n.stopEnd(), 0).UTC()
 		s.StopUntil = &t
 	}
 	return s
+}
+
+// stopEnd is when the number's stop ends (Unix seconds), 0 without one.
+func (n *Number) stopEnd() int64 {
+	if n.lastStop == 0 {
+		return 0
+	}
+	return n.lastStop + int64(StopHold/time.Second)
 }
 
 // HoldsUntil is when the number's holds (a stop, a maintenance window, a
 // 130429's minute) end, in Unix seconds; 0 when it has none. Its signal
 // changes then without an event.
 func (n *Number) HoldsUntil() int64 {
-	var u int64
-	if n.lastStop != 0 {
-		u = n.lastStop + int64(StopHold/time.Second)
-	}
+	u := n.stopEnd()
 	if n.lastThrottle != 0 {
 		u = max(u, n.lastThrottle+int64(ThrottleHold/time.Second))
 	}
@@ -223,7 +228,7 @@ func (n *Number) HoldsUntil() int64 {
 func (n *Number) advise(now int64, tier int, o schema.ObservedMPS) (schema.Advice, float64, string) {
 	room := math.Max(float64(tier)-o.Inbound10, 0)
 	switch {
-	case n.lastStop != 0 && now-n.lastStop < int64(StopHold/time.Second):
+	case now < n.stopEnd():
 		return schema.AdviceStop, 0, "error " + itoa(n.stopCode) + " (stop, do not retry) in the last 15 min"
 	case n.maintenanceUntil > now:
 		return schema.AdvicePause, 0, "maintenance (throughput upgrade or 131057) until " + time.Unix(n.maintenanceUntil, 0).UTC().Format(time.RFC3339)
