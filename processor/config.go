@@ -27,6 +27,12 @@ type Config struct {
 	// BackoffMin and BackoffMax bound the delay of a nak after a failed
 	// write; it doubles on each failure in a row.
 	BackoffMin, BackoffMax time.Duration
+	// MaxDeliver is how many deliveries a body gets before, failing on its
+	// own while ClickHouse and NATS answer, it becomes a dead letter.
+	// Failures during an outage never count toward it: JetStream's own
+	// MaxDeliver stays unlimited, since it cannot tell an outage from a bad
+	// body and would drop bodies that only waited one out.
+	MaxDeliver int
 }
 
 // DefaultConfig returns the defaults documented in the README.
@@ -41,6 +47,7 @@ func DefaultConfig() Config {
 		PublishEvents: true,
 		BackoffMin:    250 * time.Millisecond,
 		BackoffMax:    30 * time.Second,
+		MaxDeliver:    5,
 	}
 }
 
@@ -59,6 +66,8 @@ func (c Config) Validate() error {
 		return errors.New("max ack pending must be positive")
 	case c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin:
 		return errors.New("backoff must be positive, min not above max")
+	case c.MaxDeliver < 1:
+		return errors.New("max deliver must be at least 1")
 	}
 	return nil
 }

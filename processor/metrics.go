@@ -14,6 +14,8 @@ type metrics struct {
 	flush       prometheus.Histogram
 	failures    prometheus.Counter
 	deadLetters prometheus.Counter
+	poison      prometheus.Counter
+	restarts    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -41,8 +43,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wahook_processor_dead_letters_total", Help: "Bodies or items written as dead letters.",
 		}),
+		poison: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wahook_processor_retries_exhausted_total", Help: "Bodies that failed on their own in --max-deliver deliveries while ClickHouse and NATS answered, kept as dead letters and acked.",
+		}),
+		restarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wahook_processor_consumer_restarts_total", Help: "Times stage 1's consumer on RAW stopped (a closed connection, a deleted consumer) and was read again.",
+		}),
 	}
-	reg.MustRegister(m.bodies, m.rows, m.batches, m.batchRows, m.flush, m.failures, m.deadLetters)
+	reg.MustRegister(m.bodies, m.rows, m.batches, m.batchRows, m.flush, m.failures, m.deadLetters, m.poison, m.restarts)
 	return m
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -76,6 +77,14 @@ const (
 	// ReasonNoEvents is the reason of a body that decoded but held no event
 	// at all, such as an empty entry list: it is kept to be looked at.
 	ReasonNoEvents = "no_events"
+	// ReasonRetriesExhausted is the reason of a body that could not be
+	// stored on its own in Config.MaxDeliver deliveries while ClickHouse
+	// and NATS answered (stage 1's poison isolation): its error says why.
+	ReasonRetriesExhausted = "retries_exhausted"
+	// ReasonTooManyBadItems is the reason of the one row that stands for
+	// the bad items of a body past the first meta.MaxProblems; it keeps
+	// the whole body, and its error the count.
+	ReasonTooManyBadItems = "too_many_bad_items"
 )
 
 // FieldUnknownKeys is the Field of the management row (kind other) that
@@ -119,6 +128,14 @@ func (n *Normalizer) Normalize(body []byte, src schema.Source, rawMsgID string, 
 	for _, pr := range p.Problems {
 		rows.DeadLetters = append(rows.DeadLetters, schema.DeadLetter{
 			Source: src, RawMsgID: b.bodyID(), Item: pr.Path, Reason: ReasonBadItem, Error: pr.Error(), Body: string(pr.Raw),
+		})
+	}
+	if p.ProblemsDropped > 0 {
+		// One row for the rest, with the body once, however many there
+		// are: a body of a million bad items makes 101 rows, not a million.
+		rows.DeadLetters = append(rows.DeadLetters, schema.DeadLetter{
+			Source: src, RawMsgID: b.bodyID(), Reason: ReasonTooManyBadItems, Body: string(body),
+			Error: fmt.Sprintf("%d more bad items after the first %d, which have rows of their own", p.ProblemsDropped, meta.MaxProblems),
 		})
 	}
 	if n.numbers != nil {
@@ -566,7 +583,8 @@ func sniffDisplayNumber(raw []byte) string {
 		return ""
 	}
 	var s string
-	if json.Unmarshal(v.DisplayPhoneNumber, &s) != nil {
+	if json.Unmarshal(v.DisplayPhoneNumber, &s) != nil || !meta.ValidDisplayNumber(s) {
+		// Not a number: the row keeps no number (its raw value has it).
 		return ""
 	}
 	return s

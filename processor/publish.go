@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 
@@ -151,8 +153,9 @@ func (p *eventPublisher) send(ctx context.Context, rows *schema.Rows, from *rowM
 	}
 	defer func() { p.msg.Data = nil }()
 	// An event larger than the server takes (max_payload) would fail its
-	// batch for ever: it goes out without the fields that keep unknown JSON
-	// as received (extra, raw), which ClickHouse has in full.
+	// body for ever: it goes out without the fields that keep unknown JSON
+	// or content as received (extra, raw, content), which ClickHouse has in
+	// full, and if still too large with every string cut (cutStrings).
 	limit := int(p.nc.MaxPayload()) - 4096
 	for ; from.statuses < len(rows.Statuses); from.statuses++ {
 		r := &rows.Statuses[from.statuses]
@@ -160,7 +163,10 @@ func (p *eventPublisher) send(ctx context.Context, rows *schema.Rows, from *rowM
 		if err == nil && len(p.data) > limit {
 			small := *r
 			small.Extra = ""
-			p.data, err = appendStatusEvent(p.data[:0], &small)
+			if p.data, err = appendStatusEvent(p.data[:0], &small); err == nil && len(p.data) > limit {
+				cutStrings(&small, limit/256)
+				p.data, err = appendStatusEvent(p.data[:0], &small)
+			}
 		}
 		if err = send(r.PhoneNumberID, schema.KindStatus, r.EventID, err); err != nil {
 			return err
@@ -171,8 +177,11 @@ func (p *eventPublisher) send(ctx context.Context, rows *schema.Rows, from *rowM
 		p.data, err = appendInboundEvent(p.data[:0], r)
 		if err == nil && len(p.data) > limit {
 			small := *r
-			small.Extra = ""
-			p.data, err = appendInboundEvent(p.data[:0], &small)
+			small.Extra, small.Content = "", ""
+			if p.data, err = appendInboundEvent(p.data[:0], &small); err == nil && len(p.data) > limit {
+				cutStrings(&small, limit/256)
+				p.data, err = appendInboundEvent(p.data[:0], &small)
+			}
 		}
 		if err = send(r.PhoneNumberID, schema.KindInbound, r.EventID, err); err != nil {
 			return err
@@ -184,7 +193,10 @@ func (p *eventPublisher) send(ctx context.Context, rows *schema.Rows, from *rowM
 		if err == nil && len(p.data) > limit {
 			small := *r
 			small.Raw = ""
-			p.data, err = appendManagementEvent(p.data[:0], &small)
+			if p.data, err = appendManagementEvent(p.data[:0], &small); err == nil && len(p.data) > limit {
+				cutStrings(&small, limit/256)
+				p.data, err = appendManagementEvent(p.data[:0], &small)
+			}
 		}
 		if err = send(r.PhoneNumberID, r.Kind, r.EventID, err); err != nil {
 			return err
@@ -404,4 +416,38 @@ func (w *ackWindow) waitLocked(ctx context.Context, slot, lowWater int) error {
 		}
 	}
 	return nil
+}
+
+// cutStrings cuts every string field of the struct v points to (and of
+// the structs it holds) to at most max bytes, on a rune boundary. An event
+// that is still too large for EVENTS without its raw fields goes out so:
+// the strings that made it large come from the body (a 1 MB message id,
+// say), and JSON escaping can make one six times its size. There are at
+// most a few dozen fields, each escaped to at most six times max; a slice
+// (error codes) keeps its first max/16 items.
+func cutStrings(v any, max int) {
+	cutValue(reflect.ValueOf(v).Elem(), max)
+}
+
+func cutValue(v reflect.Value, max int) {
+	switch v.Kind() {
+	case reflect.String:
+		if s := v.String(); len(s) > max {
+			n := max
+			for n > 0 && !utf8.RuneStart(s[n]) {
+				n--
+			}
+			v.SetString(s[:n])
+		}
+	case reflect.Slice:
+		if v.Len() > max/16 {
+			v.Set(v.Slice(0, max/16))
+		}
+	case reflect.Struct:
+		for i := 0; i < v.NumField(); i++ {
+			if f := v.Field(i); f.CanSet() {
+				cutValue(f, max)
+			}
+		}
+	}
 }

@@ -41,6 +41,11 @@ type Stage1 struct {
 	metrics *metrics
 	backoff time.Duration
 	events  *eventPublisher // used by the reading goroutine only
+	// solo publishes the events of bodies written one by one (isolate);
+	// used by the writing goroutine only, as is lastWrite, how long the
+	// last batch took to write.
+	solo      *eventPublisher
+	lastWrite time.Duration
 }
 
 // NewStage1 returns a stage 1 consumer; log may be nil.
@@ -114,27 +119,11 @@ const writerPoll = 5 * time.Millisecond
 // JetStream holds its events, and its bodies are acked once ClickHouse
 // holds its rows too.
 func (s *Stage1) Run(ctx context.Context) error {
-	// A passing NATS error at start only delays stage 1 (ingest keeps
-	// storing bodies meanwhile), so the consumer is retried.
-	var cons jetstream.Consumer
-	for wait := s.cfg.BackoffMin; ; wait = min(2*wait, s.cfg.BackoffMax) {
-		var err error
-		if cons, err = s.js.CreateOrUpdateConsumer(ctx, schema.StreamRaw, s.ConsumerConfig()); err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		s.log.Warn("consumer on raw stream, retrying", zap.Error(err), zap.Duration("in", wait))
-		sleep(ctx, wait)
+	it := s.open(ctx)
+	if it == nil {
+		return nil
 	}
-	// Prefetch is bounded by count and by bytes (bodies reach 4 MB).
-	pull := min(s.cfg.MaxAckPending/2, 5000)
-	it, err := cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(pull, 64<<20))
-	if err != nil {
-		return fmt.Errorf("consume %s: %w", schema.StreamRaw, err)
-	}
-	defer it.Stop()
+	defer func() { it.Stop() }()
 	if s.events != nil {
 		defer s.events.close()
 	}
@@ -147,8 +136,13 @@ func (s *Stage1) Run(ctx context.Context) error {
 	go func() {
 		defer close(writerDone)
 		for b := range full {
+			start := time.Now()
 			s.flush(ctx, b)
+			s.lastWrite = time.Since(start)
 			empty <- b
+		}
+		if s.solo != nil {
+			s.solo.close()
 		}
 	}()
 	b := &batch{}
@@ -206,7 +200,17 @@ func (s *Stage1) Run(ctx context.Context) error {
 			case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 				// The loop hands the batch off when it is due.
 			case errors.Is(err, jetstream.ErrMsgIteratorClosed):
-				return fmt.Errorf("consume %s: %w", schema.StreamRaw, err)
+				// The connection was closed, or the consumer deleted: a
+				// failure of the bus never ends stage 1. The batch in hand
+				// stays (its acks go over the reconnected connection, or
+				// its bodies come back after AckWait).
+				s.metrics.restarts.Inc()
+				s.log.Warn("raw stream consumer stopped, reading again", zap.Error(err))
+				it.Stop()
+				sleep(ctx, s.cfg.BackoffMin)
+				if it = s.open(ctx); it == nil {
+					return nil
+				}
 			default:
 				s.log.Warn("fetch from raw stream", zap.Error(err))
 				sleep(ctx, s.cfg.BackoffMin)
@@ -222,6 +226,28 @@ func (s *Stage1) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// open provisions stage 1's consumer and starts reading it, retrying with
+// a growing delay until it can or ctx ends (nil): a passing NATS error
+// only delays stage 1, while ingest keeps storing bodies.
+func (s *Stage1) open(ctx context.Context) jetstream.MessagesContext {
+	// Prefetch is bounded by count and by bytes (bodies reach 4 MB).
+	pull := min(s.cfg.MaxAckPending/2, 5000)
+	for wait := s.cfg.BackoffMin; ; wait = min(2*wait, s.cfg.BackoffMax) {
+		cons, err := s.js.CreateOrUpdateConsumer(ctx, schema.StreamRaw, s.ConsumerConfig())
+		if err == nil {
+			var it jetstream.MessagesContext
+			if it, err = cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(pull, 64<<20)); err == nil {
+				return it
+			}
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.log.Warn("consumer on raw stream, retrying", zap.Error(err), zap.Duration("in", wait))
+		sleep(ctx, wait)
+	}
 }
 
 // add normalizes one RAW message into the batch.
@@ -256,9 +282,12 @@ func SourceOf(msg jetstream.Msg) schema.Source {
 }
 
 // flush writes the batch, whose events JetStream holds already, and acks
-// its messages; when either store failed, it naks them with a growing
-// delay instead, so they come back, and waits that delay before it takes
-// the next batch (which meanwhile grows to its limits, see Run).
+// its messages. When either store failed, and both answer, the batch is
+// written again body by body (isolate), so that one body that cannot be
+// stored never holds the others back; when a store is down, every body is
+// nak'ed with a growing delay instead, so they come back, and flush waits
+// that delay before it takes the next batch (which meanwhile grows to its
+// limits, see Run).
 func (s *Stage1) flush(runCtx context.Context, b *batch) {
 	// A stop does not cut a write short (that would waste it and leave its
 	// bodies for redelivery): the write has its own deadline, well inside
@@ -266,17 +295,25 @@ func (s *Stage1) flush(runCtx context.Context, b *batch) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), s.cfg.AckWait/2)
 	defer cancel()
 	start := time.Now()
+	s.extend(b, start)
 	err := b.eventsErr
 	if err == nil {
 		err = s.w.Write(ctx, &b.rows)
 	}
 	if err != nil {
+		s.metrics.failures.Inc()
+		if s.healthy(ctx) {
+			s.log.Warn("batch not stored while both stores answer: writing its bodies one by one",
+				zap.Int("batch_bodies", len(b.msgs)), zap.Error(err))
+			s.isolate(runCtx, b.msgs, err)
+			b.reset()
+			return
+		}
 		delay := s.backoff
 		s.backoff = min(2*s.backoff, s.cfg.BackoffMax)
 		for _, m := range b.msgs {
 			_ = m.NakWithDelay(delay) // lost naks come back after AckWait
 		}
-		s.metrics.failures.Inc()
 		s.log.Warn("batch not stored, will retry", zap.Int("batch_bodies", len(b.msgs)), zap.Int("batch_rows", b.rows.Len()),
 			zap.Duration("retry_in", delay), zap.Error(err))
 		b.reset()
@@ -293,6 +330,138 @@ func (s *Stage1) flush(runCtx context.Context, b *batch) {
 	}
 	s.metrics.observe(b, time.Since(start))
 	b.reset()
+}
+
+// extend resets the ack timer of the batch's bodies when they may have
+// waited long enough (in the consumer's buffer, in the batch, for the
+// writer) that the write could end past AckWait: a body is then never
+// redelivered, and written twice, while its first write runs.
+func (s *Stage1) extend(b *batch, now time.Time) {
+	if now.Sub(b.first) < s.cfg.AckWait/4 && s.lastWrite < s.cfg.AckWait/8 {
+		return
+	}
+	for _, m := range b.msgs {
+		_ = m.InProgress()
+	}
+}
+
+// healthy reports whether both stores answer: the NATS connection is up
+// and the writer's store answers a ping.
+func (s *Stage1) healthy(ctx context.Context) bool {
+	if !s.js.Conn().IsConnected() {
+		return false
+	}
+	if p, ok := s.w.(interface{ Ping(context.Context) error }); ok {
+		return p.Ping(ctx) == nil
+	}
+	return true
+}
+
+// isolate writes the bodies of a failed batch again in halves, and the
+// halves that fail in halves again, down to single bodies, so that the
+// bodies stored beside a bad one cost a few writes, not one each. A group
+// stored is acked. A single body that fails on its own is struck (strike).
+// A group that fails while a store is down is nak'ed with the batch
+// backoff: an outage never makes dead letters.
+func (s *Stage1) isolate(runCtx context.Context, msgs []jetstream.Msg, batchErr error) {
+	if s.solo == nil {
+		s.solo = newEventPublisher(s.js.Conn(), eventsWindow)
+	}
+	if len(msgs) == 1 {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), s.cfg.AckWait/4)
+		defer cancel()
+		s.strike(ctx, msgs[0], batchErr)
+		return
+	}
+	half := len(msgs) / 2
+	for _, group := range [][]jetstream.Msg{msgs[:half], msgs[half:]} {
+		if err := s.writeGroup(runCtx, group); err != nil {
+			s.isolate(runCtx, group, err)
+		}
+	}
+}
+
+// writeGroup normalizes the bodies of msgs again and writes them as one
+// batch, acking them when stored. A failure while a store is down naks
+// them with the batch backoff and returns nil: they are handled.
+func (s *Stage1) writeGroup(runCtx context.Context, msgs []jetstream.Msg) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), s.cfg.AckWait/4)
+	defer cancel()
+	start := time.Now()
+	b := &batch{msgs: msgs}
+	for _, m := range msgs {
+		_ = m.InProgress() // the isolation may take a while
+		s.n.Normalize(m.Data(), SourceOf(m), m.Headers().Get(schema.HeaderMsgID), &b.rows)
+	}
+	err := s.writeAlone(ctx, &b.rows)
+	switch {
+	case err == nil:
+		for _, m := range msgs {
+			_ = m.Ack()
+		}
+		s.metrics.observe(b, time.Since(start))
+		return nil
+	case len(msgs) > 1 && !s.healthy(ctx):
+		delay := s.backoff
+		for _, m := range msgs {
+			_ = m.NakWithDelay(delay)
+		}
+		return nil
+	}
+	return err
+}
+
+// writeAlone publishes the events of rows and writes them.
+func (s *Stage1) writeAlone(ctx context.Context, rows *schema.Rows) error {
+	if s.cfg.PublishEvents {
+		if err := s.solo.send(ctx, rows, &rowMarks{}); err != nil {
+			return err
+		}
+		if err := s.solo.drain(ctx); err != nil {
+			return err
+		}
+	}
+	return s.w.Write(ctx, rows)
+}
+
+// strike handles a body that failed on its own with err.
+func (s *Stage1) strike(ctx context.Context, m jetstream.Msg, err error) {
+	var n uint64 = 1
+	if md, mdErr := m.Metadata(); mdErr == nil {
+		n = md.NumDelivered
+	}
+	src := SourceOf(m)
+	if n >= uint64(s.cfg.MaxDeliver) && s.healthy(ctx) {
+		id := m.Headers().Get(schema.HeaderMsgID)
+		if id == "" {
+			id = schema.RawMsgID(m.Data())
+		}
+		d := schema.DeadLetter{Source: src, RawMsgID: id, Reason: ReasonRetriesExhausted,
+			Error: fmt.Sprintf("not stored in %d deliveries, the last on its own while the stores answered: %v", n, err), Body: string(m.Data())}
+		rows := schema.Rows{DeadLetters: []schema.DeadLetter{d}}
+		werr := s.w.Write(ctx, &rows)
+		if werr != nil {
+			// The body itself may be what the store refuses: keep the
+			// reason without it (RAW still holds it, at its sequence).
+			rows.DeadLetters[0].Body = ""
+			rows.DeadLetters[0].Error += fmt.Sprintf("; the body is not kept here (%v): it is in %s at sequence %d", werr, schema.StreamRaw, src.RawSeq)
+			werr = s.w.Write(ctx, &rows)
+		}
+		if werr == nil {
+			_ = m.Ack()
+			s.metrics.deadLetters.Inc()
+			s.metrics.poison.Inc()
+			s.log.Warn("body made a dead letter after failing on its own", zap.Uint64("raw_seq", src.RawSeq),
+				zap.Uint64("deliveries", n), zap.Error(err))
+			return
+		}
+		err = werr
+	}
+	delay := s.cfg.BackoffMin << min(n-1, 16)
+	delay = min(delay, s.cfg.BackoffMax)
+	_ = m.NakWithDelay(delay)
+	s.log.Warn("body not stored on its own, will retry", zap.Uint64("raw_seq", src.RawSeq), zap.Uint64("deliveries", n),
+		zap.Int("max_deliver", s.cfg.MaxDeliver), zap.Duration("retry_in", delay), zap.Error(err))
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -27,12 +27,14 @@ const fixturesDir = "../../shared/meta/fixtures"
 
 // pipeline is stage 1 on a real embedded JetStream and a real ClickHouse.
 type pipeline struct {
-	t       testing.TB
-	nats    *schematest.JetStream
-	js      jetstream.JetStream
-	db      *schematest.ClickHouseDB
-	cfg     processor.Config
-	writer  *chwriter.Writer
+	t      testing.TB
+	nats   *schematest.JetStream
+	js     jetstream.JetStream
+	db     *schematest.ClickHouseDB
+	cfg    processor.Config
+	writer *chwriter.Writer
+	// faults, when set, stands between stage 1 and the writer.
+	faults  func(processor.Writer) processor.Writer
 	norm    *processor.Normalizer
 	cancel  context.CancelFunc
 	done    chan error
@@ -86,7 +88,11 @@ func newPipeline(t testing.TB, db *schematest.ClickHouseDB) *pipeline {
 func (p *pipeline) start() {
 	p.t.Helper()
 	reg := prometheus.NewRegistry()
-	s1, err := processor.NewStage1(p.cfg, p.js, p.writer, p.norm, reg, zaptest.NewLogger(p.t))
+	var w processor.Writer = p.writer
+	if p.faults != nil {
+		w = p.faults(w)
+	}
+	s1, err := processor.NewStage1(p.cfg, p.js, w, p.norm, reg, zaptest.NewLogger(p.t))
 	if err != nil {
 		p.t.Fatal(err)
 	}

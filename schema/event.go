@@ -33,18 +33,28 @@ func EventsSubject(phoneNumberID string, k Kind) string {
 	return SubjectEventsPrefix + SubjectToken(phoneNumberID) + "." + string(k)
 }
 
+// MaxSubjectToken is the longest value SubjectToken passes through as it is.
+const MaxSubjectToken = 64
+
 // SubjectToken makes a value from a body safe as one subject token: ids are
 // digits, but a body may carry anything, and a '.', a space or a wildcard
 // would break the per-number subjects or make the publish fail. Anything
 // but ASCII letters, digits, '-' and '_' becomes '_'; "" becomes NoNumber.
+// A value longer than MaxSubjectToken becomes "h" and the hex of the first
+// 16 bytes of its SHA-256, so that no value can make a subject longer than
+// the server takes (the decoder refuses such ids; this bounds whatever
+// else reaches a subject).
 func SubjectToken(s string) string {
 	if s == "" {
 		return NoNumber
 	}
+	if len(s) > MaxSubjectToken {
+		sum := sha256.Sum256([]byte(s))
+		return "h" + hex.EncodeToString(sum[:16])
+	}
 	ok := true
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '-' || c == '_') {
+		if !tokenByte(s[i]) {
 			ok = false
 			break
 		}
@@ -54,11 +64,15 @@ func SubjectToken(s string) string {
 	}
 	b := []byte(s)
 	for i, c := range b {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '-' || c == '_') {
+		if !tokenByte(c) {
 			b[i] = '_'
 		}
 	}
 	return string(b)
+}
+
+func tokenByte(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '-' || c == '_'
 }
 
 // EventID returns the deterministic id of an event: the first 16 bytes of

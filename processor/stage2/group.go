@@ -233,7 +233,7 @@ func (s *Stage2) runGroup(ctx context.Context) error {
 			s.log.Info("stage 2 stopped")
 			return nil
 		}
-		return err
+		return &consumeError{err}
 	}
 	for {
 		select {
@@ -266,6 +266,13 @@ func (s *Stage2) runGroup(ctx context.Context) error {
 		timer.Reset(time.Until(s.nextWake(nextRefresh)))
 	}
 }
+
+// consumeError is a failure of a group member that was consuming: Run
+// joins the group again.
+type consumeError struct{ err error }
+
+func (e *consumeError) Error() string { return e.err.Error() }
+func (e *consumeError) Unwrap() error { return e.err }
 
 // stepDown unpins this member's consumer if its pinned client is this
 // instance (pin, from the messages it got), once the instance has stopped

@@ -11,6 +11,7 @@ type metrics struct {
 	partitions prometheus.Gauge
 	writeFails *prometheus.CounterVec // by bucket
 	clamped    prometheus.Counter
+	restarts   prometheus.Counter
 }
 
 // The results of an event.
@@ -45,6 +46,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		clamped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wahook_stage2_events_ahead_total", Help: "Events stamped more than 2 s ahead of this clock, counted as now.",
 		}),
+		restarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wahook_stage2_consumer_restarts_total", Help: "Times stage 2's consumer failed (a closed connection, a deleted consumer) and was read again.",
+		}),
 		writeFails: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wahook_stage2_write_failures_total", Help: "KV writes that failed, by bucket.",
 		}, []string{"bucket"}),
@@ -52,6 +56,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, r := range []string{resultApplied, resultDuplicate, resultIgnored, resultBad, resultNotOwned} {
 		m.events.WithLabelValues(r)
 	}
-	reg.MustRegister(m.events, m.signals, m.urgent, m.cooldowns, m.numbers, m.partitions, m.writeFails, m.clamped)
+	reg.MustRegister(m.events, m.signals, m.urgent, m.cooldowns, m.numbers, m.partitions, m.writeFails, m.clamped, m.restarts)
 	return m
 }

@@ -98,12 +98,78 @@ func (s *Stage2) Run(ctx context.Context) error {
 			zap.String("bucket", schema.BucketPairCooldown))
 	}
 	if s.cfg.Partitions > 0 {
-		return s.runGroup(ctx)
+		// A member that fails while it consumes (the connection closed,
+		// the group deleted by hand) joins again; a group it cannot join
+		// at the start (a wrong partition count) ends Run.
+		for wait := restartMin; ; wait = min(2*wait, restartMax) {
+			err := s.runGroup(ctx)
+			var ce *consumeError
+			if err == nil || !errors.As(err, &ce) {
+				return err
+			}
+			s.m.restarts.Inc()
+			s.log.Warn("stage 2 group member stopped, joining again", zap.Error(err), zap.Duration("in", wait))
+			if sleepCtx(ctx, wait); ctx.Err() != nil {
+				return nil
+			}
+		}
 	}
 	cons, err := ensureConsumer(ctx, s.js, s.cfg)
 	if err != nil {
 		return err
 	}
+	s.log.Info("stage 2 started", zap.String("consumer", s.cfg.Durable), zap.Strings("subjects", s.cfg.FilterSubjects))
+	s.seedHeld(ctx)
+	// One failure of the consumer (a connection the server closed, a
+	// consumer deleted by hand) must not end stage 2, nor the process: it
+	// is logged, and the consumer is provisioned and read again.
+	wait := restartMin
+	for {
+		started := time.Now()
+		err := s.consume(ctx, cons)
+		if ctx.Err() != nil {
+			s.w.flush(context.Background(), time.Now(), true)
+			s.log.Info("stage 2 stopped")
+			return nil
+		}
+		if time.Since(started) > restartMax {
+			wait = restartMin
+		}
+		s.m.restarts.Inc()
+		s.log.Warn("stage 2 consumer stopped, reading again", zap.Error(err), zap.Duration("in", wait))
+		for {
+			sleepCtx(ctx, wait)
+			wait = min(2*wait, restartMax)
+			if ctx.Err() != nil {
+				break
+			}
+			if cons, err = ensureConsumer(ctx, s.js, s.cfg); err == nil {
+				break
+			}
+			s.log.Warn("stage 2 consumer, retrying", zap.Error(err), zap.Duration("in", wait))
+		}
+	}
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// Restarts of a failed consumer wait restartMin, doubling to restartMax.
+const (
+	restartMin = 250 * time.Millisecond
+	restartMax = 10 * time.Second
+)
+
+// consume applies the events of cons until ctx ends (nil) or the consumer
+// fails (its error). The signals due are written as it goes.
+func (s *Stage2) consume(ctx context.Context, cons jetstream.Consumer) error {
 	it, err := cons.Messages(jetstream.PullMaxMessages(fetchBatch))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", schema.StreamEvents, err)
@@ -120,14 +186,13 @@ func (s *Stage2) Run(ctx context.Context) error {
 		it.Stop()
 	}()
 	defer func() { close(quit); <-stopped }()
-	s.log.Info("stage 2 started", zap.String("consumer", s.cfg.Durable), zap.Strings("subjects", s.cfg.FilterSubjects))
-	s.seedHeld(ctx)
 
 	nextRefresh := time.Now().Add(s.cfg.Refresh)
 	nextCheck := time.Now().Add(consumerCheck)
 	for {
 		wait := time.Until(s.nextWake(nextRefresh))
 		var msg jetstream.Msg
+		err = nil
 		if wait > 0 {
 			msg, err = it.Next(jetstream.NextMaxWait(wait))
 		}
@@ -136,10 +201,7 @@ func (s *Stage2) Run(ctx context.Context) error {
 			s.handle(ctx, msg)
 		case err == nil:
 		case errors.Is(err, nats.ErrTimeout):
-			err = nil
-		case errors.Is(err, jetstream.ErrMsgIteratorClosed) && ctx.Err() != nil:
-			s.w.flush(context.Background(), time.Now(), true)
-			s.log.Info("stage 2 stopped")
+		case ctx.Err() != nil:
 			return nil
 		default:
 			return fmt.Errorf("consume %s: %w", schema.StreamEvents, err)

@@ -346,23 +346,27 @@ func testServerRestart(t *testing.T, edit func(*Config)) {
 	h.waitSignal("8001", "after", func(s schema.PacingSignal) bool { return s.Observed.S10 == 20 })
 }
 
-// Run ends with an error, not a hang, when its consumer is deleted.
-func TestRunEndsWithoutConsumer(t *testing.T) {
-	h := start(t, sec(1), nil)
+// A consumer deleted under a running stage 2 (by hand, or lost with a
+// server's store) ends neither stage 2 nor the process: it is provisioned
+// again, and the signals go on.
+func TestRunRecreatesDeletedConsumer(t *testing.T) {
+	h := start(t, sec(12), nil)
 	if err := h.js.DeleteConsumer(context.Background(), schema.StreamEvents, h.cfg.Durable); err != nil {
 		t.Fatal(err)
 	}
+	h.eventually("the consumer read again", func() (bool, string) {
+		_, err := h.js.Consumer(context.Background(), schema.StreamEvents, h.cfg.Durable)
+		n := metricValue(h.s.m.restarts)
+		return err == nil && n >= 1, fmt.Sprintf("restarts %v, %v", n, err)
+	})
+	h.traffic("8001", 0, 10, 10, 0)
+	h.flushed()
+	h.waitSignal("8001", "after the consumer came back", func(s schema.PacingSignal) bool { return s.Observed.S10 == 10 })
 	select {
 	case err := <-h.done:
-		if err == nil {
-			t.Fatal("Run returned nil")
-		}
-		t.Logf("Run: %v", err)
-	case <-time.After(15 * time.Second):
-		t.Fatal("Run did not return")
+		t.Fatalf("Run returned: %v", err)
+	default:
 	}
-	h.stop()
-	h.stop = nil
 }
 
 // Send results count like webhooks: an accepted send is outbound traffic,

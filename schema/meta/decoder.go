@@ -18,7 +18,9 @@ type decoder struct {
 	// keys.
 	path     []seg
 	problems []ItemError
-	unknown  []UnknownKey
+	// dropped counts the problems past MaxProblems, which are not kept.
+	dropped int
+	unknown []UnknownKey
 	// inEdit is set while the message inside an edit is decoded.
 	inEdit bool
 }
@@ -414,7 +416,7 @@ func decodeItems[T any, PT item[T]](d *decoder, dst *[]T) error {
 	*dst = nil
 	return d.array(func() error {
 		start := d.wsPos()
-		pathLen, probLen, unkLen, depth := len(d.path), len(d.problems), len(d.unknown), d.depth
+		pathLen, probLen, unkLen, depth, dropped := len(d.path), len(d.problems), len(d.unknown), d.depth, d.dropped
 		var zero T
 		*dst = append(*dst, zero)
 		v := PT(&(*dst)[len(*dst)-1])
@@ -442,13 +444,27 @@ func decodeItems[T any, PT item[T]](d *decoder, dst *[]T) error {
 		}
 		(*dst)[len(*dst)-1] = zero
 		*dst = (*dst)[:len(*dst)-1]
-		d.path, d.problems, d.unknown, d.depth = d.path[:pathLen], d.problems[:probLen], d.unknown[:unkLen], depth
+		d.path, d.problems, d.unknown, d.depth, d.dropped = d.path[:pathLen], d.problems[:probLen], d.unknown[:unkLen], depth, dropped
 		d.pos = start
 		if err := d.skipValue(); err != nil {
 			return err
 		}
 		p.Raw = d.data[start:d.pos]
-		d.problems = append(d.problems, p)
+		d.problem(p)
 		return nil
 	})
+}
+
+// MaxProblems is the most bad items a Payload lists; the others are only
+// counted (Payload.ProblemsDropped), so that a body of a million bad items
+// costs no more memory than its bytes.
+const MaxProblems = 100
+
+// problem records a bad item.
+func (d *decoder) problem(p ItemError) {
+	if len(d.problems) >= MaxProblems {
+		d.dropped++
+		return
+	}
+	d.problems = append(d.problems, p)
 }

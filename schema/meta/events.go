@@ -129,7 +129,7 @@ func (s *PhoneNumberSettings) decode(d *decoder) error {
 	return d.object(func(k []byte) error {
 		switch string(k) {
 		case "phone_number_id":
-			return d.str(&s.PhoneNumberID)
+			return d.numberID(&s.PhoneNumberID)
 		case "calling":
 			return d.raw(&s.Calling)
 		default:

@@ -26,7 +26,7 @@ func (q *PhoneNumberQualityUpdate) decode(d *decoder) error {
 	return d.object(func(k []byte) error {
 		switch string(k) {
 		case "display_phone_number":
-			return d.str(&q.DisplayPhoneNumber)
+			return d.displayNumber(&q.DisplayPhoneNumber)
 		case "event":
 			return d.str(&q.Event)
 		case "current_limit":
@@ -151,7 +151,7 @@ func (n *PhoneNumberNameUpdate) decode(d *decoder) error {
 	return d.object(func(k []byte) error {
 		switch string(k) {
 		case "display_phone_number":
-			return d.str(&n.DisplayPhoneNumber)
+			return d.displayNumber(&n.DisplayPhoneNumber)
 		case "decision":
 			return d.str(&n.Decision)
 		case "requested_verified_name":
@@ -177,7 +177,7 @@ func (s *SecurityUpdate) decode(d *decoder) error {
 	return d.object(func(k []byte) error {
 		switch string(k) {
 		case "display_phone_number":
-			return d.str(&s.DisplayPhoneNumber)
+			return d.displayNumber(&s.DisplayPhoneNumber)
 		case "event":
 			return d.str(&s.Event)
 		case "requester":

@@ -15,6 +15,9 @@ type Payload struct {
 	// Problems lists the items that were left out of the typed view because
 	// a key had the wrong type, each with its path, bytes and reason.
 	Problems []ItemError `json:"-"`
+	// ProblemsDropped counts the bad items past the first MaxProblems,
+	// which Problems does not list.
+	ProblemsDropped int `json:"-"`
 	// Unknown lists every unknown key of the body with its path, in order.
 	// The same values are on the Extra of the struct they belong to. Keys
 	// inside a value that is kept raw as a whole (an unknown field, an Extra
@@ -122,7 +125,7 @@ func Decode(body []byte) (*Payload, error) {
 		}
 		return nil, err
 	}
-	p.Problems, p.Unknown = d.problems, d.unknown
+	p.Problems, p.ProblemsDropped, p.Unknown = d.problems, d.dropped, d.unknown
 	return p, nil
 }
 
@@ -187,7 +190,7 @@ func (d *decoder) soft(read func() error) error {
 	if err := d.skipValue(); err != nil {
 		return err
 	}
-	d.problems = append(d.problems, ItemError{
+	d.problem(ItemError{
 		Path: d.pathString(pathLen),
 		Raw:  d.data[start:d.pos],
 		Err:  &TypeError{Got: te.Got, Want: te.Want},

@@ -88,9 +88,9 @@ func (m *Metadata) decode(d *decoder) error {
 	return d.object(func(k []byte) error {
 		switch string(k) {
 		case "display_phone_number":
-			return d.str(&m.DisplayPhoneNumber)
+			return d.displayNumber(&m.DisplayPhoneNumber)
 		case "phone_number_id":
-			return d.str(&m.PhoneNumberID)
+			return d.numberID(&m.PhoneNumberID)
 		default:
 			return d.extra(&m.Extra, k)
 		}

@@ -1,0 +1,166 @@
+package processor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/wahook/wahook/processor"
+	"github.com/wahook/wahook/schema"
+	"github.com/wahook/wahook/schema/schematest"
+)
+
+// statusBody is a body of one sent status of number id with message id
+// msgID.
+func statusBody(id, display, msgID string, ts int) []byte {
+	return []byte(fmt.Sprintf(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","changes":[{"field":"messages","value":{"messaging_product":"whatsapp","metadata":{"display_phone_number":%q,"phone_number_id":%q},"statuses":[{"id":%q,"status":"sent","timestamp":"%d","recipient_id":"4915155500734"}]}}]}]}`,
+		display, id, msgID, ts))
+}
+
+// TestStage1ImpossibleIDs: a phone number id or a display number of
+// thousands of characters (it would be a subject token or a KV key longer
+// than nats-server takes, which closes the connection) makes its change a
+// dead letter with its path; stage 1 goes on, and the bodies after it are
+// stored.
+func TestStage1ImpossibleIDs(t *testing.T) {
+	p := newPipeline(t, schematest.ClickHouse(t))
+	p.start()
+	p.publish("default", statusBody(strings.Repeat("7", 5000), "15557810001", "wamid.long-id", 1781514312))
+	p.publish("default", statusBody("107655290331184", strings.Repeat("5", 5000), "wamid.long-display", 1781514313))
+	p.publish("default", []byte(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","time":1781514314,"changes":[{"field":"phone_number_quality_update","value":{"display_phone_number":"`+strings.Repeat("1", 5000)+`","event":"THROUGHPUT_UPGRADE","current_limit":"TIER_UNLIMITED"}}]}]}`))
+	p.publish("default", statusBody("107655290331184", "15557810001", "wamid.after", 1781514315))
+	p.drained(30 * time.Second)
+	got := p.codeCounts("SELECT concat(reason, ' ', item), count() FROM {db}.dead_letters FINAL GROUP BY reason, item")
+	equalCounts(t, "dead letters", got, map[string]uint64{"bad_item entry[0].changes[0]": 3})
+	if n := p.count("SELECT count() FROM {db}.dead_letters FINAL WHERE position(error, 'value.metadata.phone_number_id') > 0 AND position(error, 'string of 5000 bytes') > 0"); n != 1 {
+		t.Errorf("the long phone number id's dead letter does not name its path and length")
+	}
+	if n := p.count("SELECT uniqExact(event_id) FROM {db}.status_events WHERE message_id = 'wamid.after'"); n != 1 {
+		t.Errorf("the body after the impossible ids: %d statuses, want 1", n)
+	}
+	if n := p.count("SELECT count() FROM {db}.status_events WHERE length(phone_number_id) > 32 OR length(display_phone_number) > 40"); n != 0 {
+		t.Errorf("%d statuses kept an impossible id", n)
+	}
+}
+
+// TestStage1OversizedEvent: a status whose message id escapes in JSON to
+// more than the server's max_payload (300,000 '<' become 1.8 MB of
+// \u003c) was refused by EVENTS on every delivery and held its batch for
+// ever. Its event goes out cut to fit, ClickHouse keeps the row whole, and
+// the bodies beside it are stored.
+func TestStage1OversizedEvent(t *testing.T) {
+	p := newPipeline(t, schematest.ClickHouse(t))
+	p.start()
+	huge := strings.Repeat("<", 300_000)
+	p.publish("default", statusBody("107655290331184", "15557810001", "wamid.before", 1781514311))
+	p.publish("default", statusBody("107655290331184", "15557810001", huge, 1781514312))
+	p.publish("default", statusBody("107655290331184", "15557810001", "wamid.after", 1781514313))
+	p.drained(30 * time.Second)
+	if n := p.count("SELECT uniqExact(event_id) FROM {db}.status_events WHERE message_id IN ('wamid.before', 'wamid.after')"); n != 2 {
+		t.Errorf("bodies beside the oversized one: %d statuses, want 2", n)
+	}
+	if n := p.count("SELECT count() FROM {db}.status_events WHERE length(message_id) = 300000"); n == 0 {
+		t.Errorf("ClickHouse does not hold the oversized status whole")
+	}
+	st, err := p.js.Stream(context.Background(), schema.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.CachedInfo().State.Msgs; got != 3 {
+		t.Errorf("events on %s: %d, want 3", schema.StreamEvents, got)
+	}
+	if got := p.metric(0, "wahook_processor_write_failures_total"); got != 0 {
+		t.Errorf("write failures: %v, want 0", got)
+	}
+}
+
+// refuse is a writer that refuses every batch holding a status with
+// message id bad, as a store refuses a row it cannot take, and passes
+// the others to the real writer.
+type refuse struct {
+	processor.Writer
+	bad     string
+	refused atomic.Int64
+}
+
+func (r *refuse) Write(ctx context.Context, rows *schema.Rows) error {
+	for i := range rows.Statuses {
+		if rows.Statuses[i].MessageID == r.bad {
+			r.refused.Add(1)
+			return errors.New("refused: a row the store cannot take")
+		}
+	}
+	return r.Writer.Write(ctx, rows)
+}
+
+// TestStage1PoisonBody: a body that fails on every delivery while the
+// stores answer no longer holds its batch-mates: the failed batch is
+// written again in halves, the good bodies are stored at once, and the bad
+// one becomes a dead letter (retries_exhausted) after --max-deliver
+// deliveries, and is acked.
+func TestStage1PoisonBody(t *testing.T) {
+	p := newPipeline(t, schematest.ClickHouse(t))
+	p.cfg.MaxDeliver = 3
+	p.cfg.FlushInterval = 300 * time.Millisecond // batches of several bodies
+	var w *refuse
+	p.faults = func(inner processor.Writer) processor.Writer {
+		w = &refuse{Writer: inner, bad: "wamid.poison"}
+		return w
+	}
+	const n = 40
+	for i := 0; i < n; i++ {
+		p.publish("default", statusBody("107655290331184", "15557810001", fmt.Sprintf("wamid.good-%d", i), 1781514312+i))
+		if i == n/2 {
+			p.publish("default", statusBody("107655290331184", "15557810001", "wamid.poison", 1781514300))
+		}
+	}
+	start := time.Now()
+	p.start()
+	for p.count("SELECT uniqExact(event_id) FROM {db}.status_events WHERE startsWith(message_id, 'wamid.good-')") != n {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("the good bodies beside a poison body were not stored within 10 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.drained(30 * time.Second)
+	if got := p.codeCounts("SELECT reason, count() FROM {db}.dead_letters FINAL GROUP BY reason"); fmt.Sprint(got) != fmt.Sprint(map[string]uint64{processor.ReasonRetriesExhausted: 1}) {
+		t.Errorf("dead letters: %v, want one %s", got, processor.ReasonRetriesExhausted)
+	}
+	if n := p.count("SELECT count() FROM {db}.dead_letters FINAL WHERE position(body, 'wamid.poison') > 0 AND position(error, 'refused') > 0"); n != 1 {
+		t.Errorf("the dead letter does not keep the body and the error")
+	}
+	if got := p.metric(0, "wahook_processor_retries_exhausted_total"); got != 1 {
+		t.Errorf("retries exhausted: %v, want 1", got)
+	}
+	if got := w.refused.Load(); got < 3 {
+		t.Errorf("the poison body was refused %d times, want at least --max-deliver (3)", got)
+	}
+	if got := p.metric(0, "wahook_processor_bodies_total"); got != n {
+		t.Errorf("bodies counted: %v, want %d", got, n)
+	}
+}
+
+// TestStage1ManyBadItems: a body of 200,000 bad items made a dead-letter
+// row each (2.1 M rows and 2.3 GB for a 4 MiB body); now the first 100
+// have rows of their own and one more row counts the rest, with the body.
+func TestStage1ManyBadItems(t *testing.T) {
+	p := newPipeline(t, schematest.ClickHouse(t))
+	p.start()
+	const items = 200_000
+	body := []byte(`{"object":"whatsapp_business_account","entry":[0` + strings.Repeat(",0", items-1) + `]}`)
+	p.publish("default", body)
+	p.publish("default", statusBody("107655290331184", "15557810001", "wamid.after", 1781514315))
+	p.drained(30 * time.Second)
+	got := p.codeCounts("SELECT reason, count() FROM {db}.dead_letters FINAL GROUP BY reason")
+	equalCounts(t, "dead letters", got, map[string]uint64{"bad_item": 100, "too_many_bad_items": 1})
+	if n := p.count("SELECT count() FROM {db}.dead_letters FINAL WHERE reason = 'too_many_bad_items' AND length(body) = ? AND position(error, '199900 more bad items') > 0", len(body)); n != 1 {
+		t.Errorf("the summary row does not keep the body and the count")
+	}
+	if n := p.count("SELECT uniqExact(event_id) FROM {db}.status_events WHERE message_id = 'wamid.after'"); n != 1 {
+		t.Errorf("the body after: %d statuses, want 1", n)
+	}
+}

@@ -1,0 +1,67 @@
+package meta_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/wahook/wahook/schema/meta"
+)
+
+func TestValidIDs(t *testing.T) {
+	for _, c := range []struct {
+		s           string
+		id, display bool
+	}{
+		{"107655290331184", true, true},
+		{"1", true, true},
+		{"", false, false},
+		{strings.Repeat("1", 32), true, false},
+		{strings.Repeat("1", 33), false, false},
+		{"+1 (555) 781-0001", false, true},
+		{"15557810001.", false, true},
+		{"1555x", false, false},
+		{"wahook.events.>", false, false},
+		{"+ ", false, false},
+		{strings.Repeat("1", 20), true, true},
+		{strings.Repeat("1", 21), true, false},
+	} {
+		if got := meta.ValidNumberID(c.s); got != c.id {
+			t.Errorf("ValidNumberID(%q) = %v", c.s, got)
+		}
+		if got := meta.ValidDisplayNumber(c.s); got != c.display {
+			t.Errorf("ValidDisplayNumber(%q) = %v", c.s, got)
+		}
+	}
+}
+
+// TestDecodeImpossibleIDs: a change whose metadata names an impossible
+// number is an item error at the change, naming the key and the length,
+// never the value; the other changes are decoded.
+func TestDecodeImpossibleIDs(t *testing.T) {
+	long := strings.Repeat("9", 5000)
+	body := `{"object":"whatsapp_business_account","entry":[{"id":"1","changes":[
+		{"field":"messages","value":{"metadata":{"display_phone_number":"15557810001","phone_number_id":"` + long + `"},"statuses":[{"id":"wamid.a","status":"sent","timestamp":"1","recipient_id":"1"}]}},
+		{"field":"messages","value":{"metadata":{"display_phone_number":"1555.` + long + `","phone_number_id":"2"},"statuses":[{"id":"wamid.b","status":"sent","timestamp":"1","recipient_id":"1"}]}},
+		{"field":"phone_number_quality_update","value":{"display_phone_number":"ab","event":"FLAGGED"}},
+		{"field":"messages","value":{"metadata":{"display_phone_number":"15557810001","phone_number_id":"107655290331184"},"statuses":[{"id":"wamid.c","status":"sent","timestamp":"1","recipient_id":"1"}]}}]}]}`
+	p, err := meta.Decode([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Problems) != 3 {
+		t.Fatalf("problems: %v", p.Problems)
+	}
+	for i, want := range []string{"value.metadata.phone_number_id", "value.metadata.display_phone_number", "value.display_phone_number"} {
+		pr := p.Problems[i]
+		if pr.Path != "entry[0].changes["+string(rune('0'+i))+"]" || !strings.Contains(pr.Error(), want) || !errors.Is(pr, meta.ErrBadItem) {
+			t.Errorf("problem %d: %s", i, pr.Error())
+		}
+		if strings.Contains(pr.Error(), long[:100]) || len(pr.Error()) > 300 {
+			t.Errorf("problem %d repeats the value: %.200s", i, pr.Error())
+		}
+	}
+	if ids := p.PhoneNumberIDs(); len(ids) != 1 || ids[0] != "107655290331184" {
+		t.Errorf("numbers decoded: %v", ids)
+	}
+}
