@@ -1,0 +1,307 @@
+package checks
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+func chartDir() string { return deployPath("helm", "wahook") }
+
+// helmCases are the renderings the tests check: the chart's defaults, the
+// cluster values of deploy/kubernetes, and one process with ServiceMonitors.
+var helmCases = []struct {
+	name string
+	args []string
+	// secrets rendered elsewhere (an existing Secret) and its keys
+	external map[string][]string
+}{
+	{name: "default"},
+	{name: "cluster", args: []string{"-f", deployPath("kubernetes", "wahook-values.yaml")},
+		external: map[string][]string{"wahook": {"app-secret", "verify-token", "api-token", "phone-hash-key", "clickhouse-dsn"}}},
+	{name: "single-process-monitored", args: []string{"--set", "process.replicas=1", "--set", "serviceMonitor.enabled=true", "--set", "ingest.hpa.enabled=false", "--set", "secrets.clickhouseDSN=clickhouse://u:p@ch:9000/wahook"}},
+}
+
+func TestHelmLint(t *testing.T) {
+	helm := tool(t, "helm")
+	mustRun(t, 2*time.Minute, repoRoot, helm, "lint", "--strict", chartDir())
+	mustRun(t, 2*time.Minute, repoRoot, helm, "lint", "--strict", chartDir(), "-f", deployPath("kubernetes", "wahook-values.yaml"))
+}
+
+func TestHelmTemplate(t *testing.T) {
+	helm := tool(t, "helm")
+	for _, c := range helmCases {
+		t.Run(c.name, func(t *testing.T) {
+			out := mustRun(t, 2*time.Minute, repoRoot, helm, append([]string{"template", "wahook", chartDir(), "--namespace", "wahook"}, c.args...)...)
+			r := decodeStrict(t, "helm template "+c.name, out)
+			checkRendered(t, r, c.external)
+		})
+	}
+}
+
+// A ClickHouse cluster cannot be set until wahook has a flag for it.
+func TestHelmRefusesClickHouseCluster(t *testing.T) {
+	helm := tool(t, "helm")
+	out, err := run(t, 2*time.Minute, repoRoot, nil, helm, "template", "wahook", chartDir(), "--set", "clickhouse.cluster=wahook")
+	if err == nil || !strings.Contains(out, "clickhouse.cluster") {
+		t.Fatalf("helm template with clickhouse.cluster set: err %v, want a failure naming the value:\n%s", err, out)
+	}
+}
+
+type podOwner struct {
+	kind, name string
+	labels     map[string]string
+	spec       corev1.PodSpec
+	replicas   int
+}
+
+func checkRendered(t *testing.T, r *rendered, external map[string][]string) {
+	t.Helper()
+	secretKeys := map[string]map[string]bool{}
+	for name, keys := range external {
+		secretKeys[name] = map[string]bool{}
+		for _, k := range keys {
+			secretKeys[name][k] = true
+		}
+	}
+	for _, s := range r.secrets {
+		secretKeys[s.Name] = map[string]bool{}
+		for k := range s.StringData {
+			secretKeys[s.Name][k] = true
+		}
+		for k := range s.Data {
+			secretKeys[s.Name][k] = true
+		}
+	}
+	var pods []podOwner
+	for _, d := range r.deployments {
+		n := 1
+		if d.Spec.Replicas != nil {
+			n = int(*d.Spec.Replicas)
+		}
+		pods = append(pods, podOwner{"Deployment", d.Name, d.Spec.Template.Labels, d.Spec.Template.Spec, n})
+	}
+	for _, s := range r.statefulSets {
+		pods = append(pods, podOwner{"StatefulSet", s.Name, s.Spec.Template.Labels, s.Spec.Template.Spec, int(*s.Spec.Replicas)})
+	}
+	for _, j := range r.jobs {
+		pods = append(pods, podOwner{"Job", j.Name, j.Spec.Template.Labels, j.Spec.Template.Spec, 1})
+	}
+	subs := map[string]bool{}
+	for _, p := range pods {
+		where := p.kind + " " + p.name
+		for _, c := range p.spec.Containers {
+			inv := podInvocation(where, c)
+			dump := checkInvocation(t, inv)
+			sub := inv.args[0]
+			subs[sub] = true
+			checkSecretRefs(t, where, c, secretKeys)
+			if dump == nil {
+				continue
+			}
+			if lf, ok := listenFlag[sub]; ok {
+				checkPorts(t, where, c, listenPort(dump[lf].value))
+			}
+			if sub == "ingest" {
+				checkShutdown(t, where, p.spec, c, dump["shutdown-delay"].value)
+			}
+			if sub == "process" {
+				checkStage2(t, p, c, dump)
+			}
+		}
+	}
+	for _, want := range []string{"ingest", "process", "migrate"} {
+		if !subs[want] {
+			t.Errorf("no workload runs wahook %s", want)
+		}
+	}
+	svcPorts := map[string]map[string]bool{}
+	for _, s := range r.services {
+		var target *podOwner
+		for i := range pods {
+			if selects(s.Spec.Selector, pods[i].labels) {
+				target = &pods[i]
+			}
+		}
+		if target == nil {
+			t.Errorf("Service %s selects no workload's pods", s.Name)
+			continue
+		}
+		svcPorts[s.Name] = map[string]bool{}
+		for _, sp := range s.Spec.Ports {
+			svcPorts[s.Name][sp.Name] = true
+			if !containerHasPort(target.spec, sp.TargetPort) {
+				t.Errorf("Service %s port %s: target port %s is no container port of %s %s", s.Name, sp.Name, sp.TargetPort.String(), target.kind, target.name)
+			}
+		}
+	}
+	for _, m := range r.monitors {
+		found := false
+		for _, s := range r.services {
+			if selects(m.Spec.Selector.MatchLabels, s.Labels) {
+				found = true
+				for _, ep := range m.Spec.Endpoints {
+					if !svcPorts[s.Name][ep.Port] {
+						t.Errorf("ServiceMonitor %s: port %q is not a port of Service %s", m.Name, ep.Port, s.Name)
+					}
+					if ep.Path != "/metrics" {
+						t.Errorf("ServiceMonitor %s: path %q, wahook serves /metrics", m.Name, ep.Path)
+					}
+				}
+			}
+		}
+		if !found {
+			t.Errorf("ServiceMonitor %s selects no Service", m.Name)
+		}
+	}
+	for _, h := range r.hpas {
+		ok := false
+		for _, d := range r.deployments {
+			ok = ok || (h.Spec.ScaleTargetRef.Kind == "Deployment" && h.Spec.ScaleTargetRef.Name == d.Name)
+		}
+		if !ok {
+			t.Errorf("HorizontalPodAutoscaler %s scales %s %s, which is not rendered", h.Name, h.Spec.ScaleTargetRef.Kind, h.Spec.ScaleTargetRef.Name)
+		}
+	}
+	for _, b := range r.pdbs {
+		ok := false
+		for _, p := range pods {
+			ok = ok || (p.kind == "Deployment" && selects(b.Spec.Selector.MatchLabels, p.labels))
+		}
+		if !ok {
+			t.Errorf("PodDisruptionBudget %s selects no Deployment's pods", b.Name)
+		}
+	}
+}
+
+func selects(sel, labels map[string]string) bool {
+	if len(sel) == 0 {
+		return false
+	}
+	for k, v := range sel {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func containerHasPort(spec corev1.PodSpec, p intstr.IntOrString) bool {
+	for _, c := range spec.Containers {
+		for _, cp := range c.Ports {
+			if (p.Type == intstr.String && cp.Name == p.StrVal) || (p.Type == intstr.Int && cp.ContainerPort == p.IntVal) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func checkSecretRefs(t *testing.T, where string, c corev1.Container, secrets map[string]map[string]bool) {
+	t.Helper()
+	for _, e := range c.Env {
+		if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+			continue
+		}
+		ref := e.ValueFrom.SecretKeyRef
+		keys, ok := secrets[ref.Name]
+		switch {
+		case !ok:
+			t.Errorf("%s: %s from Secret %s, which is neither rendered nor the existing Secret", where, e.Name, ref.Name)
+		case !keys[ref.Key]:
+			t.Errorf("%s: %s from key %s of Secret %s, which has no such key", where, e.Name, ref.Key, ref.Name)
+		}
+	}
+}
+
+// checkPorts: the container serves on the port of its listen flag, and its
+// probes ask that port for /healthz (liveness) and /readyz (readiness).
+func checkPorts(t *testing.T, where string, c corev1.Container, port string) {
+	t.Helper()
+	want, err := strconv.Atoi(port)
+	if err != nil {
+		t.Errorf("%s: listen port %q is not a number", where, port)
+		return
+	}
+	byName := map[string]int32{}
+	found := false
+	for _, cp := range c.Ports {
+		byName[cp.Name] = cp.ContainerPort
+		found = found || int(cp.ContainerPort) == want
+	}
+	if !found {
+		t.Errorf("%s: wahook listens on %d, the container declares no such port (%v)", where, want, c.Ports)
+	}
+	for name, pr := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+		if pr == nil || pr.HTTPGet == nil {
+			t.Errorf("%s: no HTTP %s probe", where, name)
+			continue
+		}
+		wantPath := map[string]string{"readiness": "/readyz", "liveness": "/healthz"}[name]
+		if pr.HTTPGet.Path != wantPath {
+			t.Errorf("%s: %s probe asks %s, wahook serves it on %s", where, name, pr.HTTPGet.Path, wantPath)
+		}
+		got := pr.HTTPGet.Port.IntVal
+		if pr.HTTPGet.Port.Type == intstr.String {
+			got = byName[pr.HTTPGet.Port.StrVal]
+		}
+		if int(got) != want {
+			t.Errorf("%s: %s probe on port %s (%d), wahook listens on %d", where, name, pr.HTTPGet.Port.String(), got, want)
+		}
+	}
+}
+
+// checkShutdown: readiness fails within --shutdown-delay, and the grace
+// period covers the delay and then some for the requests in flight.
+func checkShutdown(t *testing.T, where string, spec corev1.PodSpec, c corev1.Container, delay string) {
+	t.Helper()
+	d, err := time.ParseDuration(delay)
+	if err != nil || d <= 0 {
+		t.Errorf("%s: --shutdown-delay %q: want a positive duration so that /readyz fails before the listener closes", where, delay)
+		return
+	}
+	if spec.TerminationGracePeriodSeconds == nil || time.Duration(*spec.TerminationGracePeriodSeconds)*time.Second < d+5*time.Second {
+		t.Errorf("%s: terminationGracePeriodSeconds %v does not cover --shutdown-delay %v and 5 s to finish requests", where, spec.TerminationGracePeriodSeconds, d)
+	}
+	if p := c.ReadinessProbe; p != nil && time.Duration(p.PeriodSeconds*p.FailureThreshold)*time.Second >= d {
+		t.Errorf("%s: readiness notices a shutdown after %d s, not within --shutdown-delay %v", where, p.PeriodSeconds*p.FailureThreshold, d)
+	}
+}
+
+// checkStage2: several process pods form one stage 2 group whose members are
+// the StatefulSet's pod names.
+func checkStage2(t *testing.T, p podOwner, c corev1.Container, dump map[string]flagInfo) {
+	t.Helper()
+	where := p.kind + " " + p.name
+	if p.replicas <= 1 {
+		if dump["stage2-partitions"].value != "0" {
+			t.Errorf("%s: one process with --stage2-partitions %s", where, dump["stage2-partitions"].value)
+		}
+		return
+	}
+	if p.kind != "StatefulSet" {
+		t.Errorf("%s: several process pods need stable names: a StatefulSet", where)
+	}
+	if n, _ := strconv.Atoi(dump["stage2-partitions"].value); n < 1 {
+		t.Errorf("%s: %d process pods without --stage2-partitions", where, p.replicas)
+	}
+	var want []string
+	for i := 0; i < p.replicas; i++ {
+		want = append(want, fmt.Sprintf("%s-%d", p.name, i))
+	}
+	if got := dump["stage2-members"].value; got != strings.Join(want, ",") {
+		t.Errorf("%s: --stage2-members %q, the pods are %q", where, got, strings.Join(want, ","))
+	}
+	ok := false
+	for _, e := range c.Env {
+		ok = ok || (e.Name == envName("stage2-member") && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name")
+	}
+	if !ok {
+		t.Errorf("%s: %s is not the pod's name", where, envName("stage2-member"))
+	}
+}

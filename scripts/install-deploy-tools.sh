@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what the deploy checks (deploy/tools) need, so that their tests
+# download nothing: promtool and prometheus (Debian's prometheus package),
+# docker-compose (Debian's, validates a compose file without a container
+# engine), helm built from its Go module at a pinned version into .cache/bin,
+# and the deploy/tools module's Go dependencies.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/go/bin"
+
+HELM_VERSION=v4.3.2
+
+missing=()
+command -v promtool >/dev/null || missing+=(prometheus)
+command -v prometheus >/dev/null || missing+=(prometheus)
+command -v docker-compose >/dev/null || missing+=(docker-compose)
+if [ ${#missing[@]} -gt 0 ]; then
+	sudo=""
+	[ "$(id -u)" -eq 0 ] || sudo="sudo"
+	$sudo apt-get update -qq
+	# Debian's prometheus package starts a service where systemd runs; the
+	# tests use their own prometheus on a free port and never talk to it.
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+		$(printf '%s\n' "${missing[@]}" | sort -u) >/dev/null
+fi
+
+mkdir -p .cache/bin
+if ! [ -x .cache/bin/helm ] || ! .cache/bin/helm version --template '{{.Version}}' 2>/dev/null | grep -qx "$HELM_VERSION"; then
+	GOBIN="$PWD/.cache/bin" go install "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
+fi
+
+(cd deploy/tools && go mod download)
+echo "deploy tools: $(promtool --version 2>&1 | head -1); $(docker-compose version --short); helm $(.cache/bin/helm version --template '{{.Version}}')"
