@@ -14,6 +14,9 @@ const (
 	CodeNotFound     = "not_found"     // no such route or object
 	CodeUnavailable  = "unavailable"   // ClickHouse did not answer in time; retry
 	CodeInternal     = "internal"      // a bug; the log has the details
+	// CodeTooManyNumbers refuses send results that would take their token
+	// past the phone number ids it may report (Config.MaxNumbersPerToken).
+	CodeTooManyNumbers = "too_many_numbers"
 )
 
 // Error is the body of every answer that is not a 2xx:

@@ -8,6 +8,9 @@ type metrics struct {
 	limited      *prometheus.CounterVec
 	unauthorized prometheus.Counter
 	sendResults  prometheus.Counter
+	// numbersRefused counts send-result documents refused for taking
+	// their token past the phone number ids it may report.
+	numbersRefused prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -33,9 +36,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "wahook_api_send_results_total",
 			Help: "Send results stored through POST /api/v1/send-results.",
 		}),
+		numbersRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wahook_api_send_results_numbers_refused_total",
+			Help: "Send-result documents refused (403 too_many_numbers) because they would take their token past --api-max-numbers-per-token phone number ids.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.duration, m.limited, m.unauthorized, m.sendResults)
+		reg.MustRegister(m.requests, m.duration, m.limited, m.unauthorized, m.sendResults, m.numbersRefused)
 	}
 	return m
 }

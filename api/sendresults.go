@@ -37,6 +37,16 @@ func (s *Server) sendResults(c *fiber.Ctx) error {
 	if len(bad) > 0 {
 		return s.writeError(c, BadParameter(bad[0].Path, "%s (%d wrong results in all; nothing was stored)", bad[0].Message, len(bad)))
 	}
+	ids := make([]string, len(doc.Results))
+	for i := range doc.Results {
+		ids[i] = doc.Results[i].PhoneNumberID
+	}
+	tok, _ := c.Locals(localToken).(string)
+	if e := s.numbers.admit(tok, ids); e != nil {
+		s.metrics.numbersRefused.Inc()
+		s.metrics.requests.WithLabelValues("send-results", "403").Inc()
+		return s.writeError(c, e)
+	}
 	ctx, cancel := context.WithTimeout(c.UserContext(), intakeTimeout)
 	defer cancel()
 	if err := s.cfg.Intake.PublishRaw(ctx, schema.SendResultsApp, body); err != nil {

@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/wahook/wahook/schema"
 )
 
@@ -144,4 +147,58 @@ func TestSendResultsLimits(t *testing.T) {
 	if code, _, _ := post(t, s, goodResults, "192.0.2.1", one); code != 202 {
 		t.Fatalf("next window: %d", code)
 	}
+}
+
+// A token may bring in a bounded number of phone number ids: 300
+// documents of 1,000 hostile ids each made 300k numbers in stage 2.
+func TestSendResultsNumbersPerToken(t *testing.T) {
+	pub := &memPublisher{}
+	s := intakeServer(t, pub, Limits{}, &clock{t: time.Now()})
+	s.numbers = newTokenNumbers(3)
+	const one, two = "token-one-0123456789", "token-two-0123456789"
+	doc := func(ids ...string) string {
+		var b bytes.Buffer
+		b.WriteString(`{"results":[`)
+		for i, id := range ids {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			b.WriteString(`{"phone_number_id":"` + id + `","status":"failed","error_code":131048,"timestamp":1773500000}`)
+		}
+		b.WriteString(`]}`)
+		return b.String()
+	}
+	if code, _, b := post(t, s, doc("1", "2", "2"), "192.0.2.1", one); code != 202 {
+		t.Fatalf("two numbers: %d %s", code, b)
+	}
+	code, _, b := post(t, s, doc("1", "3", "4"), "192.0.2.1", one)
+	var e struct{ Error Error }
+	_ = json.Unmarshal(b, &e)
+	if code != 403 || e.Error.Code != CodeTooManyNumbers {
+		t.Fatalf("a fourth and fifth number: %d %s", code, b)
+	}
+	if len(pub.docs) != 1 {
+		t.Fatalf("the refused document was stored: %d documents", len(pub.docs))
+	}
+	if code, _, b := post(t, s, doc("3", "1"), "192.0.2.1", one); code != 202 {
+		t.Fatalf("a third number, refused nothing of the document before: %d %s", code, b)
+	}
+	if code, _, _ := post(t, s, doc("4"), "192.0.2.1", one); code != 403 {
+		t.Fatalf("a fourth number: %d", code)
+	}
+	if code, _, _ := post(t, s, doc("4", "5", "6"), "192.0.2.1", two); code != 202 {
+		t.Fatalf("the other token has its own bound: %d", code)
+	}
+	if got := metricValue(t, s.metrics.numbersRefused); got != 2 {
+		t.Fatalf("refusals counted: %v, want 2", got)
+	}
+}
+
+func metricValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }

@@ -35,6 +35,9 @@ type Config struct {
 	// Intake stores send-result documents; nil turns POST
 	// /api/v1/send-results off (503).
 	Intake Publisher
+	// MaxNumbersPerToken bounds the distinct phone number ids one token
+	// may report send results for (0: no bound).
+	MaxNumbersPerToken int
 }
 
 // Publisher stores a send-results document durably (JetStream, RAW app
@@ -45,7 +48,7 @@ type Publisher interface {
 
 // DefaultConfig is the configuration without tokens.
 func DefaultConfig() Config {
-	return Config{Listen: ":8081", Limits: DefaultLimits(), QueryTimeout: 10 * time.Second}
+	return Config{Listen: ":8081", Limits: DefaultLimits(), QueryTimeout: 10 * time.Second, MaxNumbersPerToken: DefaultMaxNumbersPerToken}
 }
 
 // Validate reports what is wrong with c.
@@ -193,6 +196,7 @@ type Server struct {
 
 	globalIP, globalToken *window
 	groups                map[group][2]*window // per IP, per token
+	numbers               *tokenNumbers        // send results' numbers per token
 }
 
 // New builds the API on store. reg receives its metrics; log may be nil.
@@ -207,7 +211,7 @@ func newServer(cfg Config, store *Store, reg prometheus.Registerer, log *zap.Log
 	if log == nil {
 		log = zap.NewNop()
 	}
-	s := &Server{cfg: cfg, store: store, log: log, now: now, metrics: newMetrics(reg)}
+	s := &Server{cfg: cfg, store: store, log: log, now: now, metrics: newMetrics(reg), numbers: newTokenNumbers(cfg.MaxNumbersPerToken)}
 	for _, t := range cfg.Tokens {
 		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
 	}

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strconv"
 	"time"
+
+	"github.com/wahook/wahook/schema/meta"
 )
 
 // SendResultsApp is the RAW app of send results: sending services report
@@ -101,6 +104,9 @@ func ParseSendResults(body []byte) (*SendResults, []*SendResultError, error) {
 	if err := dec.Decode(&doc); err != nil {
 		return nil, nil, &SendResultError{Path: "body", Message: err.Error()}
 	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, nil, &SendResultError{Path: "body", Message: "more after the document: one JSON object per request"}
+	}
 	if len(doc.Results) == 0 {
 		return nil, nil, &SendResultError{Path: "results", Message: "no results"}
 	}
@@ -124,14 +130,16 @@ func ParseSendResults(body []byte) (*SendResults, []*SendResultError, error) {
 // check reports the first wrong field of r.
 func (r *SendResult) check() *SendResultError {
 	switch {
-	case r.PhoneNumberID == "" || len(r.PhoneNumberID) > 64:
-		return &SendResultError{"phone_number_id", "required, at most 64 characters"}
+	case !meta.ValidNumberID(r.PhoneNumberID):
+		return &SendResultError{"phone_number_id", "required: a phone number id, 1 to 32 digits"}
 	case r.Status != SendAccepted && r.Status != SendFailed:
 		return &SendResultError{"status", `must be "accepted" or "failed"`}
 	case r.Status == SendAccepted && r.MessageID == "":
 		return &SendResultError{"message_id", "required when accepted"}
 	case r.Status == SendFailed && r.ErrorCode == 0:
 		return &SendResultError{"error_code", "required when failed"}
+	case r.ErrorCode < 0:
+		return &SendResultError{"error_code", "must be Meta's error code, a positive integer"}
 	case r.Status == SendAccepted && r.ErrorCode != 0:
 		return &SendResultError{"error_code", "only with failed"}
 	case r.Timestamp.IsZero() || r.Timestamp.Unix() <= 0 || r.Timestamp.Unix() > 1<<32-1:

@@ -55,6 +55,7 @@ func (o *apiOptions) register(f *flags) {
 	}
 	f.ListVar(&o.proxies, "api-trusted-proxy", "address or CIDR of a proxy whose X-Forwarded-For names the client, for the per-IP limits; repeat")
 	f.DurationVar(&o.cfg.QueryTimeout, "api-query-timeout", o.cfg.QueryTimeout, "longest a report may run in ClickHouse")
+	f.IntVar(&o.cfg.MaxNumbersPerToken, "api-max-numbers-per-token", o.cfg.MaxNumbersPerToken, "distinct phone number ids one token may report send results for, per API process (0: no bound); past it a document is refused 403 too_many_numbers")
 	f.ListVar(&o.tiers, "number-tier", "throughput tier of a number, overriding what webhooks say: PHONE_NUMBER_ID=MPS; repeat")
 }
 

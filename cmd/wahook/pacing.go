@@ -35,6 +35,7 @@ func (o *pacingOptions) register(f *flags) {
 	f.ListVar(&o.overrides, "tier-override", "PHONE_NUMBER_ID=MPS: this number's tier, whatever its webhooks say; repeat for several numbers")
 	f.DurationVar(&o.cfg.Coalesce, "pacing-coalesce", o.cfg.Coalesce, "least time between two writes of one number's signal")
 	f.DurationVar(&o.cfg.Refresh, "pacing-refresh", o.cfg.Refresh, "how often an active number's signal is written again while its rates change")
+	f.DurationVar(&o.cfg.SignalTTL, "pacing-ttl", o.cfg.SignalTTL, "how long a number's last signal stays in "+schema.BucketPacing+" after its last write; a number without events for that long is forgotten")
 	f.IntVar(&o.cfg.Partitions, "stage2-partitions", 0, "share the numbers among several stage 2 instances in this many partitions, fixed for the group's life (0: this instance owns every number)")
 	f.StringVar(&o.cfg.Member, "stage2-member", "", "with --stage2-partitions: this instance's member name in the group")
 	f.StringVar(&o.members, "stage2-members", "", "with --stage2-partitions: every member's name, comma-separated; set as the group's membership at start (empty: leave it as it is)")

@@ -63,6 +63,12 @@ type Config struct {
 	// Replicas are the replicas of the KV buckets when stage 2 creates them
 	// (1 on one machine, 3 on a cluster).
 	Replicas int
+	// SignalTTL is how long a number's last signal stays in wahook_pacing
+	// after its last write: a number without any event for that long is
+	// forgotten (its next event starts from the defaults), so that the
+	// bucket does not keep, and a restart reload, numbers long gone. A
+	// number with traffic is written every Refresh.
+	SignalTTL time.Duration
 	// Now is the clock of the signals (updated_at, the end of the windows,
 	// the expiry of cool-downs); time.Now unless a test sets it. Timers
 	// (coalescing, refreshes) use the real clock.
@@ -80,6 +86,7 @@ func DefaultConfig() Config {
 		MaxAckPending:  10_000,
 		AckWait:        30 * time.Second,
 		Replicas:       1,
+		SignalTTL:      30 * 24 * time.Hour,
 		Now:            time.Now,
 	}
 }
@@ -113,6 +120,8 @@ func (c Config) Validate() error {
 		return errors.New("max ack pending must be positive")
 	case c.AckWait < time.Second:
 		return errors.New("ack wait must be at least 1s")
+	case c.SignalTTL < time.Hour:
+		return errors.New("signal TTL must be at least an hour")
 	case c.Replicas < 1:
 		return errors.New("replicas must be positive")
 	case c.Tiers.Default < 1 || c.Tiers.Upgraded < 1 || c.Tiers.Coexistence < 1:

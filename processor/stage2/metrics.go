@@ -12,6 +12,7 @@ type metrics struct {
 	writeFails *prometheus.CounterVec // by bucket
 	clamped    prometheus.Counter
 	restarts   prometheus.Counter
+	evicted    prometheus.Counter
 }
 
 // The results of an event.
@@ -46,6 +47,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		clamped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wahook_stage2_events_ahead_total", Help: "Events stamped more than 2 s ahead of this clock, counted as now.",
 		}),
+		evicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wahook_stage2_numbers_evicted_total", Help: "Numbers forgotten from memory once neither traffic nor a hold could change their signal; an event seeds them again from their last signal.",
+		}),
 		restarts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wahook_stage2_consumer_restarts_total", Help: "Times stage 2's consumer failed (a closed connection, a deleted consumer) and was read again.",
 		}),
@@ -56,6 +60,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, r := range []string{resultApplied, resultDuplicate, resultIgnored, resultBad, resultNotOwned} {
 		m.events.WithLabelValues(r)
 	}
-	reg.MustRegister(m.events, m.signals, m.urgent, m.cooldowns, m.numbers, m.partitions, m.writeFails, m.clamped, m.restarts)
+	reg.MustRegister(m.events, m.signals, m.urgent, m.cooldowns, m.numbers, m.partitions, m.writeFails, m.clamped, m.restarts, m.evicted)
 	return m
 }

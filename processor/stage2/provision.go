@@ -22,16 +22,24 @@ const cooldownMarkerTTL = time.Minute
 // TTL, nats-server 2.11 and later); on an older server it keeps every key
 // for the longest cool-down instead, and readers go by the value's until.
 // It reports whether the cool-down bucket has per-key expiry.
-func ensureBuckets(ctx context.Context, js jetstream.JetStream, replicas int) (pacingKV, cooldownKV jetstream.KeyValue, keyTTL bool, err error) {
-	pacingKV, err = ensureBucket(ctx, js, jetstream.KeyValueConfig{
+func ensureBuckets(ctx context.Context, js jetstream.JetStream, replicas int, signalTTL time.Duration) (pacingKV, cooldownKV jetstream.KeyValue, keyTTL bool, err error) {
+	pcfg := jetstream.KeyValueConfig{
 		Bucket:      schema.BucketPacing,
 		Description: "wahook: pacing signal per business number (schema.PacingSignal)",
 		History:     1,
+		TTL:         signalTTL,
 		Storage:     jetstream.FileStorage,
 		Replicas:    replicas,
-	})
-	if err != nil {
+	}
+	if pacingKV, err = ensureBucket(ctx, js, pcfg); err != nil {
 		return nil, nil, false, err
+	}
+	// A bucket made by an earlier version keeps every signal for ever:
+	// give it the TTL (its other settings stay as they are).
+	if st, err := pacingKV.Status(ctx); err == nil && st.TTL() != signalTTL {
+		if kv, err := js.UpdateKeyValue(ctx, pcfg); err == nil {
+			pacingKV = kv
+		}
 	}
 	cfg := jetstream.KeyValueConfig{
 		Bucket:         schema.BucketPairCooldown,

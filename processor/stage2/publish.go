@@ -58,6 +58,10 @@ type writer struct {
 	due     time.Time // the earliest due write of dirty
 	live    map[*number]struct{}
 	pending []pendingWrite
+	// fails counts the failed writes since failLogged, the last log line
+	// about them.
+	fails      int
+	failLogged time.Time
 }
 
 // changed marks n to be written after e changed it. An error or a
@@ -126,8 +130,25 @@ func (w *writer) refresh(now time.Time) {
 			w.mark(n)
 		case sec > n.holdUntil:
 			delete(w.live, n)
+			w.evict(n)
 		}
 	}
+}
+
+// evict forgets n, which left the live set: nothing but an event can
+// change its signal any more, and its last signal, in the KV, holds what
+// an event needs (its tier, quality, limit and holds: a number seen again
+// is seeded from it, as after a restart). So memory holds the numbers of
+// the last minutes, not every number ever seen. A number with a write
+// still to make stays; one whose write fails after it left comes back
+// (failed), unless the number was seen again meanwhile.
+func (w *writer) evict(n *number) {
+	if n.dirty || n.gone || w.s.nums[n.id] != n {
+		return
+	}
+	delete(w.s.nums, n.id)
+	w.s.m.evicted.Inc()
+	w.s.m.numbers.Set(float64(len(w.s.nums)))
 }
 
 // flush writes the numbers whose write is due at now, or all with all,
@@ -234,11 +255,27 @@ func (w *writer) reap(ctx context.Context, block bool) {
 
 func (w *writer) failed(n *number, err error) {
 	w.s.m.writeFails.WithLabelValues(schema.BucketPacing).Inc()
-	if ce := w.s.log.Check(zap.WarnLevel, "write signal"); ce != nil {
-		ce.Write(zap.String("phone_number_id", n.id), zap.Error(err))
+	// One line every failLogEvery at most, with the count: during an
+	// outage every number's write fails.
+	w.fails++
+	if now := time.Now(); now.Sub(w.failLogged) >= failLogEvery {
+		w.s.log.Warn("pacing signals not written, will retry", zap.String("bucket", schema.BucketPacing),
+			zap.Int("failed_writes", w.fails), zap.Duration("in_the_last", now.Sub(w.failLogged).Round(time.Second)), zap.Error(err))
+		w.fails, w.failLogged = 0, now
+	}
+	switch cur := w.s.nums[n.id]; {
+	case cur == nil && !n.gone:
+		// Evicted after this write: it comes back to be written.
+		w.s.nums[n.id] = n
+		w.s.m.numbers.Set(float64(len(w.s.nums)))
+	case cur != nil && cur != n:
+		return // seen again since: the newer state is written
 	}
 	w.mark(n)
 }
+
+// failLogEvery spaces the log lines of failed signal writes.
+const failLogEvery = 10 * time.Second
 
 // sameSignal reports whether a and b say the same, whenever they were
 // made. It compares their JSON, so that a field added to the signal is

@@ -90,7 +90,7 @@ func (s *Stage2) Run(ctx context.Context) error {
 	if _, err = s.js.Stream(ctx, schema.StreamEvents); err != nil {
 		return fmt.Errorf("stream %s: %w", schema.StreamEvents, err)
 	}
-	if s.pacingKV, s.cooldownKV, s.keyTTL, err = ensureBuckets(ctx, s.js, s.cfg.Replicas); err != nil {
+	if s.pacingKV, s.cooldownKV, s.keyTTL, err = ensureBuckets(ctx, s.js, s.cfg.Replicas, s.cfg.SignalTTL); err != nil {
 		return err
 	}
 	if !s.keyTTL {

@@ -1,0 +1,68 @@
+package stage2
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wahook/wahook/schema"
+)
+
+// Numbers that neither traffic nor a hold can change any more leave
+// memory (300k send-result numbers held 1.6 GB for good); one seen again
+// is seeded from its last signal, its upgrade included.
+func TestIdleNumbersAreEvicted(t *testing.T) {
+	h := start(t, sec(10), nil)
+	const numbers = 200
+	for i := 0; i < numbers; i++ {
+		h.sent1(fmt.Sprint(90000+i), fmt.Sprintf("ev-%d", i), sec(5))
+	}
+	id := "ev-upgrade"
+	h.publish(schema.KindNumber, "2001", id, schema.ManagementRow{
+		EventID: id, Kind: schema.KindNumber, Field: "phone_number_quality_update", EventTime: sec(5),
+		PhoneNumberID: "2001", Event: "THROUGHPUT_UPGRADE", NewValue: "TIER_UNLIMITED",
+	})
+	h.flushed()
+	h.waitSignal("2001", "upgrade", func(s schema.PacingSignal) bool { return s.TierMPS == 1000 })
+	h.eventually("numbers held", func() (bool, string) {
+		n := metricValue(h.s.m.numbers)
+		return n == numbers+1, fmt.Sprint(n)
+	})
+	// Past the longest hold (a stop) and the traffic windows.
+	h.clock.Set(sec(10 + int(holdHorizon) + 60))
+	h.eventually("numbers evicted", func() (bool, string) {
+		n, ev := metricValue(h.s.m.numbers), metricValue(h.s.m.evicted)
+		return n == 0 && ev == numbers+1, fmt.Sprintf("numbers %v, evicted %v", n, ev)
+	})
+	// Seen again: its tier comes back from its last signal.
+	at := sec(10 + int(holdHorizon) + 60)
+	h.sent1("2001", "ev-again", at)
+	h.flushed()
+	h.waitSignal("2001", "seen again", func(s schema.PacingSignal) bool {
+		return s.TierMPS == 1000 && s.TierSource == "throughput_upgrade" && s.UpdatedAt.Equal(at)
+	})
+}
+
+// The signals bucket has a TTL, so that it does not keep numbers long gone
+// for a restart to reload; a bucket made without one gets it.
+func TestPacingBucketTTL(t *testing.T) {
+	h := startServer(t, sec(1))
+	ctx := context.Background()
+	if _, err := h.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: schema.BucketPacing, History: 1}); err != nil {
+		t.Fatal(err)
+	}
+	kv, _, _, err := ensureBuckets(ctx, h.js, 1, 48*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.TTL() != 48*time.Hour {
+		t.Fatalf("TTL of %s: %s, want 48h", schema.BucketPacing, st.TTL())
+	}
+}
