@@ -25,9 +25,11 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 mkdir -p .cache/bin
-if ! [ -x .cache/bin/helm ] || ! .cache/bin/helm version --template '{{.Version}}' 2>/dev/null | grep -qx "$HELM_VERSION"; then
+# helm prints only major.minor as its version: a stamp file records the build.
+if ! [ -x .cache/bin/helm ] || [ "$(cat .cache/bin/helm.version 2>/dev/null)" != "$HELM_VERSION" ]; then
 	GOBIN="$PWD/.cache/bin" go install "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
+	echo "$HELM_VERSION" > .cache/bin/helm.version
 fi
 
 (cd deploy/tools && go mod download)
-echo "deploy tools: $(promtool --version 2>&1 | head -1); $(docker-compose version --short); helm $(.cache/bin/helm version --template '{{.Version}}')"
+echo "deploy tools: $(promtool --version 2>&1 | head -1); $(docker-compose version --short); helm $(cat .cache/bin/helm.version)"

@@ -20,3 +20,7 @@ go test -race -shuffle=on -count=1 -timeout 30m ./...
 # Allocation tests (built without -race only: the race detector makes
 # sync.Pool drop items).
 go test -count=1 -run 'Allocate' ./...
+# The deployment files (deploy/): install their tools (helm, promtool,
+# prometheus, docker-compose), then check them in their own Go module.
+scripts/install-deploy-tools.sh
+(cd deploy/tools && go vet ./... && go test -count=1 -timeout 15m ./...)

@@ -15,7 +15,6 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
 	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
-
 )
 
 // The datasource uids the dashboards refer to; deploy/grafana/provisioning

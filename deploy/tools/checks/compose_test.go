@@ -1,0 +1,188 @@
+package checks
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+func composeFile() string { return deployPath("compose", "compose.yaml") }
+
+// composeConfig is the part of `docker-compose config`'s resolved output the
+// checks read.
+type composeConfig struct {
+	Services map[string]struct {
+		Image       string            `json:"image"`
+		Command     []string          `json:"command"`
+		Entrypoint  []string          `json:"entrypoint"`
+		Environment map[string]string `json:"environment"`
+		Ports       []struct {
+			Target    int `json:"target"`
+			Published any `json:"published"`
+		} `json:"ports"`
+		Volumes []composeVolume `json:"volumes"`
+	} `json:"services"`
+}
+
+// composeVolume is a volume in docker-compose 1.x's short syntax,
+// SOURCE:TARGET[:MODE], with a bind mount's source made absolute.
+type composeVolume string
+
+func (v composeVolume) bind() (source string, ok bool) {
+	src, _, _ := strings.Cut(string(v), ":")
+	return src, strings.HasPrefix(src, "/")
+}
+
+// composeResolved runs Debian's docker-compose on the file: `config -q`
+// validates it, `config` prints it with anchors, variables and paths resolved.
+func composeResolved(t *testing.T) composeConfig {
+	t.Helper()
+	dc := tool(t, "docker-compose")
+	env := cleanEnv(nil)
+	dir := filepath.Dir(composeFile())
+	if out, err := run(t, time.Minute, dir, env, dc, "-f", composeFile(), "config", "-q"); err != nil {
+		t.Fatalf("docker-compose config -q: %v\n%s", err, out)
+	}
+	out, err := run(t, time.Minute, dir, env, dc, "-f", composeFile(), "config")
+	if err != nil {
+		t.Fatalf("docker-compose config: %v\n%s", err, out)
+	}
+	var c composeConfig
+	if err := yaml.Unmarshal([]byte(out), &c); err != nil {
+		t.Fatalf("docker-compose config output: %v", err)
+	}
+	if len(c.Services) == 0 {
+		t.Fatal("docker-compose config: no services")
+	}
+	return c
+}
+
+func TestComposeFile(t *testing.T) {
+	c := composeResolved(t)
+	names := make([]string, 0, len(c.Services))
+	for n := range c.Services {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	listen := map[string]string{} // service -> port wahook serves /metrics on
+	count := map[string]int{}
+	for _, name := range names {
+		s := c.Services[name]
+		for _, v := range s.Volumes {
+			if src, ok := v.bind(); ok {
+				if _, err := os.Stat(src); err != nil {
+					t.Errorf("service %s mounts %s, which does not exist", name, src)
+				}
+			}
+		}
+		if !strings.HasPrefix(s.Image, "wahook") {
+			continue
+		}
+		inv := invocation{where: "compose service " + name, args: s.Command, env: s.Environment}
+		dump := checkInvocation(t, inv)
+		if len(s.Command) == 0 || dump == nil {
+			continue
+		}
+		sub := s.Command[0]
+		count[sub]++
+		lf, ok := listenFlag[sub]
+		if !ok {
+			continue
+		}
+		port := listenPort(dump[lf].value)
+		listen[name] = port
+		for _, p := range s.Ports {
+			if fmt.Sprint(p.Target) != port {
+				t.Errorf("service %s publishes container port %d, wahook %s listens on %s", name, p.Target, sub, port)
+			}
+		}
+	}
+	for sub, want := range map[string]int{"ingest": 2, "process": 1, "api": 1, "migrate": 1} {
+		if count[sub] != want {
+			t.Errorf("compose runs wahook %s %d times, want %d", sub, count[sub], want)
+		}
+	}
+	for _, n := range []string{"nats-1", "nats-2", "nats-3", "clickhouse-1", "clickhouse-keeper", "prometheus", "grafana"} {
+		if _, ok := c.Services[n]; !ok {
+			t.Errorf("compose has no service %s", n)
+		}
+	}
+	checkPrometheusTargets(t, c, listen)
+	checkClickHouseEnv(t, c)
+}
+
+// checkPrometheusTargets: Prometheus scrapes every wahook service of the
+// compose file on the port it listens on, and nothing else.
+func checkPrometheusTargets(t *testing.T, c composeConfig, listen map[string]string) {
+	t.Helper()
+	b, err := os.ReadFile(deployPath("prometheus", "prometheus.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		ScrapeConfigs []struct {
+			JobName       string `json:"job_name"`
+			MetricsPath   string `json:"metrics_path"`
+			StaticConfigs []struct {
+				Targets []string `json:"targets"`
+			} `json:"static_configs"`
+		} `json:"scrape_configs"`
+	}
+	if err := yaml.Unmarshal(b, &cfg); err != nil {
+		t.Fatalf("prometheus.yml: %v", err)
+	}
+	scraped := map[string]bool{}
+	for _, sc := range cfg.ScrapeConfigs {
+		if sc.MetricsPath != "" && sc.MetricsPath != "/metrics" {
+			t.Errorf("prometheus.yml job %s: path %s, wahook serves /metrics", sc.JobName, sc.MetricsPath)
+		}
+		for _, st := range sc.StaticConfigs {
+			for _, target := range st.Targets {
+				host, port, err := net.SplitHostPort(target)
+				if err != nil {
+					t.Errorf("prometheus.yml job %s: target %q: %v", sc.JobName, target, err)
+					continue
+				}
+				want, ok := listen[host]
+				switch {
+				case !ok:
+					t.Errorf("prometheus.yml job %s: target %s is no wahook service of compose.yaml", sc.JobName, target)
+				case port != want:
+					t.Errorf("prometheus.yml job %s: target %s, the service listens on %s", sc.JobName, target, want)
+				}
+				scraped[host] = true
+			}
+		}
+	}
+	for host := range listen {
+		if !scraped[host] {
+			t.Errorf("prometheus.yml does not scrape compose service %s", host)
+		}
+	}
+}
+
+// checkClickHouseEnv: every from_env of the ClickHouse and Keeper configs is
+// set in the compose services that mount them.
+func checkClickHouseEnv(t *testing.T, c composeConfig) {
+	t.Helper()
+	for name, s := range c.Services {
+		for _, v := range s.Volumes {
+			src, ok := v.bind()
+			if !ok || !strings.HasSuffix(src, ".xml") {
+				continue
+			}
+			for _, env := range fromEnvNames(t, src) {
+				if _, ok := s.Environment[env]; !ok {
+					t.Errorf("service %s mounts %s, which reads %s, not set in its environment", name, filepath.Base(src), env)
+				}
+			}
+		}
+	}
+}
