@@ -167,6 +167,12 @@ func TestLive(t *testing.T) {
 		return nil
 	})
 
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		if code, _, err := httpGet(ctx, "http://"+listen+path, nil); err != nil || code != 200 {
+			t.Errorf("GET %s on --listen: %d %v, the deploy files probe and scrape it", path, code, err)
+		}
+	}
+
 	promDir := t.TempDir()
 	promCfg := fmt.Sprintf(`global: {scrape_interval: 1s, evaluation_interval: 1s}
 rule_files: [%q]
