@@ -47,6 +47,12 @@ type Publisher interface {
 }
 
 // DefaultConfig is the configuration without tokens.
+// readTimeout bounds the reading of an API request, headers and body: a
+// client that sends its headers a byte at a time (slowloris) holds its
+// connection this long at most. Meta's largest bodies (3 MB) take well
+// under a second.
+const readTimeout = 10 * time.Second
+
 func DefaultConfig() Config {
 	return Config{Listen: ":8081", Limits: DefaultLimits(), QueryTimeout: 10 * time.Second, MaxNumbersPerToken: DefaultMaxNumbersPerToken}
 }
@@ -224,7 +230,7 @@ func newServer(cfg Config, store *Store, reg prometheus.Registerer, log *zap.Log
 	fc := fiber.Config{
 		DisableStartupMessage: true,
 		AppName:               "wahook-api",
-		ReadTimeout:           30 * time.Second,
+		ReadTimeout:           readTimeout,
 		WriteTimeout:          cfg.QueryTimeout + 10*time.Second,
 		IdleTimeout:           2 * time.Minute,
 		BodyLimit:             1 << 20,

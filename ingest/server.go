@@ -64,6 +64,12 @@ type appRoute struct {
 
 // New builds the endpoint. reg receives the metrics and is served at
 // /metrics; log may be nil.
+// readTimeout bounds the reading of a webhook, headers and body: a
+// client that sends its headers a byte at a time (slowloris) holds its
+// connection this long at most. Meta's largest bodies (3 MB) take well
+// under a second.
+const readTimeout = 10 * time.Second
+
 func New(cfg Config, pub Publisher, ready ReadyFunc, reg *prometheus.Registry, log *zap.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("ingest config: %w", err)
@@ -92,7 +98,7 @@ func New(cfg Config, pub Publisher, ready ReadyFunc, reg *prometheus.Registry, l
 	s.app = fiber.New(fiber.Config{
 		DisableStartupMessage: true,
 		BodyLimit:             cfg.BodyLimit,
-		ReadTimeout:           30 * time.Second,
+		ReadTimeout:           readTimeout,
 		WriteTimeout:          30 * time.Second,
 		IdleTimeout:           2 * time.Minute,
 		ErrorHandler:          s.handleError,

@@ -28,6 +28,7 @@ type apiOptions struct {
 	proxies stringList
 	tiers   stringList
 	limits  map[string]*string
+	conns   connFlags
 }
 
 // apiLimitFlags are the limit flags and where each goes.
@@ -55,6 +56,7 @@ func (o *apiOptions) register(f *flags) {
 	}
 	f.ListVar(&o.proxies, "api-trusted-proxy", "address or CIDR of a proxy whose X-Forwarded-For names the client, for the per-IP limits; repeat")
 	f.DurationVar(&o.cfg.QueryTimeout, "api-query-timeout", o.cfg.QueryTimeout, "longest a report may run in ClickHouse")
+	o.conns.register(f, "api-", "the query API")
 	f.IntVar(&o.cfg.MaxNumbersPerToken, "api-max-numbers-per-token", o.cfg.MaxNumbersPerToken, "distinct phone number ids one token may report send results for, per API process (0: no bound); past it a document is refused 403 too_many_numbers")
 	f.ListVar(&o.tiers, "number-tier", "throughput tier of a number, overriding what webhooks say: PHONE_NUMBER_ID=MPS; repeat")
 }
@@ -161,7 +163,7 @@ func startAPI(ctx context.Context, log *zap.Logger, o *apiOptions, dsn string, r
 		closeStore()
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", o.cfg.Listen)
+	ln, err := o.conns.listen(o.cfg.Listen, "api", reg, log)
 	if err != nil {
 		closeStore()
 		return nil, fmt.Errorf("api listen %s: %w", o.cfg.Listen, err)

@@ -117,7 +117,7 @@ func startEndpoint(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *inges
 		pub.Close()
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ln, err := o.conns.listen(cfg.Listen, "ingest", reg, log)
 	if err != nil {
 		pub.Close()
 		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)

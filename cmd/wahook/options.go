@@ -15,6 +15,7 @@ type ingestOptions struct {
 	stream     ingest.StreamConfig
 	appSecrets stringList
 	provision  bool
+	conns      connFlags
 }
 
 func (o *ingestOptions) register(f *flags) {
@@ -27,6 +28,7 @@ func (o *ingestOptions) register(f *flags) {
 	f.Secret("app-secret")
 	f.IntVar(&o.cfg.BodyLimit, "body-limit", o.cfg.BodyLimit, "largest webhook body accepted, in bytes (413 above)")
 	f.DurationVar(&o.cfg.AckTimeout, "ack-timeout", o.cfg.AckTimeout, "longest wait for JetStream's ack before answering 503")
+	o.conns.register(f, "", "the webhook listener")
 	f.IntVar(&o.cfg.MaxInflight, "max-inflight", o.cfg.MaxInflight, "most publishes awaiting an ack at once")
 	f.DurationVar(&o.cfg.ShutdownDelay, "shutdown-delay", o.cfg.ShutdownDelay, "how long /readyz fails before the listener closes on shutdown")
 	f.IntVar(&o.stream.Replicas, "raw-replicas", o.stream.Replicas, "replicas of the RAW stream (1 on one machine, 3 on a cluster)")

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The fault and abuse suite: inputs and loads that once took wahook down,
+// each kept as a test (loopback only, bounded in time).
+
+const abuseSecret = "wahook-abuse-app-secret"
+
+// startLimited runs "wahook args..." as a child process with at most
+// nofile open descriptors (prlimit, from util-linux).
+func startLimited(t *testing.T, logs *syncBuffer, nofile int, args ...string) *exec.Cmd {
+	t.Helper()
+	prlimit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Fatalf("prlimit (util-linux): %v", err)
+	}
+	lim := "--nofile=" + strconv.Itoa(nofile) + ":" + strconv.Itoa(nofile)
+	cmd := exec.Command(prlimit, lim, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "WAHOOK_TEST_MAIN_ARGS="+strings.Join(args, " "))
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	return cmd
+}
+
+// alive reports whether cmd runs: it exists and is not a zombie (exited,
+// not waited for yet).
+func alive(cmd *exec.Cmd) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: the state follows the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
+}
+
+// metric reads a counter from a /metrics page, summed over its labels.
+func metric(t *testing.T, base, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			sum += v
+		}
+	}
+	return sum
+}
+
+// dialFrom opens n idle connections to addr from the loopback address
+// from; it returns those the server took.
+func dialFrom(t *testing.T, from, addr string, n int) []net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 2 * time.Second}
+	var conns []net.Conn
+	for i := 0; i < n; i++ {
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			continue
+		}
+		conns = append(conns, c)
+	}
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return conns
+}
+
+// postStatus posts one signed status body from the loopback address from
+// and returns the answer's status code, or 0 when the request failed.
+func postStatus(base, from string, i int) int {
+	body := fmt.Sprintf(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","changes":[{"field":"messages","value":{"messaging_product":"whatsapp","metadata":{"display_phone_number":"15557810001","phone_number_id":"107655290331184"},"statuses":[{"id":"wamid.abuse-%d","status":"sent","timestamp":"%d","recipient_id":"4915155500734"}]}}]}]}`, i, 1781514312+i)
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext:       (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}).DialContext,
+		DisableKeepAlives: true,
+	}}
+	resp, err := client.Do(signedRequest(base+"/webhook", abuseSecret, body))
+	if err != nil {
+		return 0
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestIdleConnectionFloodUnderLowFileLimit: 400 idle connections under
+// "ulimit -n 200" used up the descriptors; fasthttp's accept loop returned
+// on EMFILE and serve exited. Now the listener waits the error out: serve
+// stays up, and once the flood ends webhooks are stored again.
+func TestIdleConnectionFloodUnderLowFileLimit(t *testing.T) {
+	listen, natsListen := freeAddr(t), freeAddr(t)
+	var logs syncBuffer
+	cmd := startLimited(t, &logs, 200, "serve", "--no-process", "--listen", listen, "--nats-listen", natsListen,
+		"--data-dir", t.TempDir(), "--app-secret", abuseSecret, "--log-format", "console", "--log-level", "warn")
+	base := "http://" + listen
+	waitReady(t, base, &logs)
+	if code := postStatus(base, "127.0.0.1", 0); code != 200 {
+		t.Fatalf("before the flood: %d\n%s", code, logs.String())
+	}
+	flood := dialFrom(t, "127.0.0.3", listen, 400)
+	time.Sleep(time.Second) // the server accepts what it can and meets EMFILE
+	if !alive(cmd) {
+		t.Fatalf("serve exited under the flood:\n%s", logs.String())
+	}
+	for _, c := range flood {
+		c.Close()
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for code := 0; code != 200; code = postStatus(base, "127.0.0.1", 1) {
+		if time.Now().After(deadline) || !alive(cmd) {
+			t.Fatalf("no webhook stored after the flood (last %d, alive %v):\n%s", code, alive(cmd), logs.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if got := metric(t, base, "wahook_ingest_accept_errors_total"); got == 0 {
+		t.Errorf("no accept error was waited out: the test did not run out of descriptors")
+	}
+	if !strings.Contains(logs.String(), "accept failed, trying again") {
+		t.Errorf("the accept errors were not logged")
+	}
+}
+
+// TestConnectionsPerIPBound: connections past --max-conns-per-ip from one
+// address are closed at once; another address (Meta's next sender) is
+// still served.
+func TestConnectionsPerIPBound(t *testing.T) {
+	listen, natsListen := freeAddr(t), freeAddr(t)
+	var logs syncBuffer
+	startWahook(t, &logs, "serve", "--no-process", "--listen", listen, "--nats-listen", natsListen,
+		"--data-dir", t.TempDir(), "--app-secret", abuseSecret, "--max-conns-per-ip", "50", "--log-format", "console", "--log-level", "warn")
+	base := "http://" + listen
+	waitReady(t, base, &logs)
+	dialFrom(t, "127.0.0.4", listen, 120)
+	deadline := time.Now().Add(10 * time.Second)
+	for metric(t, base, `wahook_ingest_connections_refused_total{reason="per_ip"}`) < 70 {
+		if time.Now().After(deadline) {
+			t.Fatalf("refused per IP: %v, want 70", metric(t, base, `wahook_ingest_connections_refused_total{reason="per_ip"}`))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if code := postStatus(base, "127.0.0.5", 2); code != 200 {
+		t.Fatalf("from another address while one is at its bound: %d", code)
+	}
+	if code := postStatus(base, "127.0.0.4", 3); code == 200 {
+		t.Fatalf("a connection past the bound was served")
+	}
+}

@@ -1,0 +1,147 @@
+package listener
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// flaky returns the errors in errs from its first Accepts, then accepts
+// from the real listener.
+type flaky struct {
+	net.Listener
+	errs []error
+}
+
+func (f *flaky) Accept() (net.Conn, error) {
+	if len(f.errs) > 0 {
+		err := f.errs[0]
+		f.errs = f.errs[1:]
+		return nil, err
+	}
+	return f.Listener.Accept()
+}
+
+// Accept waits out running out of descriptors instead of returning the
+// error, which ended fasthttp's accept loop and the endpoint with it.
+func TestAcceptWaitsOutEMFILE(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	emfile := &net.OpError{Op: "accept", Net: "tcp", Err: &osSyscallError{syscall.EMFILE}}
+	var waited []time.Duration
+	g := Guard(&flaky{Listener: ln, errs: []error{emfile, emfile, syscall.ENFILE}}, Config{
+		OnAcceptError: func(err error, in time.Duration) { waited = append(waited, in) },
+	})
+	go func() {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err == nil {
+			defer c.Close()
+			_, _ = io.Copy(io.Discard, c)
+		}
+	}()
+	c, err := g.Accept()
+	if err != nil {
+		t.Fatalf("Accept: %v", err)
+	}
+	c.Close()
+	if fmt.Sprint(waited) != "[5ms 10ms 20ms]" {
+		t.Fatalf("waits: %v", waited)
+	}
+	ln.Close()
+	if _, err := g.Accept(); err == nil || !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Accept on a closed listener: %v", err)
+	}
+}
+
+type osSyscallError struct{ errno syscall.Errno }
+
+func (e *osSyscallError) Error() string { return "accept4: " + e.errno.Error() }
+func (e *osSyscallError) Unwrap() error { return e.errno }
+
+// Connections past a bound are closed at once; those within are served,
+// and a closed one frees its place.
+func TestBounds(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cfg    Config
+		reason string
+	}{
+		{"total", Config{MaxConns: 3}, RefusedTotal},
+		{"per ip", Config{MaxConnsPerIP: 3}, RefusedPerIP},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			refused := map[string]int{}
+			count := func(r string) int { mu.Lock(); defer mu.Unlock(); return refused[r] }
+			cfg := tc.cfg
+			cfg.OnRefused = func(r string) { mu.Lock(); refused[r]++; mu.Unlock() }
+			g := Guard(ln, cfg)
+			defer g.Close()
+			accepted := make(chan net.Conn, 10)
+			go func() {
+				for {
+					c, err := g.Accept()
+					if err != nil {
+						close(accepted)
+						return
+					}
+					accepted <- c
+				}
+			}()
+			for i := 0; i < 3; i++ {
+				c, err := net.Dial("tcp", ln.Addr().String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+			}
+			var served []net.Conn
+			for len(served) < 3 {
+				served = append(served, <-accepted)
+			}
+			// The two past the bound are closed by the server (a reset may
+			// come before the dial returns).
+			for i := 0; i < 2; i++ {
+				c, err := net.Dial("tcp", ln.Addr().String())
+				if err != nil {
+					continue
+				}
+				defer c.Close()
+				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				if _, err := c.Read(make([]byte, 1)); err == nil {
+					t.Fatal("a connection past the bound was not closed")
+				}
+			}
+			for deadline := time.Now().Add(5 * time.Second); count(tc.reason) < 2 && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if n := count(tc.reason); n != 2 || Open(g) != 3 {
+				t.Fatalf("refused %d, open %d", n, Open(g))
+			}
+			served[0].Close()
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			select {
+			case got := <-accepted:
+				got.Close()
+			case <-time.After(5 * time.Second):
+				t.Fatal("a freed place was not given to the next connection")
+			}
+		})
+	}
+}
