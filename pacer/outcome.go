@@ -1,0 +1,192 @@
+package pacer
+
+import (
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/wahook/wahook/schema"
+)
+
+// Action is what to do with a message after a send.
+type Action string
+
+// The actions.
+const (
+	ActionDone         Action = "done"          // accepted: nothing more to do
+	ActionRetry        Action = "retry"         // send it again after Decision.After (Wait paces it again)
+	ActionDrop         Action = "drop"          // a problem of this message or recipient: never resend it
+	ActionStopNumber   Action = "stop_number"   // stop sending from this number (Wait answers ErrStopped); do not resend
+	ActionStopCampaign Action = "stop_campaign" // stop the campaign on every number: its template, token or account is wrong
+)
+
+// Decision is Outcome's answer.
+type Decision struct {
+	Action  Action
+	Retry   bool          // Action == ActionRetry
+	After   time.Duration // wait at least this long before the retry
+	Code    int32
+	Class   schema.ErrorClass
+	Verdict schema.Verdict
+	Reason  string
+}
+
+// Result is one send's result as Outcome takes it: wahook's send result and
+// which send of the message it was.
+type Result struct {
+	schema.SendResult
+	// Attempt is the number of this send of the message (1 for the first);
+	// the backoff of retryable service errors grows with it.
+	Attempt int
+}
+
+var requestSeq atomic.Uint64
+
+// Outcome reports r to wahook (queued and batched; it never blocks on
+// wahook) and returns what to do next, by wahook's error catalogue:
+//
+//   - accepted: done;
+//   - throughput (130429, 4, 80007): retry at once through Wait, and the
+//     number's rate is halved until wahook's signal has the error;
+//   - pair rate (131056): retry that recipient after max(6 s, 4^X s), X the
+//     131056 in a row for the pair before this one; other recipients go on;
+//   - maintenance (131057): the number pauses for a minute (or until the
+//     signal's maintenance_until), then retry;
+//   - stop verdicts (131048, 131064, policy): stop the number, never retry;
+//     auth and payment errors, and a template that is missing, paused or
+//     wrong: stop the campaign;
+//   - undeliverable, engagement and the other errors of one message: drop;
+//   - retryable errors (service, 134101, ...): retry with a backoff of 1 s
+//     doubling with the attempt (to 60 s), dropped after MaxAttempts.
+//
+// A result without a timestamp gets now; without a request id one of the
+// pacer's, so that two identical failures in one second count twice.
+func (p *Pacer) Outcome(r Result) Decision {
+	now := time.Now()
+	res := r.SendResult
+	if res.Timestamp.IsZero() {
+		res.Timestamp = schema.Timestamp{Time: now.UTC()}
+	}
+	if res.RequestID == "" {
+		res.RequestID = "pacer-" + strconv.FormatUint(requestSeq.Add(1), 36)
+	}
+	if res.Status == "" {
+		if res.ErrorCode != 0 {
+			res.Status = schema.SendFailed
+		} else {
+			res.Status = schema.SendAccepted
+		}
+	}
+	if p.rep != nil {
+		p.rep.add(res)
+	}
+	if res.Status == schema.SendAccepted {
+		return Decision{Action: ActionDone}
+	}
+	e, _ := schema.LookupError(res.ErrorCode)
+	d := Decision{Code: e.Code, Class: e.Class, Verdict: e.Verdict, Reason: e.Title}
+	if d.Reason == "" {
+		d.Reason = "unknown error code " + strconv.Itoa(int(e.Code))
+	}
+	attempt := max(r.Attempt, 1)
+	switch e.Verdict {
+	case schema.VerdictSlowDown:
+		d.Action = ActionRetry
+		p.throttled(res.PhoneNumberID, now)
+	case schema.VerdictWaitRecipient:
+		d.Action = ActionRetry
+		d.After = p.pairStrike(res.PhoneNumberID, res.Recipient, now)
+	case schema.VerdictPause:
+		d.Action = ActionRetry
+		d.After = p.paused(res.PhoneNumberID, now)
+	case schema.VerdictStop:
+		switch e.Class {
+		case schema.ClassAuth, schema.ClassPayment:
+			d.Action = ActionStopCampaign
+		default:
+			d.Action = ActionStopNumber
+		}
+		p.stopped(res.PhoneNumberID, now, strconv.Itoa(int(e.Code))+": "+d.Reason)
+	default:
+		switch {
+		case e.Retryable && attempt < p.cfg.MaxAttempts:
+			d.Action = ActionRetry
+			back := time.Duration(math.Min(60, math.Pow(2, float64(attempt-1))) * float64(time.Second))
+			d.After = time.Duration(float64(back) * (0.8 + 0.4*rand.Float64()))
+		case e.Class == schema.ClassTemplate && !e.Retryable:
+			d.Action = ActionStopCampaign
+		default:
+			d.Action = ActionDrop
+		}
+	}
+	d.Retry = d.Action == ActionRetry
+	return d
+}
+
+// throttled halves the number's rate after a 130429 until a signal written
+// after it comes (stage 2 then halves the outbound rate itself) or 10 s.
+func (p *Pacer) throttled(id string, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.number(id)
+	cur := float64(n.lim.Limit())
+	if n.throttle > 0 && now.Sub(n.thrSince) < time.Second {
+		return // one halving per second: the errors of one burst come together
+	}
+	n.throttle = max(cur/2, 1)
+	n.thrSince, n.thrUntil = now, now.Add(10*time.Second)
+	p.refresh(n, now)
+}
+
+// pairStrike records a 131056 for the pair and returns its wait.
+func (p *Pacer) pairStrike(id, recipient string, now time.Time) time.Duration {
+	if recipient == "" {
+		return PairInterval
+	}
+	key := schema.PairCooldownKey(id, p.hash(recipient))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pr := p.pair(key)
+	pr.last = now
+	strikes := 1
+	if now.Before(pr.coolUntil.Add(PairInterval)) {
+		strikes = min(pr.strikes+1, maxPairStrikes)
+	}
+	pr.strikes = strikes
+	wait := max(time.Duration(math.Pow(4, float64(strikes-1)))*time.Second, PairInterval)
+	until := now.Add(wait)
+	if until.After(pr.coolUntil) {
+		pr.coolUntil = until
+	}
+	p.broadcast()
+	return pr.coolUntil.Sub(now)
+}
+
+// paused pauses the number after a 131057 and returns the wait.
+func (p *Pacer) paused(id string, now time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.number(id)
+	until := now.Add(maintenanceHold)
+	if s := n.sig; s != nil && s.MaintenanceUntil != nil && s.MaintenanceUntil.Add(p.cfg.MaintenanceMargin).After(now) {
+		until = s.MaintenanceUntil.Add(p.cfg.MaintenanceMargin)
+	}
+	if until.After(n.pauseUntil) {
+		n.pauseUntil = until
+	}
+	p.broadcast()
+	return n.pauseUntil.Sub(now)
+}
+
+// stopped stops the number for 15 minutes after a stop verdict.
+func (p *Pacer) stopped(id string, now time.Time, reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.number(id)
+	if until := now.Add(stopHold); until.After(n.stopUntil) {
+		n.stopUntil, n.stopReason = until, reason
+	}
+	p.broadcast()
+}

@@ -1,0 +1,584 @@
+package pacer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/time/rate"
+
+	"github.com/wahook/wahook/schema"
+)
+
+// ErrStopped is what a *StopError is: errors.Is(err, pacer.ErrStopped).
+var ErrStopped = errors.New("pacer: number stopped")
+
+// ErrCooldown is what a *CooldownError is.
+var ErrCooldown = errors.New("pacer: recipient in a cool-down")
+
+// StopError is Wait's answer for a number whose advice is stop (or that an
+// Outcome stopped): send nothing from it before Until.
+type StopError struct {
+	PhoneNumberID string
+	Until         time.Time // the signal's stop_until
+	Reason        string    // the signal's reason, or the error that stopped it
+}
+
+func (e *StopError) Error() string {
+	return fmt.Sprintf("pacer: number %s stopped until %s: %s", e.PhoneNumberID, e.Until.UTC().Format(time.RFC3339), e.Reason)
+}
+
+// Is makes errors.Is(err, ErrStopped) hold.
+func (e *StopError) Is(target error) bool { return target == ErrStopped }
+
+// CooldownError is Wait's answer, with Config.CooldownNoWait, for a
+// recipient that may not be messaged before Until: in a cool-down that
+// wahook wrote after a 131056 (Local false), or held by the pacer's own pair
+// rule or an Outcome (Local true).
+type CooldownError struct {
+	PhoneNumberID string
+	Until         time.Time
+	Local         bool
+}
+
+func (e *CooldownError) Error() string {
+	return fmt.Sprintf("pacer: recipient of number %s in a cool-down until %s", e.PhoneNumberID, e.Until.UTC().Format(time.RFC3339Nano))
+}
+
+// Is makes errors.Is(err, ErrCooldown) hold.
+func (e *CooldownError) Is(target error) bool { return target == ErrCooldown }
+
+// Pacer paces the sends of a service by wahook's signal. It is safe for
+// concurrent use; Close stops it.
+type Pacer struct {
+	cfg    Config
+	js     jetstream.JetStream
+	hasher *schema.Hasher
+
+	mu        sync.Mutex
+	numbers   map[string]*number
+	cooldowns map[string]time.Time // wahook's cool-downs by PairCooldownKey
+	pairs     map[string]*pair     // the local pair rule by PairCooldownKey
+	changed   chan struct{}        // closed and replaced when a signal or cool-down changes
+
+	rep *reporter
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	closed atomic.Bool
+
+	stats struct {
+		signals, cooldowns, fallbacks, stops, pauses atomic.Int64
+	}
+}
+
+// number is one business number's state.
+type number struct {
+	id       string
+	lim      *rate.Limiter
+	sig      *schema.PacingSignal
+	tier     float64   // the last known tier (0: none)
+	fallback bool      // the fallback rate applies now
+	throttle float64   // rate cap after a 130429 reported through Outcome
+	thrUntil time.Time // until then, or a signal written after thrSince+1s
+	thrSince time.Time
+	// holds from Outcome, before the signal says so
+	pauseUntil time.Time
+	stopUntil  time.Time
+	stopReason string
+}
+
+// pair is the local pair rule of one (number, recipient).
+type pair struct {
+	lim       *rate.Limiter
+	last      time.Time
+	coolUntil time.Time // after a 131056 reported through Outcome
+	strikes   int
+}
+
+// New returns a Pacer that watches wahook_pacing and wahook_pair_cooldown
+// through js and reports send results (unless Config.NoReport). Buckets
+// that do not exist yet (wahook not started) are watched once they do; until
+// then every number gets the fallback rate. ctx bounds only New itself.
+func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pacer, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if js == nil && (cfg.ReportHTTPURL == "" && !cfg.NoReport) {
+		return nil, errors.New("pacer: no JetStream to watch the signal and report on")
+	}
+	p := &Pacer{
+		cfg:       cfg,
+		js:        js,
+		numbers:   map[string]*number{},
+		cooldowns: map[string]time.Time{},
+		pairs:     map[string]*pair{},
+		changed:   make(chan struct{}),
+	}
+	if len(cfg.PhoneHashKey) > 0 {
+		p.hasher = schema.NewHasher(cfg.PhoneHashKey)
+	} else {
+		cfg.Logger.Warn("pacer: no phone hash key: wahook's pair cool-downs cannot be matched to recipients; the local pair rule and reported 131056 still hold")
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	if !cfg.NoReport {
+		p.rep = newReporter(cfg, js)
+		p.wg.Add(1)
+		go func() { defer p.wg.Done(); p.rep.run(runCtx) }()
+	}
+	if js != nil {
+		p.wg.Add(2)
+		go func() { defer p.wg.Done(); p.watch(runCtx, schema.BucketPacing, p.onSignal) }()
+		go func() { defer p.wg.Done(); p.watch(runCtx, schema.BucketPairCooldown, p.onCooldown) }()
+	}
+	p.wg.Add(1)
+	go func() { defer p.wg.Done(); p.prune(runCtx) }()
+	_ = ctx
+	return p, nil
+}
+
+// Close stops watching, reports the results still queued (within ctx) and
+// waits for the pacer's goroutines. Wait and Outcome must not be called
+// after it.
+func (p *Pacer) Close(ctx context.Context) error {
+	if !p.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	var err error
+	if p.rep != nil {
+		err = p.rep.close(ctx)
+	}
+	p.cancel()
+	p.wg.Wait()
+	return err
+}
+
+// Stats are the pacer's counters.
+type Stats struct {
+	Signals         int64 // signal values applied
+	Cooldowns       int64 // wahook cool-downs applied
+	FallbackEntered int64 // times a number fell back to the conservative rate (no or stale signal)
+	FallbackNumbers int   // numbers on the fallback rate now
+	Stops           int64 // Wait answers of ErrStopped
+	Pauses          int64 // Waits that waited for a pause
+	Reported        int64 // results reported to wahook and acknowledged
+	ReportDropped   int64 // results dropped: queue full or wahook unreachable
+	ReportFailures  int64 // reports that failed (and were tried again)
+}
+
+// Stats returns the counters.
+func (p *Pacer) Stats() Stats {
+	s := Stats{
+		Signals:         p.stats.signals.Load(),
+		Cooldowns:       p.stats.cooldowns.Load(),
+		FallbackEntered: p.stats.fallbacks.Load(),
+		Stops:           p.stats.stops.Load(),
+		Pauses:          p.stats.pauses.Load(),
+	}
+	p.mu.Lock()
+	for _, n := range p.numbers {
+		if n.fallback {
+			s.FallbackNumbers++
+		}
+	}
+	p.mu.Unlock()
+	if p.rep != nil {
+		s.Reported, s.ReportDropped, s.ReportFailures = p.rep.reported.Load(), p.rep.dropped.Load(), p.rep.failures.Load()
+	}
+	return s
+}
+
+// Rate is the rate the pacer sends a number at now, in messages per
+// second, and whether it is the fallback rate.
+func (p *Pacer) Rate(phoneNumberID string) (mps float64, fallback bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.number(phoneNumberID)
+	p.refresh(n, time.Now())
+	return float64(n.lim.Limit()), n.fallback
+}
+
+// Signal returns the number's last signal, if any.
+func (p *Pacer) Signal(phoneNumberID string) (schema.PacingSignal, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n, ok := p.numbers[phoneNumberID]; ok && n.sig != nil {
+		return *n.sig, true
+	}
+	return schema.PacingSignal{}, false
+}
+
+// hold is what keeps a number from sending now.
+type hold struct {
+	stop   bool
+	until  time.Time
+	reason string
+}
+
+// Wait blocks until a message from phoneNumberID to recipient may be sent:
+// the number's stop (a *StopError at once), its pause (waits), the
+// recipient's cool-down and pair rule (waits, or with CooldownNoWait a
+// *CooldownError at once), then a token of the number's bucket. It returns
+// ctx's error when ctx ends first. recipient may be empty (no pair rule).
+func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error {
+	key := ""
+	if recipient != "" {
+		key = schema.PairCooldownKey(phoneNumberID, p.hash(recipient))
+	}
+	for {
+		now := time.Now()
+		p.mu.Lock()
+		n := p.number(phoneNumberID)
+		p.refresh(n, now)
+		h := n.hold(now, p.cfg.MaintenanceMargin)
+		changed := p.changed
+		var coolUntil time.Time
+		var local bool
+		if key != "" && h.until.IsZero() {
+			coolUntil = p.cooldowns[key]
+			if pr := p.pairs[key]; pr != nil && pr.coolUntil.After(coolUntil) {
+				coolUntil, local = pr.coolUntil, true
+			}
+		}
+		p.mu.Unlock()
+
+		switch {
+		case h.stop:
+			p.stats.stops.Add(1)
+			return &StopError{PhoneNumberID: phoneNumberID, Until: h.until, Reason: h.reason}
+		case !h.until.IsZero():
+			p.stats.pauses.Add(1)
+			if err := sleepUntil(ctx, h.until, changed); err != nil {
+				return err
+			}
+			continue
+		case coolUntil.After(now):
+			if p.cfg.CooldownNoWait {
+				return &CooldownError{PhoneNumberID: phoneNumberID, Until: coolUntil, Local: local}
+			}
+			if err := sleepUntil(ctx, coolUntil, changed); err != nil {
+				return err
+			}
+			continue
+		}
+
+		// The local pair rule: a reservation, given back if the caller will
+		// not wait for it.
+		var res *rate.Reservation
+		if key != "" && p.cfg.PairBurst > 0 {
+			p.mu.Lock()
+			pr := p.pair(key)
+			pr.last = now
+			res = pr.lim.ReserveN(now, 1)
+			p.mu.Unlock()
+			if d := res.DelayFrom(now); d > 0 {
+				if p.cfg.CooldownNoWait {
+					res.CancelAt(now)
+					return &CooldownError{PhoneNumberID: phoneNumberID, Until: now.Add(d), Local: true}
+				}
+				if err := sleepUntil(ctx, now.Add(d), nil); err != nil {
+					res.Cancel()
+					return err
+				}
+			}
+		}
+		if err := n.lim.Wait(ctx); err != nil {
+			if res != nil {
+				res.Cancel()
+			}
+			return err
+		}
+		// A stop that came while waiting still counts.
+		p.mu.Lock()
+		h = n.hold(time.Now(), p.cfg.MaintenanceMargin)
+		p.mu.Unlock()
+		if h.stop {
+			if res != nil {
+				res.Cancel()
+			}
+			p.stats.stops.Add(1)
+			return &StopError{PhoneNumberID: phoneNumberID, Until: h.until, Reason: h.reason}
+		}
+		return nil
+	}
+}
+
+// sleepUntil waits until t, a change (changed closed) or ctx's end.
+func sleepUntil(ctx context.Context, t time.Time, changed <-chan struct{}) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-tm.C:
+	case <-changed:
+	}
+	return nil
+}
+
+func (p *Pacer) hash(recipient string) string {
+	if p.hasher == nil {
+		return recipient
+	}
+	return p.hasher.Hash(recipient)
+}
+
+// number returns the state of id, made with the fallback rate if new.
+// p.mu is held.
+func (p *Pacer) number(id string) *number {
+	n := p.numbers[id]
+	if n == nil {
+		r := p.cfg.FallbackShare * p.cfg.FallbackTierMPS
+		n = &number{id: id, lim: rate.NewLimiter(rate.Limit(r), p.burst(r))}
+		p.numbers[id] = n
+		p.fallbackOn(n, "no signal yet")
+	}
+	return n
+}
+
+func (p *Pacer) pair(key string) *pair {
+	pr := p.pairs[key]
+	if pr == nil {
+		pr = &pair{lim: rate.NewLimiter(rate.Every(p.cfg.PairInterval), p.cfg.PairBurst)}
+		p.pairs[key] = pr
+	}
+	return pr
+}
+
+func (p *Pacer) burst(r float64) int {
+	return max(1, int(r*p.cfg.BurstWindow.Seconds()))
+}
+
+// hold is the number's stop or pause at now. p.mu is held.
+func (n *number) hold(now time.Time, margin time.Duration) hold {
+	var h hold
+	if n.stopUntil.After(now) {
+		h = hold{stop: true, until: n.stopUntil, reason: n.stopReason}
+	}
+	if s := n.sig; s != nil {
+		switch s.Advice {
+		case schema.AdviceStop:
+			if s.StopUntil != nil && s.StopUntil.After(now) && s.StopUntil.After(h.until) {
+				h = hold{stop: true, until: *s.StopUntil, reason: s.Reason}
+			}
+		case schema.AdvicePause:
+			if s.MaintenanceUntil != nil {
+				end := s.MaintenanceUntil.Add(margin)
+				if !h.stop && end.After(now) && end.After(h.until) {
+					h = hold{until: end, reason: s.Reason}
+				}
+			}
+		}
+	}
+	if !h.stop && n.pauseUntil.After(now) && n.pauseUntil.After(h.until) {
+		h = hold{until: n.pauseUntil, reason: "131057: maintenance"}
+	}
+	return h
+}
+
+// refresh sets the number's rate from its signal at now: the signal's
+// recommended rate while it is fresh, the fallback rate once it is stale,
+// the rate after a reported 130429 while that is lower. p.mu is held.
+func (p *Pacer) refresh(n *number, now time.Time) {
+	var r float64
+	s := n.sig
+	if s != nil && now.Sub(s.UpdatedAt) <= p.cfg.MaxSignalAge {
+		p.fallbackOff(n)
+		r = s.RecommendedMPS
+		switch s.Advice {
+		case schema.AdvicePause, schema.AdviceStop:
+			// Its hold has ended (or Wait would not be here): the tier
+			// less the inbound rate, as the rule's "ok".
+			r = float64(s.TierMPS) - s.Observed.Inbound10
+		}
+		r = max(r, 1)
+	} else {
+		if s != nil {
+			p.fallbackOn(n, "signal older than "+p.cfg.MaxSignalAge.String())
+		}
+		tier := n.tier
+		if tier <= 0 {
+			tier = p.cfg.FallbackTierMPS
+		}
+		r = max(p.cfg.FallbackShare*tier, 1)
+	}
+	if n.throttle > 0 {
+		if now.Before(n.thrUntil) && (s == nil || !s.UpdatedAt.After(n.thrSince.Add(time.Second))) {
+			r = min(r, n.throttle)
+		} else {
+			n.throttle = 0
+		}
+	}
+	if rate.Limit(r) != n.lim.Limit() {
+		n.lim.SetLimitAt(now, rate.Limit(r))
+		n.lim.SetBurstAt(now, p.burst(r))
+	}
+}
+
+func (p *Pacer) fallbackOn(n *number, why string) {
+	if n.fallback {
+		return
+	}
+	n.fallback = true
+	p.stats.fallbacks.Add(1)
+	tier := n.tier
+	if tier <= 0 {
+		tier = p.cfg.FallbackTierMPS
+	}
+	p.cfg.Logger.Warn("pacer: fallback rate", "phone_number_id", n.id, "reason", why,
+		"mps", p.cfg.FallbackShare*tier, "tier_mps", tier)
+}
+
+func (p *Pacer) fallbackOff(n *number) {
+	if !n.fallback {
+		return
+	}
+	n.fallback = false
+	if n.sig != nil && p.stats.fallbacks.Load() > 0 {
+		p.cfg.Logger.Info("pacer: signal back, fallback rate off", "phone_number_id", n.id, "advice", string(n.sig.Advice), "recommended_mps", n.sig.RecommendedMPS)
+	}
+}
+
+// broadcast wakes the Waits that wait for a change. p.mu is held.
+func (p *Pacer) broadcast() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// onSignal applies a value of wahook_pacing (nil value: the key went).
+func (p *Pacer) onSignal(key string, value []byte) {
+	if value == nil {
+		return // a deleted signal: the old one goes stale by itself
+	}
+	var s schema.PacingSignal
+	if err := json.Unmarshal(value, &s); err != nil || s.PhoneNumberID == "" {
+		p.cfg.Logger.Warn("pacer: a pacing signal that is not one", "key", key, "error", fmt.Sprint(err))
+		return
+	}
+	p.stats.signals.Add(1)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.number(s.PhoneNumberID)
+	if n.sig != nil && s.UpdatedAt.Before(n.sig.UpdatedAt) {
+		return
+	}
+	n.sig = &s
+	if s.TierMPS > 0 {
+		n.tier = float64(s.TierMPS)
+	}
+	p.refresh(n, time.Now())
+	p.broadcast()
+}
+
+// onCooldown applies a value of wahook_pair_cooldown (nil: the key went).
+func (p *Pacer) onCooldown(key string, value []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if value == nil {
+		delete(p.cooldowns, key)
+		p.broadcast()
+		return
+	}
+	var c schema.PairCooldown
+	if err := json.Unmarshal(value, &c); err != nil {
+		return
+	}
+	p.stats.cooldowns.Add(1)
+	if c.Until.After(time.Now()) {
+		p.cooldowns[key] = c.Until
+	} else {
+		delete(p.cooldowns, key)
+	}
+	p.broadcast()
+}
+
+// watch follows a bucket's keys, waiting for the bucket to exist, and
+// starting again after an error.
+func (p *Pacer) watch(ctx context.Context, bucket string, apply func(key string, value []byte)) {
+	backoff := 250 * time.Millisecond
+	logged := false
+	for ctx.Err() == nil {
+		err := p.watchOnce(ctx, bucket, apply)
+		if ctx.Err() != nil {
+			return
+		}
+		if !logged {
+			p.cfg.Logger.Warn("pacer: cannot watch "+bucket+"; numbers fall back once their signals are stale", "error", fmt.Sprint(err))
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func (p *Pacer) watchOnce(ctx context.Context, bucket string, apply func(string, []byte)) error {
+	kv, err := p.js.KeyValue(ctx, bucket)
+	if err != nil {
+		return err
+	}
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("watcher closed")
+			}
+			if e == nil {
+				continue // the initial values are in
+			}
+			switch e.Operation() {
+			case jetstream.KeyValuePut:
+				apply(e.Key(), e.Value())
+			default:
+				apply(e.Key(), nil)
+			}
+		}
+	}
+}
+
+// prune forgets pairs whose bucket is full again and cool-downs that ended.
+func (p *Pacer) prune(ctx context.Context) {
+	t := time.NewTicker(30 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			idle := time.Duration(max(p.cfg.PairBurst, 1)) * p.cfg.PairInterval
+			p.mu.Lock()
+			for k, pr := range p.pairs {
+				if now.Sub(pr.last) > idle && now.After(pr.coolUntil) {
+					delete(p.pairs, k)
+				}
+			}
+			for k, until := range p.cooldowns {
+				if now.After(until) {
+					delete(p.cooldowns, k)
+				}
+			}
+			p.mu.Unlock()
+		}
+	}
+}

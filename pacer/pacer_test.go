@@ -1,0 +1,518 @@
+package pacer_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+
+	"github.com/wahook/wahook/pacer"
+	"github.com/wahook/wahook/processor"
+	"github.com/wahook/wahook/processor/stage2"
+	"github.com/wahook/wahook/schema"
+	"github.com/wahook/wahook/schema/schematest"
+)
+
+var hashKey = []byte("pacer-test-hash-key")
+
+// env is an embedded JetStream with WAHOOK_EVENTS, a stream holding the
+// send results the pacer reports, and wahook's real stage 2 writing the
+// signals.
+type env struct {
+	t     *testing.T
+	srv   *schematest.JetStream
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	stop2 context.CancelFunc
+	done2 chan error
+	seq   atomic.Int64
+}
+
+func newEnv(t *testing.T, tiers map[string]int) *env {
+	t.Helper()
+	e := &env{t: t, srv: schematest.StartJetStream(t)}
+	var err error
+	e.nc, err = nats.Connect(e.srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.nc.Close)
+	e.js, err = jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := processor.EnsureEventsStream(ctx, e.js, processor.DefaultEventsConfig(), false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: "TEST_RAW", Subjects: []string{schema.SubjectRawAll}}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := stage2.DefaultConfig()
+	cfg.Tiers.Overrides = tiers
+	s2, err := stage2.New(e.js, cfg, zap.NewNop(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	e.stop2, e.done2 = stop, make(chan error, 1)
+	go func() { e.done2 <- s2.Run(runCtx) }()
+	t.Cleanup(e.stopStage2)
+	e.eventually("stage 2's buckets", func() (bool, string) {
+		_, err1 := e.js.KeyValue(context.Background(), schema.BucketPacing)
+		_, err2 := e.js.KeyValue(context.Background(), schema.BucketPairCooldown)
+		return err1 == nil && err2 == nil, fmt.Sprint(err1, err2)
+	})
+	return e
+}
+
+// stopStage2 stops stage 2: wahook is down.
+func (e *env) stopStage2() {
+	if e.stop2 == nil {
+		return
+	}
+	e.stop2()
+	e.stop2 = nil
+	select {
+	case <-e.done2:
+	case <-time.After(15 * time.Second):
+		e.t.Error("stage 2 did not stop")
+	}
+}
+
+func (e *env) eventually(what string, cond func() (bool, string)) {
+	e.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ok, last := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s: not within 15s; last: %s", what, last)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// publish publishes an event on WAHOOK_EVENTS as stage 1 does.
+func (e *env) publish(kind schema.Kind, number string, row any) {
+	e.t.Helper()
+	data, err := json.Marshal(processor.Event{Kind: kind, V: 1, Row: row})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	id := fmt.Sprintf("ev-%d", e.seq.Add(1))
+	m := &nats.Msg{Subject: schema.EventsSubject(number, kind), Data: data, Header: nats.Header{schema.HeaderMsgID: []string{id}}}
+	if _, err := e.js.PublishMsg(context.Background(), m); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// failure publishes a failed send result of code, as stage 1 makes it of a
+// reported result.
+func (e *env) failure(number, recipient string, code int32, at time.Time) {
+	e.t.Helper()
+	e.publish(schema.KindSendResult, number, schema.SendResultRow{EventID: fmt.Sprintf("sr-%d", e.seq.Add(1)), EventTime: at,
+		PhoneNumberID: number, RecipientHash: schema.NewHasher(hashKey).Hash(recipient), Status: schema.SendFailed, ErrorCodes: []int32{code},
+		RequestID: fmt.Sprint(e.seq.Load())})
+}
+
+func (e *env) inbound(number string, at time.Time) {
+	e.t.Helper()
+	id := fmt.Sprintf("in-%d", e.seq.Add(1))
+	e.publish(schema.KindInbound, number, schema.InboundRow{EventID: id, EventTime: at, PhoneNumberID: number, MessageID: "wamid." + id, Type: "text", FromHash: "u"})
+}
+
+// signal reads the number's signal from wahook_pacing.
+func (e *env) signal(number string) (schema.PacingSignal, error) {
+	kv, err := e.js.KeyValue(context.Background(), schema.BucketPacing)
+	if err != nil {
+		return schema.PacingSignal{}, err
+	}
+	v, err := kv.Get(context.Background(), schema.PacingKey(number))
+	if err != nil {
+		return schema.PacingSignal{}, err
+	}
+	var s schema.PacingSignal
+	return s, json.Unmarshal(v.Value(), &s)
+}
+
+func (e *env) waitSignal(number, what string, ok func(schema.PacingSignal) bool) schema.PacingSignal {
+	e.t.Helper()
+	var s schema.PacingSignal
+	e.eventually(what, func() (bool, string) {
+		var err error
+		s, err = e.signal(number)
+		return err == nil && ok(s), fmt.Sprintf("%+v %v", s, err)
+	})
+	return s
+}
+
+func (e *env) pacer(edit func(*pacer.Config)) *pacer.Pacer {
+	e.t.Helper()
+	cfg := pacer.DefaultConfig()
+	cfg.PhoneHashKey = hashKey
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	if edit != nil {
+		edit(&cfg)
+	}
+	p, err := pacer.New(context.Background(), e.js, cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = p.Close(context.Background()) })
+	return p
+}
+
+// TestRateFollowsSignal: with no signal a number goes at the fallback
+// rate; once stage 2 writes one, at its recommended_mps, and again at each
+// new value; a Wait loop's throughput keeps to the rate.
+func TestRateFollowsSignal(t *testing.T) {
+	const id = "100000000000001"
+	e := newEnv(t, map[string]int{id: 40})
+	p := e.pacer(nil)
+	if r, fb := p.Rate(id); !fb || r != 64 {
+		t.Fatalf("before any signal: %v mps, fallback %v; want 64 (80%% of 80) on the fallback", r, fb)
+	}
+	now := time.Now().UTC()
+	for i := range 5 {
+		e.inbound(id, now.Add(-time.Duration(3+i)*time.Second))
+	}
+	want := e.waitSignal(id, "an ok signal", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceOK && s.TierMPS == 40 })
+	e.eventually("the pacer takes the signal", func() (bool, string) {
+		r, fb := p.Rate(id)
+		return !fb && r == want.RecommendedMPS, fmt.Sprintf("%v %v, signal %v", r, fb, want.RecommendedMPS)
+	})
+	// A 130429 reported: stage 2 slows the number down; the pacer follows
+	// its next value.
+	e.failure(id, "15550000001", 130429, time.Now().UTC())
+	slow := e.waitSignal(id, "slow_down", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceSlowDown })
+	e.eventually("the pacer follows", func() (bool, string) {
+		s, _ := e.signal(id)
+		r, _ := p.Rate(id)
+		return r == math.Max(s.RecommendedMPS, 1), fmt.Sprintf("%v against %v", r, s.RecommendedMPS)
+	})
+	if slow.RecommendedMPS >= want.RecommendedMPS {
+		t.Errorf("slow_down recommends %v, ok recommended %v", slow.RecommendedMPS, want.RecommendedMPS)
+	}
+	// Throughput: for 1 s, no more than the rate plus the bucket's depth.
+	r, _ := p.Rate(id)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	n := 0
+	for p.Wait(ctx, id, "") == nil {
+		n++
+	}
+	if limit := int(r) + max(1, int(r/10)) + 1; n > limit || n < 1 {
+		t.Errorf("%d sends in 1 s at %v mps; want 1 to %d", n, r, limit)
+	}
+}
+
+// TestStopPauseCooldown: a stop verdict makes Wait answer a StopError with
+// the signal's stop_until and reason; a pause waits until its end; a
+// recipient in wahook's cool-down waits, or with CooldownNoWait answers at
+// once with its end; other recipients go on.
+func TestStopPauseCooldown(t *testing.T) {
+	const stopped, paused, cooled = "100000000000011", "100000000000012", "100000000000013"
+	e := newEnv(t, nil)
+	p := e.pacer(func(c *pacer.Config) { c.MaintenanceMargin = 100 * time.Millisecond })
+	pNoWait := e.pacer(func(c *pacer.Config) { c.CooldownNoWait = true; c.NoReport = true })
+
+	// stop: 131048 in a failed status.
+	e.publish(schema.KindStatus, stopped, schema.StatusRow{EventID: "st-1", EventTime: time.Now().UTC(), PhoneNumberID: stopped,
+		MessageID: "wamid.st1", Status: "failed", RecipientHash: "r", ErrorCodes: []int32{131048}})
+	sig := e.waitSignal(stopped, "stop", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceStop })
+	var err error
+	e.eventually("Wait answers stop", func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		err = p.Wait(ctx, stopped, "15550000002")
+		return errors.Is(err, pacer.ErrStopped), fmt.Sprint(err)
+	})
+	var se *pacer.StopError
+	if !errors.As(err, &se) || sig.StopUntil == nil || !se.Until.Equal(*sig.StopUntil) || se.Reason != sig.Reason || se.Reason == "" {
+		t.Errorf("stop: %v; signal stop_until %v reason %q", err, sig.StopUntil, sig.Reason)
+	}
+
+	// pause: a 131057 58 s ago opens a window that ends in about 2 s.
+	at := time.Now().UTC().Add(-58 * time.Second)
+	e.failure(paused, "15550000003", 131057, at)
+	sig = e.waitSignal(paused, "pause", func(s schema.PacingSignal) bool { return s.Advice == schema.AdvicePause })
+	e.eventually("the pacer has the pause", func() (bool, string) {
+		s, ok := p.Signal(paused)
+		return ok && s.Advice == schema.AdvicePause, fmt.Sprint(s)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	err = p.Wait(ctx, paused, "15550000004")
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Wait during the pause: %v; want it to wait", err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	err = p.Wait(ctx, paused, "15550000004")
+	cancel()
+	if end := sig.MaintenanceUntil.Add(100 * time.Millisecond); err != nil || time.Now().Before(end) {
+		t.Errorf("Wait after the pause: %v at %v; the window ends at %v", err, time.Now(), end)
+	}
+	if p.Stats().Pauses == 0 {
+		t.Error("no pause counted")
+	}
+
+	// cool-down: a 131056 for one recipient.
+	e.failure(cooled, "15550000005", 131056, time.Now().UTC())
+	var cool schema.PairCooldown
+	e.eventually("wahook's cool-down", func() (bool, string) {
+		kv, err := e.js.KeyValue(context.Background(), schema.BucketPairCooldown)
+		if err != nil {
+			return false, err.Error()
+		}
+		v, err := kv.Get(context.Background(), schema.PairCooldownKey(cooled, schema.NewHasher(hashKey).Hash("15550000005")))
+		if err != nil {
+			return false, err.Error()
+		}
+		return json.Unmarshal(v.Value(), &cool) == nil, string(v.Value())
+	})
+	e.eventually("CooldownError with wahook's until", func() (bool, string) {
+		err := pNoWait.Wait(context.Background(), cooled, "15550000005")
+		var ce *pacer.CooldownError
+		return errors.As(err, &ce) && ce.Until.Equal(cool.Until) && !ce.Local, fmt.Sprint(err)
+	})
+	ctx, cancel = context.WithTimeout(context.Background(), 200*time.Millisecond)
+	err = p.Wait(ctx, cooled, "15550000005")
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Wait for a recipient in a cool-down: %v; want it to wait", err)
+	}
+	if err := p.Wait(context.Background(), cooled, "15550000006"); err != nil {
+		t.Errorf("another recipient: %v", err)
+	}
+}
+
+// TestStaleSignalFallback: once wahook stops writing, a number whose
+// signal is older than MaxSignalAge falls back to 80% of its last tier,
+// counted and logged, and Wait keeps sending at that rate.
+func TestStaleSignalFallback(t *testing.T) {
+	const id = "100000000000021"
+	e := newEnv(t, map[string]int{id: 1000})
+	logs := &countHandler{}
+	p := e.pacer(func(c *pacer.Config) { c.MaxSignalAge = 1500 * time.Millisecond; c.Logger = slog.New(logs) })
+	e.inbound(id, time.Now().UTC().Add(-3*time.Second))
+	e.waitSignal(id, "a signal at the 1,000 tier", func(s schema.PacingSignal) bool { return s.TierMPS == 1000 })
+	e.eventually("the signal's rate", func() (bool, string) {
+		r, fb := p.Rate(id)
+		return !fb && r > 900, fmt.Sprint(r, fb)
+	})
+	before := p.Stats().FallbackEntered
+	e.stopStage2()
+	e.eventually("the fallback", func() (bool, string) {
+		r, fb := p.Rate(id)
+		return fb && r == 800, fmt.Sprint(r, fb)
+	})
+	if st := p.Stats(); st.FallbackEntered <= before || st.FallbackNumbers < 1 || logs.fallbacks.Load() == 0 {
+		t.Errorf("fallback not counted or logged: %+v, %d log lines", st, logs.fallbacks.Load())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := p.Wait(ctx, id, "15550000007"); err != nil {
+		t.Errorf("Wait on the fallback: %v", err)
+	}
+}
+
+type countHandler struct{ fallbacks atomic.Int64 }
+
+func (h *countHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "pacer: fallback rate" {
+		h.fallbacks.Add(1)
+	}
+	return nil
+}
+func (h *countHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestLocalPairRule: Meta's pair rule is kept before any 131056: PairBurst
+// sends to one recipient at once, then one per PairInterval.
+func TestLocalPairRule(t *testing.T) {
+	cfg := pacer.DefaultConfig()
+	cfg.NoReport, cfg.CooldownNoWait = true, true
+	cfg.PairBurst, cfg.PairInterval = 3, 300*time.Millisecond
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	p, err := pacer.New(context.Background(), nil, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	const id = "100000000000031"
+	for i := range 3 {
+		if err := p.Wait(context.Background(), id, "15550000008"); err != nil {
+			t.Fatalf("send %d of the burst: %v", i+1, err)
+		}
+	}
+	err = p.Wait(context.Background(), id, "15550000008")
+	var ce *pacer.CooldownError
+	if !errors.As(err, &ce) || !ce.Local || time.Until(ce.Until) <= 0 || time.Until(ce.Until) > 300*time.Millisecond {
+		t.Fatalf("the 4th send: %v; want a local cool-down of up to 300ms", err)
+	}
+	if err := p.Wait(context.Background(), id, "15550000009"); err != nil {
+		t.Errorf("another recipient: %v", err)
+	}
+	time.Sleep(time.Until(ce.Until) + 10*time.Millisecond)
+	if err := p.Wait(context.Background(), id, "15550000008"); err != nil {
+		t.Errorf("after the interval: %v", err)
+	}
+}
+
+// TestOutcome: each error's decision by wahook's catalogue, the holds that
+// follow, and the results reported on wahook.raw._send_results with acks.
+func TestOutcome(t *testing.T) {
+	e := newEnv(t, nil)
+	p := e.pacer(func(c *pacer.Config) { c.CooldownNoWait = true; c.ReportInterval = 20 * time.Millisecond })
+	const id, other = "100000000000041", "100000000000042"
+	res := func(code int32, rcpt string, attempt int) pacer.Result {
+		r := schema.SendResult{PhoneNumberID: id, Recipient: rcpt, Status: schema.SendFailed, ErrorCode: code}
+		if code == 0 {
+			r.Status, r.MessageID = schema.SendAccepted, "wamid.ok"
+		}
+		return pacer.Result{SendResult: r, Attempt: attempt}
+	}
+	r0, _ := p.Rate(id)
+	for _, c := range []struct {
+		code          int32
+		attempt       int
+		action        pacer.Action
+		minAft, maxAf time.Duration
+	}{
+		{0, 1, pacer.ActionDone, 0, 0},
+		{130429, 1, pacer.ActionRetry, 0, 0},
+		{131056, 1, pacer.ActionRetry, 6 * time.Second, 6 * time.Second},
+		{131056, 2, pacer.ActionRetry, 6 * time.Second, 6 * time.Second},  // 4^1 s < 6 s
+		{131056, 3, pacer.ActionRetry, 16 * time.Second, 16 * time.Second}, // 4^2 s
+		{131026, 1, pacer.ActionDrop, 0, 0},
+		{131049, 1, pacer.ActionDrop, 0, 0},
+		{131000, 1, pacer.ActionRetry, 800 * time.Millisecond, 1200 * time.Millisecond},
+		{131000, 3, pacer.ActionRetry, 3200 * time.Millisecond, 4800 * time.Millisecond},
+		{131000, 5, pacer.ActionDrop, 0, 0},
+	} {
+		d := p.Outcome(res(c.code, "15550000010", c.attempt))
+		if d.Action != c.action || d.After < c.minAft-50*time.Millisecond || d.After > c.maxAf+50*time.Millisecond || d.Retry != (c.action == pacer.ActionRetry) {
+			t.Errorf("%d (attempt %d): %+v; want %s after %v to %v", c.code, c.attempt, d, c.action, c.minAft, c.maxAf)
+		}
+	}
+	if r, _ := p.Rate(id); r != r0/2 {
+		t.Errorf("after 130429 the rate is %v, want half of %v", r, r0)
+	}
+	// 131056: that recipient waits, others do not.
+	if err := p.Wait(context.Background(), id, "15550000010"); !errors.Is(err, pacer.ErrCooldown) {
+		t.Errorf("the recipient after 131056: %v", err)
+	}
+	if err := p.Wait(context.Background(), id, "15550000011"); err != nil {
+		t.Errorf("another recipient: %v", err)
+	}
+	// 131057: the number pauses about a minute.
+	if d := p.Outcome(pacer.Result{SendResult: schema.SendResult{PhoneNumberID: other, Status: schema.SendFailed, ErrorCode: 131057}}); d.Action != pacer.ActionRetry || d.After < 55*time.Second {
+		t.Errorf("131057: %+v", d)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	if err := p.Wait(ctx, other, ""); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Wait after 131057: %v; want it to wait", err)
+	}
+	cancel()
+	// A missing template and an expired token stop the campaign.
+	for _, code := range []int32{132001, 190} {
+		if d := p.Outcome(pacer.Result{SendResult: schema.SendResult{PhoneNumberID: "100000000000043", Status: schema.SendFailed, ErrorCode: code}}); d.Action != pacer.ActionStopCampaign || d.Retry {
+			t.Errorf("%d: %+v", code, d)
+		}
+	}
+	// 131048: stop the number, never retry.
+	if d := p.Outcome(res(131048, "15550000012", 1)); d.Action != pacer.ActionStopNumber || d.Retry {
+		t.Errorf("131048: %+v", d)
+	}
+	var se *pacer.StopError
+	if err := p.Wait(context.Background(), id, "15550000013"); !errors.As(err, &se) || time.Until(se.Until) < 14*time.Minute {
+		t.Errorf("Wait after 131048: %v", err)
+	}
+
+	// Every result reached the raw stream, batched, as wahook parses them.
+	stream, err := e.js.Stream(context.Background(), "TEST_RAW")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = 14
+	var got []schema.SendResult
+	e.eventually("the results reported", func() (bool, string) {
+		got = got[:0]
+		info, err := stream.Info(context.Background())
+		if err != nil {
+			return false, err.Error()
+		}
+		for seq := uint64(1); seq <= info.State.LastSeq; seq++ {
+			m, err := stream.GetMsg(context.Background(), seq)
+			if err != nil {
+				return false, err.Error()
+			}
+			if m.Subject != schema.SubjectSendResults || m.Header.Get(schema.HeaderMsgID) != schema.RawMsgID(m.Data) || m.Header.Get(schema.HeaderApp) != schema.SendResultsApp {
+				return false, "subject or headers: " + m.Subject
+			}
+			doc, bad, err := schema.ParseSendResults(m.Data)
+			if err != nil || len(bad) > 0 {
+				return false, fmt.Sprint(err, bad)
+			}
+			got = append(got, doc.Results...)
+		}
+		return len(got) == want, fmt.Sprintf("%d results", len(got))
+	})
+	ids := map[string]bool{}
+	for _, r := range got {
+		ids[r.RequestID] = true
+	}
+	if len(ids) != want || got[0].Timestamp.IsZero() {
+		t.Errorf("results without their own request ids or timestamps: %d ids", len(ids))
+	}
+	if st := p.Stats(); st.Reported != want || st.ReportDropped != 0 {
+		t.Errorf("stats: %+v", st)
+	}
+}
+
+// TestNoGoroutineLeak: a pacer that watched, waited and reported leaves no
+// goroutine behind after Close.
+func TestNoGoroutineLeak(t *testing.T) {
+	const id = "100000000000051"
+	e := newEnv(t, nil)
+	e.inbound(id, time.Now().UTC().Add(-3*time.Second))
+	e.waitSignal(id, "a signal", func(s schema.PacingSignal) bool { return true })
+	opts := goleak.IgnoreCurrent()
+	cfg := pacer.DefaultConfig()
+	cfg.PhoneHashKey = hashKey
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	p, err := pacer.New(context.Background(), e.js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.eventually("the signal watched", func() (bool, string) { _, ok := p.Signal(id); return ok, "" })
+	for i := range 5 {
+		if err := p.Wait(context.Background(), id, fmt.Sprint("1555000002", i)); err != nil {
+			t.Fatal(err)
+		}
+		p.Outcome(pacer.Result{SendResult: schema.SendResult{PhoneNumberID: id, Status: schema.SendAccepted, MessageID: fmt.Sprint("wamid.", i)}})
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := p.Stats(); st.Reported != 5 {
+		t.Errorf("Close reported %d of 5 results", st.Reported)
+	}
+	goleak.VerifyNone(t, opts)
+}
