@@ -28,6 +28,10 @@ type Config struct {
 	// MaxInflight bounds the publishes awaiting an ack. A request that finds
 	// the window full waits for a slot within AckTimeout.
 	MaxInflight int
+	// QueueWait is the longest a request waits for an in-flight slot; past
+	// it, or when the acks of the moment would come after its deadline, it
+	// is answered 503 with nothing published (0: wait until AckTimeout).
+	QueueWait time.Duration
 	// ShutdownDelay is how long /readyz fails before the listener closes, so
 	// that a load balancer stops sending first.
 	ShutdownDelay time.Duration
@@ -66,6 +70,7 @@ func DefaultConfig() Config {
 		BodyLimit:   4 << 20,
 		AckTimeout:  2 * time.Second,
 		MaxInflight: 8192,
+		QueueWait:   100 * time.Millisecond,
 		Publisher:   PublisherBatch,
 		Batch:       DefaultBatchOptions(),
 		// The product's documented duplicate window. Meta retries at once,
@@ -107,6 +112,9 @@ func (c Config) Validate() error {
 	}
 	if c.AckTimeout >= 30*time.Second {
 		return fmt.Errorf("ack timeout %s is too long: Meta expects an answer within seconds", c.AckTimeout)
+	}
+	if c.QueueWait < 0 || c.QueueWait > c.AckTimeout {
+		return fmt.Errorf("queue wait %s must be between 0 and the ack timeout (%s)", c.QueueWait, c.AckTimeout)
 	}
 	if c.MaxInflight < 1 {
 		return errors.New("max in-flight publishes must be at least 1")

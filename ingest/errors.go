@@ -12,6 +12,10 @@ var (
 	ErrBadSignature = errors.New("signature mismatch")
 	// ErrAckTimeout: JetStream did not acknowledge the publish in time.
 	ErrAckTimeout = errors.New("publish ack timeout")
+	// ErrOverloaded: the body was not published: no in-flight slot came
+	// within the queue wait, or its ack could not come before its
+	// deadline (admission). Nothing was stored.
+	ErrOverloaded = errors.New("overloaded: not published")
 	// ErrClosed: the publisher is shutting down and takes no new bodies.
 	ErrClosed = errors.New("publisher closed")
 )

@@ -15,6 +15,7 @@ const (
 	resultTooLarge     = "too_large"     // 413
 	resultBadEncoding  = "bad_encoding"  // 415: a Content-Encoding
 	resultUnavailable  = "unavailable"   // 503: publish failed or timed out
+	resultShed         = "shed"          // 503: overloaded, not published (admission)
 )
 
 type metrics struct {
@@ -35,15 +36,15 @@ type metrics struct {
 // appMetrics holds the counters of one app resolved once, so that the hot
 // path does no label look-ups.
 type appMetrics struct {
-	ok, duplicate, badSignature, unavailable prometheus.Counter
-	sigMissing, sigMalformed, sigMismatch    prometheus.Counter
+	ok, duplicate, badSignature, unavailable, shed prometheus.Counter
+	sigMissing, sigMalformed, sigMismatch          prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wahook_ingest_requests_total",
-			Help: "Webhook POSTs by app and result (ok, duplicate, bad_signature, unknown_app, too_large, bad_encoding, unavailable).",
+			Help: "Webhook POSTs by app and result (ok, duplicate, bad_signature, unknown_app, too_large, bad_encoding, unavailable, shed: 503 with nothing published because the service is past capacity).",
 		}, []string{"app", "result"}),
 		sigFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wahook_ingest_signature_failures_total",
@@ -109,6 +110,7 @@ func (m *metrics) forApp(app string) *appMetrics {
 		duplicate:    m.requests.WithLabelValues(app, resultDuplicate),
 		badSignature: m.requests.WithLabelValues(app, resultBadSignature),
 		unavailable:  m.requests.WithLabelValues(app, resultUnavailable),
+		shed:         m.requests.WithLabelValues(app, resultShed),
 		sigMissing:   m.sigFailures.WithLabelValues(app, "missing"),
 		sigMalformed: m.sigFailures.WithLabelValues(app, "malformed"),
 		sigMismatch:  m.sigFailures.WithLabelValues(app, "mismatch"),

@@ -46,9 +46,17 @@ type RawPublisher interface {
 func NewPublisher(nc *nats.Conn, cfg Config) (RawPublisher, error) {
 	switch cfg.Publisher {
 	case PublisherBatch:
-		return NewBatchPublisher(nc, cfg.MaxInflight, cfg.AckTimeout, cfg.Batch)
+		p, err := NewBatchPublisher(nc, cfg.MaxInflight, cfg.AckTimeout, cfg.Batch)
+		if p != nil {
+			p.adm.queueWait = cfg.QueueWait
+		}
+		return p, err
 	case PublisherAsync:
-		return NewJetStreamPublisher(nc, cfg.MaxInflight, cfg.AckTimeout)
+		p, err := NewJetStreamPublisher(nc, cfg.MaxInflight, cfg.AckTimeout)
+		if p != nil {
+			p.adm.queueWait = cfg.QueueWait
+		}
+		return p, err
 	}
 	return nil, fmt.Errorf("publisher %q: use %s or %s", cfg.Publisher, PublisherBatch, PublisherAsync)
 }
@@ -59,6 +67,7 @@ func NewPublisher(nc *nats.Conn, cfg Config) (RawPublisher, error) {
 type JetStreamPublisher struct {
 	js         jetstream.JetStream
 	ackTimeout time.Duration
+	adm        admission
 }
 
 // NATSOptions are the connection options ingest needs: reconnect forever, and
@@ -109,11 +118,19 @@ func (p *JetStreamPublisher) Publish(app, id string, body []byte, receivedAt, de
 			schema.HeaderApp:        []string{app},
 		},
 	}
-	// A full window makes the publish wait for a slot, at most until the
-	// request's deadline.
-	paf, err := p.js.PublishMsgAsync(msg, jetstream.WithStallWait(wait))
+	if p.adm.late(deadline) {
+		return false, fmt.Errorf("publish %s: its ack would come after the deadline: %w", msg.Subject, ErrOverloaded)
+	}
+	// A full window makes the publish wait for a slot, at most the queue
+	// wait (admission), else until the request's deadline.
+	slotWait, shed := p.adm.slotWait(wait)
+	sent := time.Now()
+	paf, err := p.js.PublishMsgAsync(msg, jetstream.WithStallWait(slotWait))
 	if err != nil {
 		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			if shed {
+				return false, fmt.Errorf("publish %s: in-flight window full for %s: %w", msg.Subject, slotWait, ErrOverloaded)
+			}
 			return false, fmt.Errorf("publish %s: in-flight window full: %w", msg.Subject, ErrAckTimeout)
 		}
 		return false, fmt.Errorf("publish %s: %w", msg.Subject, err)
@@ -131,6 +148,7 @@ func (p *JetStreamPublisher) Publish(app, id string, body []byte, receivedAt, de
 	}
 	select {
 	case ack := <-paf.Ok():
+		p.adm.observe(time.Since(sent))
 		return ack.Duplicate, nil
 	case err := <-paf.Err():
 		if errors.Is(err, jetstream.ErrAsyncPublishTimeout) {

@@ -108,8 +108,9 @@ type BatchPublisher struct {
 	opts       BatchOptions
 	ackTimeout time.Duration
 	window     chan struct{} // a slot per message awaiting its ack
-	inbox      string        // <inbox>.<batch id>... is a batch's reply prefix
-	idPrefix   string        // unique per publisher; the batch counter follows
+	adm        admission
+	inbox      string // <inbox>.<batch id>... is a batch's reply prefix
+	idPrefix   string // unique per publisher; the batch counter follows
 	sub        *nats.Subscription
 	status     chan nats.Status
 	subjects   sync.Map // app -> subject
@@ -216,17 +217,25 @@ func (p *BatchPublisher) Publish(app, id string, body []byte, receivedAt, deadli
 	select {
 	case p.window <- struct{}{}:
 	default:
-		// A full window makes the publish wait for a slot, at most until
-		// the request's deadline.
-		timer := time.NewTimer(wait)
+		// A full window makes the publish wait for a slot, at most the
+		// queue wait (admission), else until the request's deadline.
+		slotWait, shed := p.adm.slotWait(wait)
+		timer := time.NewTimer(slotWait)
 		select {
 		case p.window <- struct{}{}:
 			timer.Stop()
 		case <-timer.C:
+			if shed {
+				return false, fmt.Errorf("publish %s: in-flight window full for %s: %w", p.subject(app), slotWait, ErrOverloaded)
+			}
 			return false, fmt.Errorf("publish %s: in-flight window full: %w", p.subject(app), ErrAckTimeout)
 		}
 	}
 	defer func() { <-p.window }()
+	if p.adm.late(deadline) {
+		return false, fmt.Errorf("publish %s: its ack would come after the deadline: %w", p.subject(app), ErrOverloaded)
+	}
+	sent := time.Now()
 	p.inflight.Add(1)
 	defer p.inflight.Add(-1)
 
@@ -258,6 +267,7 @@ func (p *BatchPublisher) Publish(app, id string, body []byte, receivedAt, deadli
 	if err != nil {
 		return false, fmt.Errorf("publish %s: %w", p.subject(app), err)
 	}
+	p.adm.observe(time.Since(sent))
 	return dup, nil
 }
 

@@ -322,6 +322,13 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 
 	pubStart := time.Now()
 	dup, err := s.pub.Publish(r.name, schema.RawMsgIDOf(&sum), data, start, start.Add(s.cfg.AckTimeout))
+	if errors.Is(err, ErrOverloaded) {
+		// Past capacity: nothing was published, so Meta's retry is the
+		// only copy; no store work is wasted on an answer of 503.
+		r.metrics.shed.Inc()
+		c.Set(fiber.HeaderRetryAfter, "1")
+		return c.Status(fiber.StatusServiceUnavailable).SendString("overloaded, not stored, retry")
+	}
 	if err != nil {
 		// Not remembered: the body may not be stored, so Meta's retry
 		// is published again. If this copy was stored after all, the

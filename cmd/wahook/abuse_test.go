@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -10,8 +11,14 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wahook/wahook/schema"
 )
 
 // The fault and abuse suite: inputs and loads that once took wahook down,
@@ -93,10 +100,15 @@ func dialFrom(t *testing.T, from, addr string, n int) []net.Conn {
 	return conns
 }
 
-// postStatus posts one signed status body from the loopback address from
+// statusBodyOf is the i-th body of the abuse tests: one sent status.
+func statusBodyOf(i int) string {
+	return fmt.Sprintf(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","changes":[{"field":"messages","value":{"messaging_product":"whatsapp","metadata":{"display_phone_number":"15557810001","phone_number_id":"107655290331184"},"statuses":[{"id":"wamid.abuse-%d","status":"sent","timestamp":"%d","recipient_id":"4915155500734"}]}}]}]}`, i, 1781514312+i)
+}
+
+// postStatus posts the i-th body, signed, from the loopback address from
 // and returns the answer's status code, or 0 when the request failed.
 func postStatus(base, from string, i int) int {
-	body := fmt.Sprintf(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","changes":[{"field":"messages","value":{"messaging_product":"whatsapp","metadata":{"display_phone_number":"15557810001","phone_number_id":"107655290331184"},"statuses":[{"id":"wamid.abuse-%d","status":"sent","timestamp":"%d","recipient_id":"4915155500734"}]}}]}]}`, i, 1781514312+i)
+	body := statusBodyOf(i)
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		DialContext:       (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}).DialContext,
 		DisableKeepAlives: true,
@@ -171,4 +183,104 @@ func TestConnectionsPerIPBound(t *testing.T) {
 	if code := postStatus(base, "127.0.0.4", 3); code == 200 {
 		t.Fatalf("a connection past the bound was served")
 	}
+}
+
+// TestOverloadShedsBeforePublishing: past capacity, requests waited for an
+// in-flight slot up to --ack-timeout, got one late, and most were answered
+// 503 after JetStream had stored them (108,661 of 140,086 in a burst):
+// Meta's retries stored them again. Now a request is shed before it is
+// published: under a burst of 256 concurrent senders against 16 slots,
+// every body answered 503 is absent from RAW, every body answered 200 is
+// in it, and some of each happen.
+func TestOverloadShedsBeforePublishing(t *testing.T) {
+	listen, natsListen := freeAddr(t), freeAddr(t)
+	var logs syncBuffer
+	startWahook(t, &logs, "serve", "--no-process", "--listen", listen, "--nats-listen", natsListen,
+		"--data-dir", t.TempDir(), "--app-secret", abuseSecret, "--max-inflight", "16", "--queue-wait", "1ms",
+		"--dedupe-window", "0", "--log-format", "console", "--log-level", "error")
+	base := "http://" + listen
+	waitReady(t, base, &logs)
+
+	const senders, each = 256, 40
+	codes := make([]int, senders*each)
+	var wg sync.WaitGroup
+	for s := 0; s < senders; s++ {
+		wg.Add(1)
+		go func(s int) {
+			defer wg.Done()
+			for k := 0; k < each; k++ {
+				i := s*each + k
+				codes[i] = postStatus(base, "127.0.0.1", 1000+i)
+			}
+		}(s)
+	}
+	wg.Wait()
+	stored := rawMessageIDs(t, natsListen)
+	var ok, shed, other, shedStored, okMissing int
+	for i, code := range codes {
+		id := schema.RawMsgID([]byte(statusBodyOf(1000 + i)))
+		switch code {
+		case 200:
+			ok++
+			if !stored[id] {
+				okMissing++
+			}
+		case 503:
+			shed++
+			if stored[id] {
+				shedStored++
+			}
+		default:
+			other++
+		}
+	}
+	t.Logf("200: %d, 503: %d, other: %d; stored %d", ok, shed, other, len(stored))
+	if okMissing > 0 {
+		t.Errorf("%d bodies answered 200 are not in RAW", okMissing)
+	}
+	if shedStored > 0 {
+		t.Errorf("%d bodies answered 503 were stored anyway (the store's work wasted, and Meta's retry stores them again)", shedStored)
+	}
+	if ok == 0 || shed == 0 {
+		t.Errorf("the burst did not both store and shed (200: %d, 503: %d): it did not test an overload", ok, shed)
+	}
+	if got := metric(t, base, `wahook_ingest_requests_total{app="default",result="shed"}`); int(got) != shed {
+		t.Errorf("shed counted %v, answered %d", got, shed)
+	}
+}
+
+// rawMessageIDs returns the Nats-Msg-Id of every message in WAHOOK_RAW.
+func rawMessageIDs(t *testing.T, natsAddr string) map[string]bool {
+	t.Helper()
+	nc, err := nats.Connect("nats://" + natsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, schema.StreamRaw, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for pending := info.NumPending; pending > 0; {
+		batch, err := cons.Fetch(int(min(pending, 1000)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			ids[m.Headers().Get(schema.HeaderMsgID)] = true
+			pending--
+		}
+		if batch.Error() != nil {
+			t.Fatal(batch.Error())
+		}
+	}
+	return ids
 }

@@ -30,6 +30,7 @@ func (o *ingestOptions) register(f *flags) {
 	f.DurationVar(&o.cfg.AckTimeout, "ack-timeout", o.cfg.AckTimeout, "longest wait for JetStream's ack before answering 503")
 	o.conns.register(f, "", "the webhook listener")
 	f.IntVar(&o.cfg.MaxInflight, "max-inflight", o.cfg.MaxInflight, "most publishes awaiting an ack at once")
+	f.DurationVar(&o.cfg.QueueWait, "queue-wait", o.cfg.QueueWait, "longest a request waits for an in-flight slot; past it, or when the acks of the moment would come after --ack-timeout, it is answered 503 with nothing published (0: wait until --ack-timeout)")
 	f.DurationVar(&o.cfg.ShutdownDelay, "shutdown-delay", o.cfg.ShutdownDelay, "how long /readyz fails before the listener closes on shutdown")
 	f.IntVar(&o.stream.Replicas, "raw-replicas", o.stream.Replicas, "replicas of the RAW stream (1 on one machine, 3 on a cluster)")
 	f.DurationVar(&o.stream.MaxAge, "raw-max-age", o.stream.MaxAge, "how long the RAW stream keeps bodies")
