@@ -91,6 +91,9 @@ type number struct {
 	pauseUntil time.Time
 	stopUntil  time.Time
 	stopReason string
+	// the latest maintenance window a signal announced
+	maintEnd    time.Time
+	maintReason string
 }
 
 // pair is the local pair rule of one (number, recipient).
@@ -372,14 +375,12 @@ func (n *number) hold(now time.Time, margin time.Duration) hold {
 			if s.StopUntil != nil && s.StopUntil.After(now) && s.StopUntil.After(h.until) {
 				h = hold{stop: true, until: *s.StopUntil, reason: s.Reason}
 			}
-		case schema.AdvicePause:
-			if s.MaintenanceUntil != nil {
-				end := s.MaintenanceUntil.Add(margin)
-				if !h.stop && end.After(now) && end.After(h.until) {
-					h = hold{until: end, reason: s.Reason}
-				}
-			}
 		}
+	}
+	// A maintenance window holds until its end plus the margin, also once
+	// the signal that ends it has come.
+	if end := n.maintEnd.Add(margin); !n.maintEnd.IsZero() && !h.stop && end.After(now) && end.After(h.until) {
+		h = hold{until: end, reason: n.maintReason}
 	}
 	if !h.stop && n.pauseUntil.After(now) && n.pauseUntil.After(h.until) {
 		h = hold{until: n.pauseUntil, reason: "131057: maintenance"}
@@ -474,6 +475,9 @@ func (p *Pacer) onSignal(key string, value []byte) {
 		return
 	}
 	n.sig = &s
+	if s.MaintenanceUntil != nil && s.MaintenanceUntil.After(n.maintEnd) {
+		n.maintEnd, n.maintReason = *s.MaintenanceUntil, s.Reason
+	}
 	if s.TierMPS > 0 {
 		n.tier = float64(s.TierMPS)
 	}

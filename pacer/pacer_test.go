@@ -70,10 +70,12 @@ func newEnv(t *testing.T, tiers map[string]int) *env {
 	e.stop2, e.done2 = stop, make(chan error, 1)
 	go func() { e.done2 <- s2.Run(runCtx) }()
 	t.Cleanup(e.stopStage2)
-	e.eventually("stage 2's buckets", func() (bool, string) {
+	// Its consumer takes the events published once it exists.
+	e.eventually("stage 2's buckets and consumer", func() (bool, string) {
 		_, err1 := e.js.KeyValue(context.Background(), schema.BucketPacing)
 		_, err2 := e.js.KeyValue(context.Background(), schema.BucketPairCooldown)
-		return err1 == nil && err2 == nil, fmt.Sprint(err1, err2)
+		_, err3 := e.js.Consumer(context.Background(), schema.StreamEvents, cfg.Durable)
+		return err1 == nil && err2 == nil && err3 == nil, fmt.Sprint(err1, err2, err3)
 	})
 	return e
 }
@@ -398,7 +400,7 @@ func TestOutcome(t *testing.T) {
 		{0, 1, pacer.ActionDone, 0, 0},
 		{130429, 1, pacer.ActionRetry, 0, 0},
 		{131056, 1, pacer.ActionRetry, 6 * time.Second, 6 * time.Second},
-		{131056, 2, pacer.ActionRetry, 6 * time.Second, 6 * time.Second},  // 4^1 s < 6 s
+		{131056, 2, pacer.ActionRetry, 6 * time.Second, 6 * time.Second},   // 4^1 s < 6 s
 		{131056, 3, pacer.ActionRetry, 16 * time.Second, 16 * time.Second}, // 4^2 s
 		{131026, 1, pacer.ActionDrop, 0, 0},
 		{131049, 1, pacer.ActionDrop, 0, 0},
