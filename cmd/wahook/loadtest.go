@@ -22,6 +22,9 @@ import (
 // drained. With --baseline-listen it instead serves the bare Fiber handler
 // that figures are quoted against.
 func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "campaign" {
+		return runCampaign(ctx, args[1:], stdout, stderr)
+	}
 	f := newFlags("loadtest", stderr)
 	c := loadtest.DefaultConfig()
 	m := loadtest.DefaultModel()
