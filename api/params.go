@@ -234,10 +234,19 @@ func acceptedNames(params []param) string {
 
 // parseTime reads RFC 3339, a date (UTC midnight) or Unix seconds.
 func parseTime(s string) (time.Time, error) {
+	// A time ClickHouse's DateTime cannot hold (before 1970, after 2106)
+	// is refused: the zero time would silently become the default range.
+	inRange := func(t time.Time) bool { return t.Unix() > 0 && t.Unix() < 1<<32 }
 	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		if !inRange(t) {
+			return time.Time{}, errBadTime(s)
+		}
 		return t.UTC(), nil
 	}
 	if t, err := time.Parse("2006-01-02", s); err == nil {
+		if !inRange(t) {
+			return time.Time{}, errBadTime(s)
+		}
 		return t, nil
 	}
 	if n, err := strconv.ParseInt(s, 10, 64); err == nil && n >= 0 && n < 1<<32 {
@@ -249,7 +258,7 @@ func parseTime(s string) (time.Time, error) {
 type errBadTime string
 
 func (e errBadTime) Error() string {
-	return strconv.Quote(string(e)) + " is not a time: give RFC 3339 (2026-03-14T09:00:00Z), a date (2026-03-14) or Unix seconds"
+	return strconv.Quote(string(e)) + " is not a time between 1970 and 2106: give RFC 3339 (2026-03-14T09:00:00Z), a date (2026-03-14) or Unix seconds"
 }
 
 func dedupe(vs []string) []string {

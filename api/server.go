@@ -412,7 +412,10 @@ func (s *Server) fiberError(c *fiber.Ctx, err error) error {
 		switch fe.Code {
 		case http.StatusNotFound, http.StatusMethodNotAllowed:
 			code = CodeNotFound
-		case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+		case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusRequestURITooLong,
+			http.StatusRequestHeaderFieldsTooLarge:
+			// The request itself is wrong (too large a body, URL or
+			// headers): the client's to fix, not a bug.
 			code = CodeBadParameter
 		}
 		return s.writeError(c, &Error{Status: fe.Code, Code: code, Message: fe.Message})

@@ -32,6 +32,11 @@ type Config struct {
 	// it, or when the acks of the moment would come after its deadline, it
 	// is answered 503 with nothing published (0: wait until AckTimeout).
 	QueueWait time.Duration
+	// NoMetrics leaves /metrics off the webhook listener, for a process
+	// that serves it on an address of its own (--metrics-listen): the
+	// webhook port faces the internet, and its metrics tell anyone about
+	// the process.
+	NoMetrics bool
 	// ShutdownDelay is how long /readyz fails before the listener closes, so
 	// that a load balancer stops sending first.
 	ShutdownDelay time.Duration

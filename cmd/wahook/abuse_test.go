@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wahook/wahook/schema"
+	"github.com/wahook/wahook/schema/schematest"
 )
 
 // The fault and abuse suite: inputs and loads that once took wahook down,
@@ -283,4 +284,46 @@ func rawMessageIDs(t *testing.T, natsAddr string) map[string]bool {
 		}
 	}
 	return ids
+}
+
+// TestMetricsListenAndNATSLogs: with --metrics-listen, /metrics leaves the
+// public webhook port (it showed process_max_fds to anyone); and ingest
+// logs the loss and the return of its NATS connection.
+func TestMetricsListenAndNATSLogs(t *testing.T) {
+	js := schematest.StartJetStream(t)
+	listen, metricsListen := freeAddr(t), freeAddr(t)
+	var logs syncBuffer
+	startWahook(t, &logs, "ingest", "--nats-url", js.URL(), "--listen", listen, "--metrics-listen", metricsListen,
+		"--app-secret", abuseSecret, "--body-limit", "1000000", "--log-format", "console")
+	base := "http://" + listen
+	waitReady(t, base, &logs)
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Errorf("/metrics on the webhook port: %d, want 404", resp.StatusCode)
+	}
+	if got := metric(t, "http://"+metricsListen, "wahook_ingest_requests_total"); got != 0 {
+		t.Errorf("requests before any: %v", got)
+	}
+	if code := postStatus(base, "127.0.0.1", 5); code != 200 {
+		t.Fatalf("post: %d", code)
+	}
+	if got := metric(t, "http://"+metricsListen, `wahook_ingest_requests_total{app="default",result="ok"}`); got != 1 {
+		t.Errorf("stored requests on --metrics-listen: %v, want 1", got)
+	}
+	js.Shutdown()
+	js.Start()
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(logs.String(), "nats reconnected") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no reconnect logged:\n%s", logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), "nats disconnected") {
+		t.Errorf("the disconnect was not logged:\n%s", logs.String())
+	}
 }

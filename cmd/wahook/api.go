@@ -221,7 +221,7 @@ func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err := no.validate(); err != nil {
 			return err
 		}
-		nc, err := connectExternal(no, "wahook-api")
+		nc, err := connectExternal(no, "wahook-api", log)
 		if err != nil {
 			return err
 		}

@@ -100,6 +100,12 @@ func startEndpoint(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *inges
 			zap.String("stream", schema.StreamRaw), zap.Error(err))
 	}
 	cfg := o.cfg
+	if o.metricsListen != "" {
+		cfg.NoMetrics = true
+		if err := startMetrics(ctx, o.metricsListen, reg, log); err != nil {
+			return nil, err
+		}
+	}
 	// Fast batches need a stream that allows them (nats-server 2.14+, the
 	// stream provisioned by this version or switched on by wahook migrate);
 	// a stream not known to allow them gets a PubAck per body.

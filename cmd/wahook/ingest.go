@@ -40,7 +40,7 @@ func runIngest(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
-	nc, err := connectExternal(no, "wahook-ingest")
+	nc, err := connectExternal(no, "wahook-ingest", log)
 	if err != nil {
 		return err
 	}

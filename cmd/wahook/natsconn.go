@@ -111,8 +111,9 @@ func startEmbedded(o embeddedOptions, log *zap.Logger) (*embedded, error) {
 }
 
 // connectEmbedded opens an in-process connection to srv: no TCP hop.
-func connectEmbedded(srv *embedded, name string) (*nats.Conn, error) {
+func connectEmbedded(srv *embedded, name string, log *zap.Logger) (*nats.Conn, error) {
 	opts := append(ingest.NATSOptions(name), nats.InProcessServer(srv.Server))
+	opts = append(opts, connLogging(log, name)...)
 	nc, err := nats.Connect("", opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to embedded nats-server: %w", err)
@@ -121,8 +122,8 @@ func connectEmbedded(srv *embedded, name string) (*nats.Conn, error) {
 }
 
 // connectExternal connects to the NATS servers of o.urls.
-func connectExternal(o natsOptions, name string) (*nats.Conn, error) {
-	opts := ingest.NATSOptions(name)
+func connectExternal(o natsOptions, name string, log *zap.Logger) (*nats.Conn, error) {
+	opts := append(ingest.NATSOptions(name), connLogging(log, name)...)
 	if o.creds != "" {
 		opts = append(opts, nats.UserCredentials(o.creds))
 	}
@@ -137,6 +138,29 @@ func connectExternal(o natsOptions, name string) (*nats.Conn, error) {
 		return nil, fmt.Errorf("connect to nats: %w", err) // the URLs may hold credentials
 	}
 	return nc, nil
+}
+
+// connLogging logs the connection's disconnects, reconnects and close:
+// while NATS is away, ingest answers 503 and the stages wait, and the log
+// says why. The server's URL is logged without its credentials.
+func connLogging(log *zap.Logger, name string) []nats.Option {
+	if log == nil {
+		return nil
+	}
+	l := log.With(zap.String("connection", name))
+	return []nats.Option{
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			l.Warn("nats disconnected, reconnecting", zap.Error(err))
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			l.Info("nats reconnected", zap.String("server", nc.ConnectedUrlRedacted()))
+		}),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			if err := nc.LastError(); err != nil {
+				l.Warn("nats connection closed", zap.Error(err))
+			}
+		}),
+	}
 }
 
 // natsLogger sends the embedded server's log lines to zap.
@@ -154,13 +178,13 @@ func (n *natsLogger) Tracef(format string, v ...any)  {}
 // srv is nil for external servers; the caller closes nc before it stops srv.
 func openNATS(no natsOptions, eo *embeddedOptions, log *zap.Logger, name string) (nc *nats.Conn, srv *embedded, err error) {
 	if no.urls != "" || eo == nil {
-		nc, err = connectExternal(no, name)
+		nc, err = connectExternal(no, name, log)
 		return nc, nil, err
 	}
 	if srv, err = startEmbedded(*eo, log); err != nil {
 		return nil, nil, err
 	}
-	if nc, err = connectEmbedded(srv, name); err != nil {
+	if nc, err = connectEmbedded(srv, name, log); err != nil {
 		srv.Stop()
 		return nil, nil, err
 	}

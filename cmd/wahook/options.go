@@ -16,6 +16,8 @@ type ingestOptions struct {
 	appSecrets stringList
 	provision  bool
 	conns      connFlags
+	// metricsListen moves /metrics off the webhook listener.
+	metricsListen string
 }
 
 func (o *ingestOptions) register(f *flags) {
@@ -29,6 +31,7 @@ func (o *ingestOptions) register(f *flags) {
 	f.IntVar(&o.cfg.BodyLimit, "body-limit", o.cfg.BodyLimit, "largest webhook body accepted, in bytes (413 above)")
 	f.DurationVar(&o.cfg.AckTimeout, "ack-timeout", o.cfg.AckTimeout, "longest wait for JetStream's ack before answering 503")
 	o.conns.register(f, "", "the webhook listener")
+	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve /metrics on this address instead of on --listen, which faces Meta and the internet (empty: on --listen)")
 	f.IntVar(&o.cfg.MaxInflight, "max-inflight", o.cfg.MaxInflight, "most publishes awaiting an ack at once")
 	f.DurationVar(&o.cfg.QueueWait, "queue-wait", o.cfg.QueueWait, "longest a request waits for an in-flight slot; past it, or when the acks of the moment would come after --ack-timeout, it is answered 503 with nothing published (0: wait until --ack-timeout)")
 	f.DurationVar(&o.cfg.ShutdownDelay, "shutdown-delay", o.cfg.ShutdownDelay, "how long /readyz fails before the listener closes on shutdown")

@@ -52,7 +52,7 @@ func runProcess(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
-	nc, err := connectExternal(no, "wahook-process")
+	nc, err := connectExternal(no, "wahook-process", log)
 	if err != nil {
 		return err
 	}
