@@ -23,9 +23,30 @@ type CheckConfig struct {
 	List int
 	// Since is when the run started: dead letters since then are counted.
 	Since time.Time
+	// Backlog, when set, tells how many bodies the service has yet to
+	// process (stage 1's pending and unacked RAW messages). While it is
+	// above 0, the wait goes on however long the counts stand still: after
+	// a crash the redelivery waits out stage 1's ack wait, and a quiet
+	// spell alone reported bodies still on their way as lost.
+	Backlog func(context.Context) (uint64, error)
 }
 
-// DefaultCheckConfig waits up to 60 s, or 5 s without progress, and lists
+// quietOver reports whether the wait may end for want of progress since
+// lastChange: the counts stood still for Quiet, and the service has no
+// backlog (or none is known).
+func (cfg CheckConfig) quietOver(ctx context.Context, lastChange time.Time) bool {
+	if cfg.Quiet <= 0 || time.Since(lastChange) <= cfg.Quiet {
+		return false
+	}
+	if cfg.Backlog == nil {
+		return true
+	}
+	n, err := cfg.Backlog(ctx)
+	return err == nil && n == 0
+}
+
+// DefaultCheckConfig waits up to 60 s, or 5 s without progress (and
+// without backlog, when Backlog is set), and lists
 // up to 20 differences of each sort.
 func DefaultCheckConfig() CheckConfig {
 	return CheckConfig{Timeout: time.Minute, Quiet: 5 * time.Second, List: 20}
@@ -157,8 +178,7 @@ func Check(ctx context.Context, conn driver.Conn, database string, l *Ledger, cf
 		if res.Found != lastFound {
 			lastFound, lastChange = res.Found, time.Now()
 		}
-		if res.Lost == 0 && res.FailuresMatch || time.Since(start) > cfg.Timeout ||
-			cfg.Quiet > 0 && time.Since(lastChange) > cfg.Quiet {
+		if res.Lost == 0 && res.FailuresMatch || time.Since(start) > cfg.Timeout || cfg.quietOver(ctx, lastChange) {
 			return res, nil
 		}
 		select {
@@ -216,7 +236,7 @@ func (c *checker) wait(ctx context.Context, start time.Time) error {
 				return nil
 			}
 		}
-		if time.Since(start) > c.cfg.Timeout || c.cfg.Quiet > 0 && time.Since(lastChange) > c.cfg.Quiet {
+		if time.Since(start) > c.cfg.Timeout || c.cfg.quietOver(ctx, lastChange) {
 			return nil
 		}
 		select {

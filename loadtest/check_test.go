@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -131,5 +132,24 @@ func TestLedgerCheckAgainstClickHouse(t *testing.T) {
 	}
 	if res.Drained || res.OK() || res.Expected != l.Totals().Events || res.Found != res.Expected-1 {
 		t.Errorf("drained %v, ok %v, expected %d of %d, found %d", res.Drained, res.OK(), res.Expected, l.Totals().Events, res.Found)
+	}
+
+	// While the service reports a backlog (stage 1 waiting out its ack
+	// wait after a crash), the counts standing still do not end the wait.
+	backlogUntil := time.Now().Add(2 * time.Second)
+	var asked atomic.Int64
+	res, err = Check(ctx, ch.Conn, ch.Database, l, CheckConfig{Timeout: 10 * time.Second, Quiet: 300 * time.Millisecond, List: 5,
+		Backlog: func(context.Context) (uint64, error) {
+			asked.Add(1)
+			if time.Now().Before(backlogUntil) {
+				return 3, nil
+			}
+			return 0, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.WaitS < 2 || asked.Load() == 0 {
+		t.Errorf("the check ended after %.1fs (backlog asked %d times) while the service still had a backlog for 2s", res.WaitS, asked.Load())
 	}
 }

@@ -12,7 +12,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/wahook/wahook/loadtest"
+	"github.com/wahook/wahook/processor"
+	"github.com/wahook/wahook/schema"
 )
 
 // runLoadtest sends signed webhook traffic to an endpoint on this machine and
@@ -49,7 +54,9 @@ func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	f.StringVar(&chart, "chart", "", "write the latency over time (p50, p99, max per second; Meta's 250 ms line) to this SVG file")
 	f.StringVar(&dsn, "check-clickhouse-dsn", "", "after the run, wait for the service to drain and check that ClickHouse holds every event that got a 200 exactly once (needs --numbers)")
 	f.DurationVar(&check.Timeout, "check-timeout", check.Timeout, "longest wait for the service to drain before the check")
-	f.DurationVar(&check.Quiet, "check-quiet", check.Quiet, "stop waiting once the counts in ClickHouse have not changed for this long")
+	f.DurationVar(&check.Quiet, "check-quiet", check.Quiet, "stop waiting once the counts in ClickHouse have not changed for this long (and, with --check-nats-url, stage 1 has nothing pending)")
+	var checkNATS string
+	f.StringVar(&checkNATS, "check-nats-url", "", "NATS of the service under test: the check waits until stage 1's consumer has nothing pending, however long the counts stand still (a crash's redelivery waits out --ack-wait)")
 	f.StringVar(&capacityOut, "capacity-out", "", "write the per-core capacity this run measured (and ClickHouse bytes per row, with the check) to this JSON file, for wahook sizing --capacity")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.StringVar(&baseline, "baseline-listen", "", "serve a bare Fiber handler (200 to every POST /webhook) on this address until interrupted")
@@ -104,6 +111,15 @@ func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return err
 		}
 		check.Since = res.Started
+		if checkNATS != "" {
+			nc, err := nats.Connect(checkNATS)
+			if err != nil {
+				conn.Close()
+				return fmt.Errorf("--check-nats-url: %w", err)
+			}
+			defer nc.Close()
+			check.Backlog = stage1Backlog(nc)
+		}
 		s.Check, err = loadtest.Check(ctx, conn, db, res.Ledger, check)
 		conn.Close()
 		if err != nil {
@@ -238,4 +254,24 @@ func parseDelays(v string, d *loadtest.Delays) error {
 		}
 	}
 	return nil
+}
+
+// stage1Backlog reads what stage 1 has yet to take from RAW: its durable
+// consumer's pending and unacked messages.
+func stage1Backlog(nc *nats.Conn) func(context.Context) (uint64, error) {
+	return func(ctx context.Context) (uint64, error) {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return 0, err
+		}
+		cons, err := js.Consumer(ctx, schema.StreamRaw, processor.DefaultConfig().Consumer)
+		if err != nil {
+			return 0, err
+		}
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return 0, err
+		}
+		return info.NumPending + uint64(info.NumAckPending), nil
+	}
 }
