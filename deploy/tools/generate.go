@@ -2,4 +2,4 @@
 // (cmd/dashgen) and the checks of deploy/ (package checks).
 package tools
 
-//go:generate go run ./cmd/dashgen -out ../grafana/dashboards
+//go:generate go run ./cmd/dashgen -out ../grafana

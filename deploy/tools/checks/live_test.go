@@ -461,6 +461,54 @@ func dashboardTargets(t *testing.T) []dashboardTarget {
 			}
 		}
 	}
+	return append(out, alertTargets(t)...)
+}
+
+// alertTargets are the ClickHouse queries of the Grafana alert rules, run
+// over their own relative range (the live test's from and to cover it).
+func alertTargets(t *testing.T) []dashboardTarget {
+	t.Helper()
+	files, _ := filepath.Glob(deployPath("grafana", "provisioning", "alerting", "*.json"))
+	var out []dashboardTarget
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p struct {
+			Groups []struct {
+				Rules []struct {
+					Title string `json:"title"`
+					Data  []struct {
+						DatasourceUID string `json:"datasourceUid"`
+						Model         struct {
+							RawSQL string `json:"rawSql"`
+						} `json:"model"`
+					} `json:"data"`
+				} `json:"rules"`
+			} `json:"groups"`
+		}
+		if err := json.Unmarshal(b, &p); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, g := range p.Groups {
+			for _, r := range g.Rules {
+				n := 0
+				for _, d := range r.Data {
+					if d.Model.RawSQL != "" {
+						n++
+						out = append(out, dashboardTarget{where: filepath.Base(f) + ": alert " + r.Title, sql: d.Model.RawSQL})
+					}
+				}
+				if n == 0 {
+					t.Errorf("%s: alert %s has no SQL", f, r.Title)
+				}
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Error("no Grafana alert rules in deploy/grafana/provisioning/alerting")
+	}
 	return out
 }
 

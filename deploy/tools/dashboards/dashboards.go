@@ -48,7 +48,8 @@ func series(title, unit string, targets ...cog.Builder[variants.Dataquery]) *tim
 	return p
 }
 
-// Files are the dashboards by file name under deploy/grafana/dashboards.
+// Files are the generated files by path under deploy/grafana: the
+// dashboards and the ClickHouse alert rules.
 func Files() (map[string][]byte, error) {
 	out := map[string][]byte{}
 	for name, build := range map[string]func() (dashboard.Dashboard, error){
@@ -64,8 +65,13 @@ func Files() (map[string][]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		out[name] = append(b, '\n')
+		out["dashboards/"+name] = append(b, '\n')
 	}
+	rules, err := AlertRules()
+	if err != nil {
+		return nil, err
+	}
+	out["provisioning/alerting/wahook-clickhouse.json"] = rules
 	return out, nil
 }
 

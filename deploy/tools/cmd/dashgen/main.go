@@ -1,6 +1,7 @@
-// Command dashgen writes wahook's Grafana dashboards, built by package
-// dashboards, to a directory (default: deploy/grafana/dashboards, from the
-// deploy/tools module). The tests fail when the committed files differ.
+// Command dashgen writes wahook's Grafana dashboards and ClickHouse alert
+// rules, built by package dashboards, under a directory (default:
+// deploy/grafana, from the deploy/tools module). The tests fail when the
+// committed files differ.
 //
 //	cd deploy/tools && go run ./cmd/dashgen
 package main
@@ -16,7 +17,7 @@ import (
 )
 
 func main() {
-	out := flag.String("out", "../grafana/dashboards", "directory of the dashboards' JSON")
+	out := flag.String("out", "../grafana", "directory holding dashboards/ and provisioning/alerting/")
 	flag.Parse()
 	files, err := dashboards.Files()
 	if err != nil {
@@ -30,6 +31,10 @@ func main() {
 	sort.Strings(names)
 	for _, n := range names {
 		p := filepath.Join(*out, n)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "dashgen:", err)
+			os.Exit(1)
+		}
 		if err := os.WriteFile(p, files[n], 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, "dashgen:", err)
 			os.Exit(1)
