@@ -84,6 +84,7 @@ type number struct {
 	sig      *schema.PacingSignal
 	tier     float64   // the last known tier (0: none)
 	fallback bool      // the fallback rate applies now
+	used     bool      // Wait or Rate was asked about it: its fallback is logged and counted
 	throttle float64   // rate cap after a 130429 reported through Outcome
 	thrUntil time.Time // until then, or a signal written after thrSince+1s
 	thrSince time.Time
@@ -168,9 +169,9 @@ type Stats struct {
 	Signals         int64 // signal values applied
 	Cooldowns       int64 // wahook cool-downs applied
 	FallbackEntered int64 // times a number fell back to the conservative rate (no or stale signal)
-	FallbackNumbers int   // numbers on the fallback rate now
+	FallbackNumbers int   // numbers sent from (Wait, Rate) on the fallback rate now
 	Stops           int64 // Wait answers of ErrStopped
-	Pauses          int64 // Waits that waited for a pause
+	Pauses          int64 // Waits that waited for a pause (once each)
 	Reported        int64 // results reported to wahook and acknowledged
 	ReportDropped   int64 // results dropped: queue full or wahook unreachable
 	ReportFailures  int64 // reports that failed (and were tried again)
@@ -187,7 +188,7 @@ func (p *Pacer) Stats() Stats {
 	}
 	p.mu.Lock()
 	for _, n := range p.numbers {
-		if n.fallback {
+		if n.fallback && n.used {
 			s.FallbackNumbers++
 		}
 	}
@@ -204,6 +205,13 @@ func (p *Pacer) Rate(phoneNumberID string) (mps float64, fallback bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := p.number(phoneNumberID)
+	if !n.used {
+		n.used = true
+		if n.fallback {
+			n.fallback = false
+			p.fallbackOn(n, "no fresh signal")
+		}
+	}
 	p.refresh(n, time.Now())
 	return float64(n.lim.Limit()), n.fallback
 }
@@ -235,10 +243,18 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 	if recipient != "" {
 		key = schema.PairCooldownKey(phoneNumberID, p.hash(recipient))
 	}
+	paused := false
 	for {
 		now := time.Now()
 		p.mu.Lock()
 		n := p.number(phoneNumberID)
+		if !n.used {
+			n.used = true
+			if n.fallback {
+				n.fallback = false
+				p.fallbackOn(n, "no fresh signal")
+			}
+		}
 		p.refresh(n, now)
 		h := n.hold(now, p.cfg.MaintenanceMargin)
 		changed := p.changed
@@ -257,7 +273,10 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 			p.stats.stops.Add(1)
 			return &StopError{PhoneNumberID: phoneNumberID, Until: h.until, Reason: h.reason}
 		case !h.until.IsZero():
-			p.stats.pauses.Add(1)
+			if !paused {
+				paused = true
+				p.stats.pauses.Add(1)
+			}
 			if err := sleepUntil(ctx, h.until, changed); err != nil {
 				return err
 			}
@@ -432,6 +451,9 @@ func (p *Pacer) fallbackOn(n *number, why string) {
 		return
 	}
 	n.fallback = true
+	if !n.used {
+		return // a number of the bucket this service does not send from
+	}
 	p.stats.fallbacks.Add(1)
 	tier := n.tier
 	if tier <= 0 {
@@ -446,7 +468,7 @@ func (p *Pacer) fallbackOff(n *number) {
 		return
 	}
 	n.fallback = false
-	if n.sig != nil && p.stats.fallbacks.Load() > 0 {
+	if n.used && n.sig != nil {
 		p.cfg.Logger.Info("pacer: signal back, fallback rate off", "phone_number_id", n.id, "advice", string(n.sig.Advice), "recommended_mps", n.sig.RecommendedMPS)
 	}
 }
