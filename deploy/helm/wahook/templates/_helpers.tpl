@@ -20,8 +20,10 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
+{{/* The image of a component (dict "root" . "tag" .Values.X.imageTag):
+its own tag when set, for upgrades in order, else image.tag. */}}
 {{- define "wahook.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{ .root.Values.image.repository }}:{{ .tag | default .root.Values.image.tag | default .root.Chart.AppVersion }}
 {{- end -}}
 
 {{- define "wahook.secretName" -}}
