@@ -305,3 +305,12 @@ func checkStage2(t *testing.T, p podOwner, c corev1.Container, dump map[string]f
 		t.Errorf("%s: %s is not the pod's name", where, envName("stage2-member"))
 	}
 }
+
+// values.schema.json refuses a misspelt value instead of ignoring it.
+func TestHelmRefusesUnknownValue(t *testing.T) {
+	helm := tool(t, "helm")
+	out, err := run(t, 2*time.Minute, repoRoot, nil, helm, "template", "wahook", chartDir(), "--set", "ingest.replica=3")
+	if err == nil || !strings.Contains(out, "replica") {
+		t.Fatalf("helm template with ingest.replica (for replicas): err %v, want the schema to refuse it:\n%s", err, out)
+	}
+}
