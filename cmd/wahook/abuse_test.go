@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/wahook/wahook/loadtest"
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/schematest"
 )
@@ -325,5 +327,148 @@ func TestMetricsListenAndNATSLogs(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "nats disconnected") {
 		t.Errorf("the disconnect was not logged:\n%s", logs.String())
+	}
+}
+
+// TestServeKilledUnderLoad: "wahook serve" (webhooks, stage 1, stage 2, on
+// its embedded JetStream) is killed with SIGKILL while Meta-shaped traffic
+// flows, and started again on the same data directory; the load test
+// retries what got no answer, as Meta does. Every event whose body got a
+// 200 is in ClickHouse exactly once (the ledger check, waiting for stage
+// 1's backlog).
+func TestServeKilledUnderLoad(t *testing.T) {
+	ch := schematest.ClickHouse(t)
+	listen, natsListen, dataDir := freeAddr(t), freeAddr(t), t.TempDir()
+	args := []string{"serve", "--listen", listen, "--nats-listen", natsListen, "--data-dir", dataDir,
+		"--app-secret", abuseSecret, "--clickhouse-dsn", ch.DSN, "--flush-interval", "100ms", "--ack-wait", "4s",
+		"--funnel-interval", "0", "--log-format", "console", "--log-level", "warn"}
+	var logs syncBuffer
+	first := startWahook(t, &logs, args...)
+	base := "http://" + listen
+	waitReady(t, base, &logs)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out, errOut syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"loadtest", "--url", base + "/webhook", "--app-secret", abuseSecret,
+			"--numbers", "6", "--coexistence", "1", "--upgraded", "2", "--outbound-mps", "80", "--reply-rate", "0.3",
+			"--failure-mix", "131049=2%,130429=0.5%", "--retry-share", "0.02", "--statuses-per-post", "3",
+			"--duration", "8s", "--connections", "16", "--attempts", "10", "--retry-backoff", "500ms", "--timeout", "3s",
+			"--check-clickhouse-dsn", ch.DSN, "--check-nats-url", "nats://" + natsListen, "--check-timeout", "90s",
+			"--check-quiet", "5s", "--json"}, &out, &errOut)
+	}()
+	time.Sleep(3 * time.Second)
+	if err := first.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = first.Process.Wait()
+	time.Sleep(time.Second)
+	startWahook(t, &logs, args...)
+	waitReady(t, base, &logs)
+
+	code := <-done
+	var s loadtest.Summary
+	if err := json.Unmarshal([]byte(out.String()), &s); err != nil || s.Check == nil {
+		t.Fatalf("loadtest exited %d: %v\n%s\n%s\nserve:\n%s", code, err, out.String(), errOut.String(), logs.String())
+	}
+	c := s.Check
+	t.Logf("%d requests, %d answered 200, %d events acked; ClickHouse found %d, lost %d, duplicates %d, drained in %.1fs",
+		s.Sent, s.OK, c.Expected, c.Found, c.Lost, c.Duplicates, c.WaitS)
+	if c.Lost != 0 || c.Duplicates != 0 || c.Found != c.Expected || c.Expected == 0 {
+		t.Fatalf("after kill -9 of serve: %+v", c)
+	}
+	if s.Errors == 0 && s.Retried == 0 {
+		t.Errorf("no request failed or was retried: the kill did not happen under load")
+	}
+}
+
+// TestHTTPEdges: a client that sends its headers a byte at a time
+// (slowloris) is cut off after the read timeout while others are served;
+// 64 KiB of headers answer 431 and the endpoint goes on; a signed body sent
+// chunked is verified over its bytes as received and stored.
+func TestHTTPEdges(t *testing.T) {
+	listen, natsListen := freeAddr(t), freeAddr(t)
+	var logs syncBuffer
+	startWahook(t, &logs, "serve", "--no-process", "--listen", listen, "--nats-listen", natsListen,
+		"--data-dir", t.TempDir(), "--app-secret", abuseSecret, "--log-format", "console", "--log-level", "warn")
+	base := "http://" + listen
+	waitReady(t, base, &logs)
+
+	// Slowloris, beside a normal client.
+	slow, err := net.Dial("tcp", listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	cut := make(chan time.Duration, 1)
+	go func() {
+		start := time.Now()
+		if _, err := slow.Write([]byte("POST /webhook HTTP/1.1\r\nHost: wahook\r\n")); err != nil {
+			cut <- time.Since(start)
+			return
+		}
+		for i := 0; ; i++ {
+			if _, err := slow.Write([]byte("X")); err != nil {
+				cut <- time.Since(start)
+				return
+			}
+			if i > 60 {
+				cut <- -1
+				return
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}()
+	if code := postStatus(base, "127.0.0.1", 11); code != 200 {
+		t.Fatalf("a client beside the slow one: %d", code)
+	}
+
+	// 64 KiB of headers.
+	req := signedRequest(base+"/webhook", abuseSecret, statusBodyOf(12))
+	req.Header.Set("X-Padding", strings.Repeat("p", 64<<10))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("64 KiB of headers: %d, want 431", resp.StatusCode)
+	}
+
+	// A chunked body, written by hand in two chunks.
+	body := statusBodyOf(13)
+	sig := signedRequest(base+"/webhook", abuseSecret, body).Header.Get(schema.SignatureHeader)
+	c, err := net.Dial("tcp", listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	half := len(body) / 2
+	fmt.Fprintf(c, "POST /webhook HTTP/1.1\r\nHost: wahook\r\nContent-Type: application/json\r\n%s: %s\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n",
+		schema.SignatureHeader, sig, half, body[:half], len(body)-half, body[half:])
+	resp, err = http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("chunked body: %d, want 200", resp.StatusCode)
+	}
+	if ids := rawMessageIDs(t, natsListen); !ids[schema.RawMsgID([]byte(body))] {
+		t.Errorf("the chunked body is not in RAW as sent")
+	}
+
+	select {
+	case d := <-cut:
+		if d < 0 || d > 13*time.Second {
+			t.Errorf("slowloris connection cut after %v, want within the 10 s read timeout", d)
+		}
+	case <-time.After(20 * time.Second):
+		t.Errorf("slowloris connection not cut")
+	}
+	if code := postStatus(base, "127.0.0.1", 14); code != 200 {
+		t.Fatalf("after the edges: %d", code)
 	}
 }
