@@ -74,8 +74,9 @@ type Config struct {
 	Failures       map[int32]float64 // async failures by code: a status sent then failed (131049 1%, 131026 0.5%)
 	Delays         Delays
 
-	// UpgradeAfter of use at UpgradeUse of the tier or more, second by
-	// second, earns an Upgradable number its THROUGHPUT_UPGRADE (10 s, 0.7);
+	// UpgradeAfter of use at UpgradeUse of the tier or more, on average over
+	// its whole seconds, earns an Upgradable number its THROUGHPUT_UPGRADE
+	// (10 s, 0.7);
 	// the upgrade takes UpgradeMaintenance (131057 meanwhile; Meta: up to a
 	// minute; 30 s), then the number has UpgradedTier.
 	UpgradeAfter       time.Duration

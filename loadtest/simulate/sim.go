@@ -56,8 +56,9 @@ type num struct {
 	pairs       map[string]*bucket
 	second      int64 // the second of count
 	count       float64
-	sustained   time.Duration
-	upgradeAt   time.Time // when the upgrade was earned
+	sustained   time.Duration // UpgradeAfter once the average use of its last seconds earns the upgrade
+	uses        []float64     // use of the last whole seconds
+	upgradeAt   time.Time     // when the upgrade was earned
 	maintUntil  time.Time
 	flagged     bool
 	recent      []bool // the last FlagWindow accepted messages: failed or not
@@ -253,17 +254,33 @@ func writeError(w http.ResponseWriter, code int32, details string) {
 	_ = json.NewEncoder(w).Encode(doc)
 }
 
-// roll moves the number's per-second use on to now: a second at UpgradeUse
-// of the tier or more adds to the sustained use, another resets it; enough
-// of it earns the upgrade. It also ends an upgrade's maintenance with the
-// new tier. n.mu is held.
+// roll moves the number's per-second use on to now. The use of the last
+// UpgradeAfter whole seconds, averaged, at UpgradeUse of the tier or more
+// earns the upgrade (an average, so that a second's dip in a sender's rate
+// does not start the count again). It also ends an upgrade's maintenance
+// with the new tier. n.mu is held.
 func (n *num) roll(s *Simulator, now time.Time) {
 	sec := now.Unix()
 	if sec != n.second {
-		if sec == n.second+1 && n.count >= s.cfg.UpgradeUse*n.tier.rate {
-			n.sustained += time.Second
-		} else {
-			n.sustained = 0
+		window := max(int(s.cfg.UpgradeAfter/time.Second), 1)
+		if n.second != 0 {
+			n.uses = append(n.uses, n.count)
+			for gap := min(sec-n.second-1, int64(window)); gap > 0; gap-- {
+				n.uses = append(n.uses, 0)
+			}
+		}
+		if len(n.uses) > window {
+			n.uses = n.uses[len(n.uses)-window:]
+		}
+		n.sustained = 0
+		if len(n.uses) == window {
+			sum := 0.0
+			for _, u := range n.uses {
+				sum += u
+			}
+			if sum/float64(window) >= s.cfg.UpgradeUse*n.tier.rate {
+				n.sustained = time.Duration(window) * time.Second
+			}
 		}
 		n.second, n.count = sec, 0
 	}
