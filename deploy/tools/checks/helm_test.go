@@ -24,7 +24,7 @@ var helmCases = []struct {
 	{name: "default"},
 	{name: "cluster", args: []string{"-f", deployPath("kubernetes", "wahook-values.yaml")},
 		external: map[string][]string{"wahook": {"app-secret", "verify-token", "api-token", "phone-hash-key", "clickhouse-dsn"}}},
-	{name: "single-process-monitored", args: []string{"--set", "process.replicas=1", "--set", "serviceMonitor.enabled=true", "--set", "ingest.hpa.enabled=false", "--set", "secrets.clickhouseDSN=clickhouse://u:p@ch:9000/wahook"}},
+	{name: "single-process-monitored", args: []string{"--set", "process.replicas=1", "--set", "serviceMonitor.enabled=true", "--set", "ingest.hpa.enabled=false", "--set", "secrets.clickhouseDSN=clickhouse://u:p@ch:9000/wahook", "--set", "nats.credsSecret=nats-creds"}},
 }
 
 func TestHelmLint(t *testing.T) {

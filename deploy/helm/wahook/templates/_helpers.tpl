@@ -52,11 +52,11 @@ its own tag when set, for upgrades in order, else image.tag. */}}
 {{- end -}}
 
 {{- define "wahook.env.clickhouse" -}}
-{{- if or .Values.clickhouse.dsnFromSecret .Values.secrets.clickhouseDSN }}
+{{- if or .Values.clickhouse.dsnFromSecret .Values.secrets.clickhouseDSN -}}
 - name: WAHOOK_CLICKHOUSE_DSN
   valueFrom:
     secretKeyRef: {name: {{ include "wahook.secretName" . }}, key: clickhouse-dsn}
-{{- else }}
+{{- else -}}
 - name: WAHOOK_CLICKHOUSE_DSN
   value: {{ .Values.clickhouse.dsn | quote }}
 {{- end }}
@@ -69,7 +69,7 @@ its own tag when set, for upgrades in order, else image.tag. */}}
 {{- end -}}
 
 {{- define "wahook.natsVolumeMount" -}}
-{{- if .Values.nats.credsSecret }}
+{{- if .Values.nats.credsSecret -}}
 - name: nats-creds
   mountPath: /etc/wahook/nats
   readOnly: true
@@ -77,7 +77,7 @@ its own tag when set, for upgrades in order, else image.tag. */}}
 {{- end -}}
 
 {{- define "wahook.natsVolume" -}}
-{{- if .Values.nats.credsSecret }}
+{{- if .Values.nats.credsSecret -}}
 - name: nats-creds
   secret:
     secretName: {{ .Values.nats.credsSecret }}
