@@ -173,6 +173,31 @@ func TestLive(t *testing.T) {
 		}
 	}
 
+	// process and api alone, as the chart and compose run them, against
+	// serve's NATS and the same ClickHouse: their probes and /metrics answer
+	// on their listen flags.
+	processListen := fmt.Sprintf("127.0.0.1:%d", schematest.FreePort(t))
+	apiAloneListen := fmt.Sprintf("127.0.0.1:%d", schematest.FreePort(t))
+	startProcess(t, bin, []string{"process", "--listen", processListen, "--data-dir", t.TempDir(),
+		"--nats-url", "nats://" + natsListen, "--clickhouse-dsn", db.DSN, "--funnel-interval", "0", "--no-pacing", "--log-format", "console",
+	}, cleanEnv([]string{"WAHOOK_PHONE_HASH_KEY=deploy-checks-phone-hash-key"}))
+	startProcess(t, bin, []string{"api", "--api-listen", apiAloneListen, "--clickhouse-dsn", db.DSN, "--log-format", "console"},
+		cleanEnv([]string{"WAHOOK_API_TOKEN=" + liveToken}))
+	for name, addr := range map[string]string{"process": processListen, "api": apiAloneListen} {
+		waitFor(t, "wahook "+name+" ready", 90*time.Second, func() error {
+			for _, path := range []string{"/readyz", "/healthz", "/metrics"} {
+				code, body, err := httpGet(ctx, "http://"+addr+path, nil)
+				if err != nil {
+					return err
+				}
+				if code != 200 {
+					return fmt.Errorf("%s %d %.200s", path, code, body)
+				}
+			}
+			return nil
+		})
+	}
+
 	promDir := t.TempDir()
 	promCfg := fmt.Sprintf(`global: {scrape_interval: 1s, evaluation_interval: 1s}
 rule_files: [%q]
@@ -218,7 +243,7 @@ scrape_configs:
 		t.Error("the API answered no 429 over --api-limit-global 20/1m")
 	}
 
-	t.Run("metrics exist", func(t *testing.T) { checkMetricNames(t, ctx, listen) })
+	t.Run("metrics exist", func(t *testing.T) { checkMetricNames(t, ctx, listen, processListen, apiAloneListen) })
 	t.Run("recording rules", func(t *testing.T) { checkRecordingRules(t, ctx, promListen) })
 	t.Run("dashboard promql", func(t *testing.T) { checkDashboardPromQL(t, ctx, promListen) })
 	t.Run("dashboard sql", func(t *testing.T) { checkDashboardSQL(t, ctx, db.Conn) })
@@ -275,8 +300,16 @@ func namedMetrics(t *testing.T) map[string][]string {
 	return named
 }
 
-func checkMetricNames(t *testing.T, ctx context.Context, listen string) {
-	exported := exportedMetrics(t, ctx, listen)
+// checkMetricNames: every metric the rules and dashboards name is exported by
+// serve, or by process or api alone (the services Kubernetes and compose
+// scrape).
+func checkMetricNames(t *testing.T, ctx context.Context, listens ...string) {
+	exported := map[string]bool{}
+	for _, l := range listens {
+		for n := range exportedMetrics(t, ctx, l) {
+			exported[n] = true
+		}
+	}
 	named := namedMetrics(t)
 	if len(named) < 10 {
 		t.Fatalf("only %d metric names found in the rules and dashboards", len(named))
