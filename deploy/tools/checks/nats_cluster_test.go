@@ -1,0 +1,88 @@
+package checks
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/wahook/wahook/schema/schematest"
+)
+
+// deploy/nats/nats.conf, unmodified, makes a working 3-node JetStream
+// cluster on one machine the way deploy/README.md tells a launcher to run
+// it: the node's name and store from the environment, ports and routes from
+// nats-server's command-line flags (which win over the file). A stream of 3
+// replicas, as wahook's --raw-replicas 3, is created on it.
+func TestNATSClusterFromConfig(t *testing.T) {
+	const nodes = 3
+	clientPorts := make([]int, nodes)
+	clusterPorts := make([]int, nodes)
+	var routes []string
+	for i := range nodes {
+		clientPorts[i], clusterPorts[i] = schematest.FreePort(t), schematest.FreePort(t)
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", clusterPorts[i]))
+	}
+	var servers []*server.Server
+	for i := range nodes {
+		t.Setenv("NATS_SERVER_NAME", fmt.Sprintf("nats-%d", i+1))
+		t.Setenv("NATS_CLUSTER_NAME", "wahook")
+		t.Setenv("NATS_STORE_DIR", t.TempDir())
+		fs := flag.NewFlagSet("nats-server", flag.ContinueOnError)
+		opts, err := server.ConfigureOptions(fs, []string{
+			"-c", deployPath("nats", "nats.conf"),
+			"-a", "127.0.0.1", "-p", fmt.Sprint(clientPorts[i]), "-m", fmt.Sprint(schematest.FreePort(t)),
+			"--cluster", fmt.Sprintf("nats://127.0.0.1:%d", clusterPorts[i]),
+			"--routes", strings.Join(routes, ","),
+		}, nil, nil, nil)
+		if err != nil {
+			t.Fatalf("node %d: %v", i+1, err)
+		}
+		opts.NoSigs, opts.NoLog = true, true
+		s, err := server.NewServer(opts)
+		if err != nil {
+			t.Fatalf("node %d: %v", i+1, err)
+		}
+		go s.Start()
+		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+		servers = append(servers, s)
+	}
+	for i, s := range servers {
+		if !s.ReadyForConnections(20 * time.Second) {
+			t.Fatalf("node %d not ready", i+1)
+		}
+		if got := s.Name(); got != fmt.Sprintf("nats-%d", i+1) {
+			t.Errorf("node %d is named %q", i+1, got)
+		}
+	}
+	nc, err := nats.Connect(servers[0].ClientURL(), nats.Timeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := nc.JetStream(nats.MaxWait(5 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		info, err := js.AddStream(&nats.StreamConfig{Name: "DEPLOY_CHECK", Subjects: []string{"deploy.check"}, Replicas: nodes, Storage: nats.FileStorage})
+		if err == nil {
+			if info.Cluster == nil || info.Cluster.Name != "wahook" || len(info.Cluster.Replicas) != nodes-1 {
+				t.Fatalf("stream of %d replicas: cluster %+v", nodes, info.Cluster)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no stream of %d replicas on the cluster within 60 s: %v", nodes, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if _, err := js.Publish("deploy.check", []byte("stored on 3 nodes")); err != nil {
+		t.Fatalf("publish to the replicated stream: %v", err)
+	}
+}
