@@ -8,8 +8,9 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"github.com/wahook/wahook/processor/funnel"
+	"github.com/wahook/wahook/schema"
 )
 
 // Durations are p50 and p95 of a time in seconds, over the messages that
@@ -62,7 +63,7 @@ var funnelKeys = map[string]string{
 // nz is a DateTime as seconds, or the largest UInt32 when it is zero (the
 // status never came), so that least() skips it.
 func nz(col string) string {
-	return fmt.Sprintf("if(%[1]s > toDateTime(0), toUInt32(%[1]s), 4294967295)", col)
+	return fmt.Sprintf("if(%[1]s > toDateTime(0), toUInt32(%[1]s), %[2]d)", col, schema.FunnelNever)
 }
 
 // Funnel computes the delivery funnel, with the median and 95th percentile
@@ -72,7 +73,7 @@ func nz(col string) string {
 // resolved; before the resolver's first pass it resolves message_lifecycle
 // at query time.
 func (s *Store) Funnel(ctx context.Context, q Query) (*Funnel, error) {
-	wm, ok, err := funnel.Watermark(ctx, s.conn, s.db)
+	wm, ok, err := funnelWatermark(ctx, s.conn, s.db)
 	var ex *clickhouse.Exception
 	if errors.As(err, &ex) && ex.Code == unknownTable {
 		// A database migrated by an older wahook: no resolver yet.
@@ -88,7 +89,7 @@ func (s *Store) Funnel(ctx context.Context, q Query) (*Funnel, error) {
 	// Whole hours of the range come from the hourly sums (kinds 1 to 3),
 	// the parts of hours at its ends from the message rows.
 	from, to := uint32(q.From.Unix()), uint32(q.To.Unix())
-	const sums = funnel.SumSeconds
+	const sums = schema.FunnelSumSeconds
 	h0, h1 := (from+sums-1)/sums*sums, to/sums*sums
 	var filters where
 	filters.in("phone_number_id", q.PhoneNumberIDs)
@@ -111,7 +112,7 @@ func (s *Store) Funnel(ctx context.Context, q Query) (*Funnel, error) {
     FROM %[2]s
     PREWHERE kind IN (%%s) AND first >= toDateTime(?) AND first < toDateTime(?)
     WHERE %[7]s`, key, s.table("funnel_messages"),
-		funnel.KindCounts, funnel.KindMessage, funnel.KindToDeliver, funnel.KindToRead, filters.sql())
+		schema.FunnelKindCounts, schema.FunnelKindMessage, schema.FunnelKindToDeliver, schema.FunnelKindToRead, filters.sql())
 	// One part for each span, each read on its own (PREWHERE on its kinds
 	// and times: the message rows of a part of an hour are found among
 	// their day's by first alone).
@@ -123,7 +124,7 @@ func (s *Store) Funnel(ctx context.Context, q Query) (*Funnel, error) {
 			args = append(append(args, lo, hi), filters.args...)
 		}
 	}
-	messageKinds, sumKinds := fmt.Sprint(funnel.KindMessage), fmt.Sprintf("%d, %d, %d", funnel.KindCounts, funnel.KindToDeliver, funnel.KindToRead)
+	messageKinds, sumKinds := fmt.Sprint(schema.FunnelKindMessage), fmt.Sprintf("%d, %d, %d", schema.FunnelKindCounts, schema.FunnelKindToDeliver, schema.FunnelKindToRead)
 	if h0 < h1 {
 		span(messageKinds, from, h0)
 		span(sumKinds, h0, h1)
@@ -230,13 +231,13 @@ func (s *Store) funnelLive(ctx context.Context, q Query) (*Funnel, error) {
 SELECT %[1]s AS key,
        count() AS messages,
        countIf(has_failed = 0) AS sent_count,
-       countIf(has_failed = 0 AND delivered_t != 4294967295) AS delivered_count,
-       countIf(has_failed = 0 AND read_t != 4294967295) AS read_count,
+       countIf(has_failed = 0 AND delivered_t != %[9]d) AS delivered_count,
+       countIf(has_failed = 0 AND read_t != %[9]d) AS read_count,
        countIf(has_failed = 1) AS failed_count,
-       quantilesExactWeightedIf(0.5, 0.95)(toFloat64(delivered_t) - toFloat64(sent_t), 1, has_failed = 0 AND sent_t != 4294967295 AND delivered_t != 4294967295 AND delivered_t >= sent_t) AS dq,
-       countIf(has_failed = 0 AND sent_t != 4294967295 AND delivered_t != 4294967295 AND delivered_t >= sent_t) AS dn,
-       quantilesExactWeightedIf(0.5, 0.95)(toFloat64(read_t) - toFloat64(sent_t), 1, has_failed = 0 AND sent_t != 4294967295 AND read_t != 4294967295 AND read_t >= sent_t) AS rq,
-       countIf(has_failed = 0 AND sent_t != 4294967295 AND read_t != 4294967295 AND read_t >= sent_t) AS rn
+       quantilesExactWeightedIf(0.5, 0.95)(toFloat64(delivered_t) - toFloat64(sent_t), 1, has_failed = 0 AND sent_t != %[9]d AND delivered_t != %[9]d AND delivered_t >= sent_t) AS dq,
+       countIf(has_failed = 0 AND sent_t != %[9]d AND delivered_t != %[9]d AND delivered_t >= sent_t) AS dn,
+       quantilesExactWeightedIf(0.5, 0.95)(toFloat64(read_t) - toFloat64(sent_t), 1, has_failed = 0 AND sent_t != %[9]d AND read_t != %[9]d AND read_t >= sent_t) AS rq,
+       countIf(has_failed = 0 AND sent_t != %[9]d AND read_t != %[9]d AND read_t >= sent_t) AS rn
 FROM
 (
     SELECT phone_number_id, message_id, recipient_key,
@@ -259,7 +260,7 @@ ORDER BY messages DESC, key`, key,
 		least(nz("minIfMerge(delivered_at)"), nz("minIfMerge(read_at)"), nz("minIfMerge(played_at)")),
 		least(nz("minIfMerge(read_at)"), nz("minIfMerge(played_at)")),
 		least("sent_t", "delivered_t", nz("minIfMerge(failed_at)")),
-		s.table("message_lifecycle"), inner.sql(), outer.sql())
+		s.table("message_lifecycle"), inner.sql(), outer.sql(), schema.FunnelNever)
 	rows, err := s.conn.Query(ctx, sql, append(inner.args, outer.args...)...)
 	if err != nil {
 		return nil, queryError(ctx, err)
@@ -288,4 +289,19 @@ func (d *Durations) set(q []float64) {
 func monthStart(t time.Time) time.Time {
 	t = t.UTC()
 	return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
+}
+
+// funnelWatermark is the latest watermark of the funnel resolver: the
+// funnel is exact up to it. ok is false while no pass has run.
+func funnelWatermark(ctx context.Context, conn driver.Conn, db string) (time.Time, bool, error) {
+	var w uint32
+	var n uint64
+	row := conn.QueryRow(ctx, fmt.Sprintf("SELECT toUInt32(max(watermark)), count() FROM %s.%s", db, schema.FunnelResolverTable))
+	if err := row.Scan(&w, &n); err != nil {
+		return time.Time{}, false, err
+	}
+	if n == 0 {
+		return time.Time{}, false, nil
+	}
+	return time.Unix(int64(w), 0).UTC(), true, nil
 }

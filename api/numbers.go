@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/wahook/wahook/schema"
 )
 
 // Tiers are the throughput tiers, in messages per second (inbound and
@@ -18,19 +20,21 @@ type Tiers struct {
 }
 
 // DefaultTiers are Meta's tiers (WEBHOOKS.md 9.1).
-func DefaultTiers() Tiers { return Tiers{Default: 80, Upgraded: 1000, Coexistence: 20} }
+func DefaultTiers() Tiers {
+	return Tiers{Default: schema.TierDefaultMPS, Upgraded: schema.TierUpgradedMPS, Coexistence: schema.TierCoexistenceMPS}
+}
 
 // Tier sources.
 const (
-	TierDefault           = "default"
-	TierThroughputUpgrade = "throughput_upgrade"
-	TierCoexistence       = "coexistence"
-	TierOverride          = "override"
+	TierDefault           = schema.TierSourceDefault
+	TierThroughputUpgrade = schema.TierSourceThroughputUpgrade
+	TierCoexistence       = schema.TierSourceCoexistence
+	TierOverride          = schema.TierSourceOverride
 )
 
 // maintenanceWindow is how long sends may return 131057 after a
 // THROUGHPUT_UPGRADE (Meta: up to a minute).
-const maintenanceWindow = time.Minute
+const maintenanceWindow = schema.MaintenanceWindow
 
 // Change is one management event of a number or of its account.
 type Change struct {

@@ -48,7 +48,7 @@ var (
 	pCode     = param{Name: "code", Kind: kindInts, Doc: "Meta error codes"}
 	pClass    = param{Name: "class", Kind: kindEnums, Doc: "error classes", Enum: classNames()}
 	pOrigin   = param{Name: "origin", Kind: kindEnums, Doc: "where the error was reported: in a failed status, at the value level of a webhook, in an inbound message, or in a send result",
-		Enum: []string{"status", "value", "inbound", "send_result"}}
+		Enum: []string{schema.OriginStatus, schema.OriginValue, schema.OriginInbound, schema.OriginSendResult}}
 
 	pGroupBy = param{Name: "group_by", Kind: kindEnums, Default: "code", Doc: "dimensions of the answer",
 		Enum: []string{"code", "class", "number", "waba", "template", "campaign", "origin"}}

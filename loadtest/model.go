@@ -8,14 +8,16 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/wahook/wahook/schema"
 )
 
 // Throughput tiers of a business number, in messages per second (inbound
 // and outbound together), as Meta sets them (WEBHOOKS.md 9.1).
 const (
-	TierStandard    = 80   // the default
-	TierUpgraded    = 1000 // after THROUGHPUT_UPGRADE
-	TierCoexistence = 20   // a number also used with the WhatsApp Business app
+	TierStandard    = schema.TierDefaultMPS  // the default
+	TierUpgraded    = schema.TierUpgradedMPS // after THROUGHPUT_UPGRADE
+	TierCoexistence = 20                     // a number also used with the WhatsApp Business app
 )
 
 // MaxNumbers is the most business numbers a model has: their display

@@ -13,7 +13,7 @@ import (
 	"github.com/wahook/wahook/schema/schematest"
 )
 
-// contentTexts are what the users of the shared fixtures (and of
+// contentTexts are what the users of the test bodies (and of
 // contentBody) wrote or chose: the text of their inbound messages.
 var contentTexts = []string{
 	"Yes please, book me for 3pm on Thursday.", // text
@@ -35,7 +35,7 @@ var contentTexts = []string{
 // contentBody is an inbound text whose JSON needs escapes.
 var contentBody = []byte(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","changes":[{"field":"messages","value":{"messaging_product":"whatsapp","metadata":{"display_phone_number":"15557810001","phone_number_id":"107655290331184"},"messages":[{"from":"4915155500999","id":"wamid.CONTENT1","timestamp":"1781514312","type":"text","text":{"body":"Tom & Jerry <3 \u2028 \"quoted\""}}]}}]}]}`)
 
-// TestStage1Content runs every shared fixture through stage 1 twice, with
+// TestStage1Content runs every test body through stage 1 twice, with
 // content storage off and on, on real NATS and ClickHouse. Off: no text
 // is found in any String column of any table, nor in any message on
 // WAHOOK_EVENTS. On: each text is in inbound_messages.content and in its

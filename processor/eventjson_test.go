@@ -86,7 +86,7 @@ func eventJSONBodies(t testing.TB) map[string][]byte {
 		}
 	}
 	if len(out) < 40 {
-		t.Fatalf("found %d bodies, want the 40 shared fixtures and more", len(out))
+		t.Fatalf("found %d bodies, want the 40 test bodies and more", len(out))
 	}
 	return out
 }

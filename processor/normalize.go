@@ -93,13 +93,12 @@ const FieldUnknownKeys = "_unknown_keys"
 
 // Origins of error rows.
 const (
-	originStatus  = "status"  // statuses[].errors[]
-	originValue   = "value"   // value.errors[], any field
-	originInbound = "inbound" // messages[].errors[] of field messages
-	originHistory = "history" // history[].errors[]
-	originCall    = "call"    // errors of call statuses and calls[] (field calls)
-	// originSendResult: the error of a failed send result (sendresults.go).
-	originSendResult = "send_result"
+	originStatus     = schema.OriginStatus
+	originValue      = schema.OriginValue
+	originInbound    = schema.OriginInbound
+	originHistory    = schema.OriginHistory
+	originCall       = schema.OriginCall
+	originSendResult = schema.OriginSendResult
 )
 
 // maxDateTime is the last second a ClickHouse DateTime holds; a timestamp

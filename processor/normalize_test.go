@@ -17,11 +17,11 @@ import (
 	"github.com/wahook/wahook/schema/meta"
 )
 
-// The shared fixtures (shared/meta/fixtures beside the repository) with their
+// The webhook test bodies (testdata/webhooks) with their
 // expected facts, and the decoder's own test bodies for the shapes they do
 // not cover.
 const (
-	normFixtures = "../../shared/meta/fixtures"
+	normFixtures = "../testdata/webhooks"
 	normTestdata = "../schema/meta/testdata"
 )
 
@@ -57,7 +57,7 @@ func readBody(t testing.TB, dir, name string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, name))
 	if err != nil {
-		t.Fatalf("read %s (the shared fixtures live in ../shared beside the repository): %v", name, err)
+		t.Fatalf("read %s (the test bodies are in testdata/webhooks): %v", name, err)
 	}
 	return b
 }
@@ -97,7 +97,7 @@ func loadFacts(t testing.TB) map[string]normFacts {
 		t.Fatal(err)
 	}
 	if len(facts) != 40 {
-		t.Fatalf("expected.json has %d fixtures, want the 40 of the shared set", len(facts))
+		t.Fatalf("expected.json has %d fixtures, want the 40 of testdata/webhooks", len(facts))
 	}
 	return facts
 }
@@ -164,7 +164,7 @@ func orNone(s string) string {
 	return s
 }
 
-// TestNormalizeFixtures checks the rows of every shared fixture against
+// TestNormalizeFixtures checks the rows of every test body against
 // every fact of expected.json that rows can show.
 func TestNormalizeFixtures(t *testing.T) {
 	facts := loadFacts(t)

@@ -23,7 +23,7 @@ import (
 	"github.com/wahook/wahook/schema/schematest"
 )
 
-const fixturesDir = "../../shared/meta/fixtures"
+const fixturesDir = "../testdata/webhooks"
 
 // pipeline is stage 1 on a real embedded JetStream and a real ClickHouse.
 type pipeline struct {
@@ -247,7 +247,7 @@ func loadExpected(t testing.TB) expectedTotals {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(fixturesDir, "expected.json"))
 	if err != nil {
-		t.Fatalf("shared fixtures (../shared beside the repo): %v", err)
+		t.Fatalf("test bodies (testdata/webhooks): %v", err)
 	}
 	var facts map[string]struct {
 		StatusEvents      uint64            `json:"status_events"`
@@ -325,7 +325,7 @@ func (p *pipeline) checkFixtureTotals(e expectedTotals) {
 	}
 }
 
-// TestStage1Fixtures: every shared fixture through RAW -> stage 1 ->
+// TestStage1Fixtures: every test body through RAW -> stage 1 ->
 // ClickHouse, every fact found exactly; then the same bodies again (a
 // redelivery), the same statuses inside other POSTs, and a replay of RAW:
 // each event still counts once.
@@ -333,7 +333,7 @@ func TestStage1Fixtures(t *testing.T) {
 	p := newPipeline(t, schematest.ClickHouse(t))
 	e := loadExpected(t)
 	if len(e.files) != 40 {
-		t.Fatalf("found %d fixtures, want the 40 of the shared set", len(e.files))
+		t.Fatalf("found %d fixtures, want the 40 of testdata/webhooks", len(e.files))
 	}
 	p.start()
 	for _, name := range e.files {

@@ -28,6 +28,8 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/column"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"go.uber.org/zap"
+
+	"github.com/wahook/wahook/schema"
 )
 
 // Config tunes a Resolver.
@@ -81,8 +83,8 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// never is the sentinel of a status that never came (the largest UInt32).
-const never = 4294967295
+// never is the sentinel of a status that never came (schema.FunnelNever).
+const never = schema.FunnelNever
 
 // Stages of a resolved row.
 const (
@@ -198,7 +200,7 @@ func Watermark(ctx context.Context, conn driver.Conn, db string) (time.Time, boo
 	var n uint64
 	// Each watermark is a time up to which a pass had read everything, by
 	// the server's clock: the latest is the one that counts.
-	row := conn.QueryRow(ctx, fmt.Sprintf("SELECT toUInt32(max(watermark)), count() FROM %s.funnel_resolver", db))
+	row := conn.QueryRow(ctx, fmt.Sprintf("SELECT toUInt32(max(watermark)), count() FROM %s.%s", db, schema.FunnelResolverTable))
 	if err := row.Scan(&w, &n); err != nil {
 		return time.Time{}, false, err
 	}
@@ -509,17 +511,15 @@ func (r Row) Counts(n int32) [7]int32 {
 		if0(r.Stage == StageFailed), if0(r.ToDeliver >= 0), if0(r.ToRead >= 0)}
 }
 
-// Kinds of funnel_messages rows.
+// Kinds of funnel_messages rows, and the span of its sums: the table's
+// format is schema's (schema/funnel.go), shared with the API.
 const (
-	KindMessage   = 0 // a message and recipient
-	KindCounts    = 1 // the n_* sums by hour of first and dimensions
-	KindToDeliver = 2 // n messages took to_deliver seconds, by hour and dimensions
-	KindToRead    = 3 // n messages took to_read seconds, by hour and dimensions
+	KindMessage   = schema.FunnelKindMessage
+	KindCounts    = schema.FunnelKindCounts
+	KindToDeliver = schema.FunnelKindToDeliver
+	KindToRead    = schema.FunnelKindToRead
+	SumSeconds    = schema.FunnelSumSeconds
 )
-
-// SumSeconds is the span of the sums of kinds 1 to 3: the hour of first
-// (toStartOfHour). A funnel reads them for the whole spans of its range.
-const SumSeconds = 3600
 
 // insert writes rows in one batch: each message row, and with it, with the
 // same multiplicity, its share of the hourly sums (kinds 1 to 3), so that

@@ -18,7 +18,9 @@ type Tiers struct {
 }
 
 // DefaultTiers are Meta's (WEBHOOKS.md 9.1).
-func DefaultTiers() Tiers { return Tiers{Default: 80, Upgraded: 1000, Coexistence: 20} }
+func DefaultTiers() Tiers {
+	return Tiers{Default: schema.TierDefaultMPS, Upgraded: schema.TierUpgradedMPS, Coexistence: schema.TierCoexistenceMPS}
+}
 
 // The rule's constants (schema/README.md, "Pacing signal").
 const (
@@ -29,7 +31,7 @@ const (
 	Settle = 2 * time.Second
 	// MaintenanceWindow is how long sends may return 131057 after a
 	// THROUGHPUT_UPGRADE or a 131057.
-	MaintenanceWindow = time.Minute
+	MaintenanceWindow = schema.MaintenanceWindow
 	// StopHold is how long a stop verdict (131048, ...) holds after its
 	// last error.
 	StopHold = 15 * time.Minute
@@ -142,15 +144,15 @@ func (n *Number) Apply(e Event) bool {
 // tier is the number's tier and its source.
 func (n *Number) tier(t Tiers) (int, string) {
 	if v, ok := t.Overrides[n.ID]; ok {
-		return v, "override"
+		return v, schema.TierSourceOverride
 	}
 	if n.coexistence {
-		return t.Coexistence, "coexistence"
+		return t.Coexistence, schema.TierSourceCoexistence
 	}
 	if n.upgradedAt != 0 {
-		return t.Upgraded, "throughput_upgrade"
+		return t.Upgraded, schema.TierSourceThroughputUpgrade
 	}
-	return t.Default, "default"
+	return t.Default, schema.TierSourceDefault
 }
 
 // Signal is the number's pacing signal at now.

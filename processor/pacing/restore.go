@@ -18,11 +18,11 @@ import (
 // minute.
 func (n *Number) Restore(s schema.PacingSignal) {
 	switch s.TierSource {
-	case "throughput_upgrade":
+	case schema.TierSourceThroughputUpgrade:
 		if n.upgradedAt == 0 {
 			n.upgradedAt = max(s.UpdatedAt.Unix(), 1)
 		}
-	case "coexistence":
+	case schema.TierSourceCoexistence:
 		n.coexistence = true
 	}
 	if q := strings.ToLower(s.Quality); q == "flagged" || q == "unflagged" {
