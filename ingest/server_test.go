@@ -36,7 +36,7 @@ const (
 	secretB      = "app-b-secret"
 	fixtureKey   = "wahook-fixture-app-secret"
 	verifyToken  = "tok-3f9a"
-	fixturesPath = "../../shared/meta/fixtures"
+	fixturesPath = "../testdata/webhooks"
 )
 
 // harness is an ingest server on a real listener, publishing to a real
@@ -388,13 +388,13 @@ func TestSignature(t *testing.T) {
 	})
 }
 
-// TestFixtures posts every shared fixture as Meta would, with the signature
+// TestFixtures posts every test body of testdata/webhooks as Meta would, with the signature
 // recorded in expected.json, and finds each stored byte for byte.
 func TestFixtures(t *testing.T) {
 	forEachPublisher(t, func(t *testing.T, cfg ingest.Config) {
 		raw, err := os.ReadFile(filepath.Join(fixturesPath, "expected.json"))
 		if err != nil {
-			t.Fatalf("shared fixtures missing (they sit in ../shared beside the repo): %v", err)
+			t.Fatalf("test bodies missing (testdata/webhooks): %v", err)
 		}
 		var expected map[string]json.RawMessage
 		if err := json.Unmarshal(raw, &expected); err != nil {
@@ -423,7 +423,7 @@ func TestFixtures(t *testing.T) {
 			posted[schema.RawMsgID(b)] = b
 		}
 		if len(posted) < 40 {
-			t.Fatalf("posted %d fixtures, want the 40 of the shared set", len(posted))
+			t.Fatalf("posted %d fixtures, want the 40 of testdata/webhooks", len(posted))
 		}
 		msgs := h.stored()
 		if len(msgs) != len(posted) {

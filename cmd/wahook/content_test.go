@@ -49,9 +49,9 @@ func TestStoreContentWiring(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	body, err := os.ReadFile(filepath.Join("..", "..", "..", "shared", "meta", "fixtures", "inbound_text_reply.json"))
+	body, err := os.ReadFile(filepath.Join("..", "..", "testdata", "webhooks", "inbound_text_reply.json"))
 	if err != nil {
-		t.Fatalf("shared fixtures (../shared beside the repo): %v", err)
+		t.Fatalf("test bodies (testdata/webhooks): %v", err)
 	}
 	const text = "Yes please, book me for 3pm on Thursday."
 	var ids []string

@@ -25,7 +25,7 @@ import (
 	"github.com/wahook/wahook/schema/schematest"
 )
 
-const fixturesDir = "../../../shared/meta/fixtures"
+const fixturesDir = "../../testdata/webhooks"
 
 // fixtureFacts are the facts of expected.json this test adds up.
 type fixtureFacts struct {
@@ -43,14 +43,14 @@ type fixtureFacts struct {
 	Sig               string            `json:"x_hub_signature_256"`
 }
 
-// TestServeFixturesEndToEnd posts every shared fixture to "wahook serve" over
+// TestServeFixturesEndToEnd posts every test body of testdata/webhooks to "wahook serve" over
 // HTTP with Meta's signature, and finds every fact of expected.json in
 // ClickHouse exactly: HTTP -> RAW -> stage 1 -> ClickHouse. Each fixture is
 // posted twice (a Meta retry), and counts stay exact.
 func TestServeFixturesEndToEnd(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join(fixturesDir, "expected.json"))
 	if err != nil {
-		t.Fatalf("shared fixtures (../shared beside the repo): %v", err)
+		t.Fatalf("test bodies (testdata/webhooks): %v", err)
 	}
 	var all map[string]fixtureFacts
 	if err := json.Unmarshal(raw, &all); err != nil {
@@ -118,7 +118,7 @@ func TestServeFixturesEndToEnd(t *testing.T) {
 	}
 	sort.Strings(names)
 	if len(names) != 40 {
-		t.Fatalf("%d fixtures, want the 40 of the shared set", len(names))
+		t.Fatalf("%d fixtures, want the 40 of testdata/webhooks", len(names))
 	}
 	for round := 0; round < 2; round++ {
 		for _, name := range names {

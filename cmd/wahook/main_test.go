@@ -173,7 +173,7 @@ func TestServeLifecycle(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	b, err := os.ReadFile("../../../shared/meta/fixtures/status_failed_131048.json")
+	b, err := os.ReadFile("../../testdata/webhooks/status_failed_131048.json")
 	if err != nil {
 		t.Fatalf("shared fixtures: %v", err)
 	}

@@ -17,9 +17,8 @@ import (
 	"testing"
 )
 
-// fixturesDir is the shared fixture folder, which sits beside the repository
-// (/work/shared next to /work/main; CI lays it out the same way).
-const fixturesDir = "../../../shared/meta/fixtures"
+// fixturesDir holds the project's webhook test bodies and their facts.
+const fixturesDir = "../../testdata/webhooks"
 
 // fixtureSecret is the app secret the fixtures are signed with (fixtures
 // README, "Signatures").
@@ -45,7 +44,7 @@ func loadFixtures(tb testing.TB) map[string][]byte {
 		out[filepath.Base(f)] = b
 	}
 	if len(out) == 0 {
-		tb.Fatalf("no fixtures in %s: the shared folder must sit beside the repository", fixturesDir)
+		tb.Fatalf("no fixtures in %s", fixturesDir)
 	}
 	return out
 }
