@@ -93,6 +93,7 @@ func checkRendered(t *testing.T, r *rendered, external map[string][]string) {
 		pods = append(pods, podOwner{"Job", j.Name, j.Spec.Template.Labels, j.Spec.Template.Spec, 1})
 	}
 	subs := map[string]bool{}
+	metricsPorts := map[string]string{} // workload -> port of its /metrics
 	for _, p := range pods {
 		where := p.kind + " " + p.name
 		for _, c := range p.spec.Containers {
@@ -106,6 +107,11 @@ func checkRendered(t *testing.T, r *rendered, external map[string][]string) {
 			}
 			if lf, ok := listenFlag[sub]; ok {
 				checkPorts(t, where, c, listenPort(dump[lf].value))
+				mp := metricsPort(sub, dump)
+				if !declaresPort(c, mp) {
+					t.Errorf("%s: wahook %s serves /metrics on %s, the container declares no such port", where, sub, mp)
+				}
+				metricsPorts[p.kind+"/"+p.name] = mp
 			}
 			if sub == "ingest" {
 				checkShutdown(t, where, p.spec, c, dump["shutdown-delay"].value)
@@ -121,6 +127,7 @@ func checkRendered(t *testing.T, r *rendered, external map[string][]string) {
 		}
 	}
 	svcPorts := map[string]map[string]bool{}
+	svcTarget := map[string]*podOwner{}
 	for _, s := range r.services {
 		var target *podOwner
 		for i := range pods {
@@ -133,6 +140,7 @@ func checkRendered(t *testing.T, r *rendered, external map[string][]string) {
 			continue
 		}
 		svcPorts[s.Name] = map[string]bool{}
+		svcTarget[s.Name] = target
 		for _, sp := range s.Spec.Ports {
 			svcPorts[s.Name][sp.Name] = true
 			if !containerHasPort(target.spec, sp.TargetPort) {
@@ -148,6 +156,9 @@ func checkRendered(t *testing.T, r *rendered, external map[string][]string) {
 				for _, ep := range m.Spec.Endpoints {
 					if !svcPorts[s.Name][ep.Port] {
 						t.Errorf("ServiceMonitor %s: port %q is not a port of Service %s", m.Name, ep.Port, s.Name)
+					}
+					if got, want := servicePortTarget(s, ep.Port, svcTarget[s.Name]), metricsPorts[svcTarget[s.Name].kind+"/"+svcTarget[s.Name].name]; got != want {
+						t.Errorf("ServiceMonitor %s: port %q reaches container port %s of %s, wahook serves /metrics on %s", m.Name, ep.Port, got, svcTarget[s.Name].name, want)
 					}
 					if ep.Path != "/metrics" {
 						t.Errorf("ServiceMonitor %s: path %q, wahook serves /metrics", m.Name, ep.Path)
@@ -313,4 +324,34 @@ func TestHelmRefusesUnknownValue(t *testing.T) {
 	if err == nil || !strings.Contains(out, "replica") {
 		t.Fatalf("helm template with ingest.replica (for replicas): err %v, want the schema to refuse it:\n%s", err, out)
 	}
+}
+
+func declaresPort(c corev1.Container, port string) bool {
+	for _, cp := range c.Ports {
+		if fmt.Sprint(cp.ContainerPort) == port {
+			return true
+		}
+	}
+	return false
+}
+
+// servicePortTarget is the container port number a Service port (by name)
+// reaches in the pods of target.
+func servicePortTarget(s *corev1.Service, name string, target *podOwner) string {
+	if target == nil {
+		return ""
+	}
+	for _, sp := range s.Spec.Ports {
+		if sp.Name != name {
+			continue
+		}
+		for _, c := range target.spec.Containers {
+			for _, cp := range c.Ports {
+				if (sp.TargetPort.Type == intstr.String && cp.Name == sp.TargetPort.StrVal) || (sp.TargetPort.Type == intstr.Int && cp.ContainerPort == sp.TargetPort.IntVal) {
+					return fmt.Sprint(cp.ContainerPort)
+				}
+			}
+		}
+	}
+	return ""
 }

@@ -260,5 +260,15 @@ func listenPort(addr string) string {
 }
 
 // listenFlag is the flag holding the address a subcommand serves its
-// health, readiness and metrics on.
+// health, readiness and (unless metricsPort says otherwise) metrics on.
 var listenFlag = map[string]string{"ingest": "listen", "process": "listen", "api": "api-listen", "serve": "listen"}
+
+// metricsPort is the port a subcommand serves /metrics on, from its
+// effective configuration: --metrics-listen where it has one and it is set,
+// else its listen flag's.
+func metricsPort(sub string, dump map[string]flagInfo) string {
+	if m, ok := dump["metrics-listen"]; ok && m.value != "" {
+		return listenPort(m.value)
+	}
+	return listenPort(dump[listenFlag[sub]].value)
+}
