@@ -35,7 +35,7 @@ func runCampaign(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	f.IntVar(&c.Upgradable, "upgradable", c.Upgradable, "of the numbers, those that earn THROUGHPUT_UPGRADE (1,000 mps) once they sustain high use")
 	f.Float64Var(&c.RepeatShare, "repeat-share", c.RepeatShare, "share of each number's recipients messaged repeatedly")
 	f.IntVar(&c.RepeatCount, "repeat-count", c.RepeatCount, "messages each of those recipients gets (Meta's pair rule allows bursts of 45, then 1 per 6 s)")
-	f.Float64Var(&c.RepeatWindow, "repeat-window", c.RepeatWindow, "share of a number's queue a repeated recipient's messages are spread over")
+	f.Float64Var(&c.RepeatWindow, "repeat-window", c.RepeatWindow, "width of the window of the plan's order (0 to 1) a repeated recipient's messages are placed in; they start below 0.6 minus it")
 	f.IntVar(&c.Workers, "workers", c.Workers, "workers per number, both senders")
 	f.Float64Var(&c.NaiveMPS, "naive-mps", c.NaiveMPS, "the naive sender's fixed rate per number")
 	f.IntVar(&c.NaiveAttempts, "naive-attempts", c.NaiveAttempts, "the naive sender's most sends of one message (rate-limit errors retried at once)")

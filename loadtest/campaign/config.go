@@ -25,8 +25,11 @@ type Config struct {
 	Tier       int
 	Upgradable int
 	// RepeatShare of the recipients of each number get RepeatCount messages
-	// each, within RepeatWindow (a share of the number's queue); the others
-	// one each.
+	// each, the others one. Each message of a number's queue is placed by
+	// a random key between 0 and 1: a repeated recipient's keys fall in a
+	// window RepeatWindow wide that starts below 0.6 - RepeatWindow. Since
+	// those messages are most of the queue, 10% of the keys is about a
+	// sixth of the queue's positions, in its first 85%.
 	RepeatShare  float64
 	RepeatCount  int
 	RepeatWindow float64

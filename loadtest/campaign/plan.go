@@ -35,9 +35,10 @@ type plan struct {
 }
 
 // makePlan spreads cfg.Messages over cfg.Numbers lanes. In each lane a
-// share RepeatShare of the recipients get RepeatCount messages each, placed
-// within a window of RepeatWindow of the lane's queue starting in its first
-// 60%; every other recipient gets one message, anywhere.
+// share RepeatShare of the recipients get RepeatCount messages each, the
+// others one; each message is placed by a random key, a repeated
+// recipient's keys within a window of RepeatWindow starting below
+// 0.6 - RepeatWindow, a single's anywhere in [0, 1).
 func makePlan(cfg *Config) plan {
 	r := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
 	p := plan{lanes: make([][]message, cfg.Numbers), heavyFirst: make([][]int, cfg.Numbers)}
