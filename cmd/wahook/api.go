@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strconv"
 	"strings"
 	"time"
 
@@ -26,7 +25,7 @@ type apiOptions struct {
 	cfg     api.Config
 	tokens  stringList
 	proxies stringList
-	tiers   stringList
+	tiers   *stringList // --number-tier, shared with the pacing options
 	limits  map[string]*string
 	conns   connFlags
 }
@@ -58,7 +57,7 @@ func (o *apiOptions) register(f *flags) {
 	f.DurationVar(&o.cfg.QueryTimeout, "api-query-timeout", o.cfg.QueryTimeout, "longest a report may run in ClickHouse")
 	o.conns.register(f, "api-", "the query API")
 	f.IntVar(&o.cfg.MaxNumbersPerToken, "api-max-numbers-per-token", o.cfg.MaxNumbersPerToken, "distinct phone number ids one token may report send results for, per API process (0: no bound); past it a document is refused 403 too_many_numbers")
-	f.ListVar(&o.tiers, "number-tier", "throughput tier of a number, overriding what webhooks say: PHONE_NUMBER_ID=MPS; repeat")
+	registerNumberTier(f, &o.tiers)
 }
 
 // enabled reports whether any token is configured: without one the API
@@ -90,18 +89,9 @@ func (o *apiOptions) build() error {
 
 func (o *apiOptions) tierOverrides() (api.Tiers, error) {
 	t := api.DefaultTiers()
-	for _, v := range o.tiers {
-		id, mps, ok := strings.Cut(v, "=")
-		n, err := strconv.Atoi(mps)
-		if !ok || id == "" || err != nil || n <= 0 {
-			return t, fmt.Errorf("%w: --number-tier %q: want PHONE_NUMBER_ID=MPS", errUsage, v)
-		}
-		if t.Overrides == nil {
-			t.Overrides = map[string]int{}
-		}
-		t.Overrides[id] = n
-	}
-	return t, nil
+	ov, err := parseTierOverrides(*o.tiers)
+	t.Overrides = ov
+	return t, err
 }
 
 // openStore connects to the ClickHouse of dsn for queries. It does not

@@ -20,10 +20,10 @@ import (
 // pacingOptions are the flags of stage 2: each number's throughput, tier
 // and quality state, published as its pacing signal.
 type pacingOptions struct {
-	cfg       stage2.Config
-	overrides stringList
-	members   string
-	disabled  bool
+	cfg      stage2.Config
+	tiers    *stringList // --number-tier, shared with the API's options
+	members  string
+	disabled bool
 }
 
 func (o *pacingOptions) register(f *flags) {
@@ -32,7 +32,7 @@ func (o *pacingOptions) register(f *flags) {
 	f.IntVar(&o.cfg.Tiers.Default, "tier-default", o.cfg.Tiers.Default, "throughput tier of a number, messages per second (in and out together)")
 	f.IntVar(&o.cfg.Tiers.Upgraded, "tier-upgraded", o.cfg.Tiers.Upgraded, "tier of a number after THROUGHPUT_UPGRADE")
 	f.IntVar(&o.cfg.Tiers.Coexistence, "tier-coexistence", o.cfg.Tiers.Coexistence, "tier of a number also on the WhatsApp Business app")
-	f.ListVar(&o.overrides, "tier-override", "PHONE_NUMBER_ID=MPS: this number's tier, whatever its webhooks say; repeat for several numbers")
+	registerNumberTier(f, &o.tiers)
 	f.DurationVar(&o.cfg.Coalesce, "pacing-coalesce", o.cfg.Coalesce, "least time between two writes of one number's signal")
 	f.DurationVar(&o.cfg.Refresh, "pacing-refresh", o.cfg.Refresh, "how often an active number's signal is written again while its rates change")
 	f.DurationVar(&o.cfg.SignalTTL, "pacing-ttl", o.cfg.SignalTTL, "how long a number's last signal stays in "+schema.BucketPacing+" after its last write; a number without events for that long is forgotten")
@@ -43,7 +43,7 @@ func (o *pacingOptions) register(f *flags) {
 
 // build parses the overrides and validates the configuration.
 func (o *pacingOptions) build() error {
-	ov, err := parseTierOverrides(o.overrides)
+	ov, err := parseTierOverrides(*o.tiers)
 	if err != nil {
 		return err
 	}
@@ -57,7 +57,23 @@ func (o *pacingOptions) build() error {
 	return nil
 }
 
-// parseTierOverrides reads --tier-override values, PHONE_NUMBER_ID=MPS.
+// registerNumberTier defines --number-tier, the one flag of a number's tier
+// for the pacing signal and the reports alike, with --tier-override as its
+// old spelling, unless f has it already: dst then shares its values.
+func registerNumberTier(f *flags, dst **stringList) {
+	if fl := f.Lookup("number-tier"); fl != nil {
+		*dst = fl.Value.(*stringList)
+		return
+	}
+	*dst = new(stringList)
+	f.ListVar(*dst, "number-tier", "PHONE_NUMBER_ID=MPS: this number's throughput tier, whatever its webhooks say, in the pacing signal and the reports; repeat for several numbers")
+	f.ListVar(*dst, "tier-override", "the old spelling of --number-tier")
+}
+
+// tierFlag names the flag in errors, with its old spelling.
+const tierFlag = "--number-tier (--tier-override)"
+
+// parseTierOverrides reads --number-tier values, PHONE_NUMBER_ID=MPS.
 func parseTierOverrides(values []string) (map[string]int, error) {
 	if len(values) == 0 {
 		return nil, nil
@@ -68,14 +84,14 @@ func parseTierOverrides(values []string) (map[string]int, error) {
 		n, err := strconv.Atoi(mps)
 		switch {
 		case !ok || id == "":
-			return nil, fmt.Errorf("%w: --tier-override %q: want PHONE_NUMBER_ID=MPS", errUsage, v)
+			return nil, fmt.Errorf("%w: %s %q: want PHONE_NUMBER_ID=MPS", errUsage, tierFlag, v)
 		case strings.ContainsAny(id, ".*> \t"):
-			return nil, fmt.Errorf("%w: --tier-override %q: %q is not a phone number id", errUsage, v, id)
+			return nil, fmt.Errorf("%w: %s %q: %q is not a phone number id", errUsage, tierFlag, v, id)
 		case err != nil || n < 1:
-			return nil, fmt.Errorf("%w: --tier-override %q: the tier must be a positive number of messages per second", errUsage, v)
+			return nil, fmt.Errorf("%w: %s %q: the tier must be a positive number of messages per second", errUsage, tierFlag, v)
 		}
 		if _, dup := m[id]; dup {
-			return nil, fmt.Errorf("%w: --tier-override: %s given twice", errUsage, id)
+			return nil, fmt.Errorf("%w: %s: %s given twice", errUsage, tierFlag, id)
 		}
 		m[id] = n
 	}

@@ -57,3 +57,27 @@ func TestPartitionFlags(t *testing.T) {
 		}
 	}
 }
+
+// One flag gives a number its tier in the pacing signal and in the reports
+// alike; --tier-override is its old spelling.
+func TestNumberTierOneFlag(t *testing.T) {
+	f := newFlags("serve", io.Discard)
+	var ao apiOptions
+	var pco pacingOptions
+	ao.register(f)
+	pco.register(f)
+	if err := f.Parse([]string{"--number-tier", "1065=1000", "--tier-override", "2001=20", "--api-token", "a-long-enough-token"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pco.build(); err != nil {
+		t.Fatal(err)
+	}
+	tiers, err := ao.tierOverrides()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"1065": 1000, "2001": 20}
+	if fmt.Sprint(pco.cfg.Tiers.Overrides) != fmt.Sprint(want) || fmt.Sprint(tiers.Overrides) != fmt.Sprint(want) {
+		t.Fatalf("pacing %v, reports %v, want both %v", pco.cfg.Tiers.Overrides, tiers.Overrides, want)
+	}
+}

@@ -56,7 +56,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	f.StringVar(&dsn, "clickhouse-dsn", "clickhouse://127.0.0.1:9000/wahook", "ClickHouse, native protocol (secret)")
 	f.Secret("clickhouse-dsn")
 	f.BoolVar(&asJSON, "json", false, "print the API's JSON instead of a table")
-	f.ListVar(&ao.tiers, "number-tier", "throughput tier of a number, overriding what webhooks say: PHONE_NUMBER_ID=MPS; repeat")
+	registerNumberTier(f, &ao.tiers)
 	if err := f.Parse(args[1:]); err != nil {
 		return err
 	}
