@@ -327,7 +327,7 @@ func checkMetricNames(t *testing.T, ctx context.Context, listens ...string) {
 			t.Logf("metric %s is registered in wahook's source but exported only after its first event", n)
 			continue
 		}
-		t.Errorf("metric %s, named by %s, is not exported by wahook serve", n, strings.Join(uniq(named[n]), ", "))
+		t.Errorf("metric %s, named by %s, is exported by neither wahook serve, process nor api", n, strings.Join(uniq(named[n]), ", "))
 	}
 }
 
