@@ -291,16 +291,47 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 			continue
 		}
 
-		// The local pair rule: a reservation, given back if the caller will
-		// not wait for it.
-		var res *rate.Reservation
+		// The local pair rule, checked before the number's bucket and taken
+		// after it, right before the send: Meta counts a pair's messages as
+		// they arrive, so the time between the pair's token and the send
+		// must not vary with the wait for the number's token.
+		var pr *pair
 		if key != "" && p.cfg.PairBurst > 0 {
 			p.mu.Lock()
-			pr := p.pair(key)
+			pr = p.pair(key)
 			pr.last = now
-			res = pr.lim.ReserveN(now, 1)
+			tokens := pr.lim.TokensAt(now)
 			p.mu.Unlock()
+			if tokens < 1 {
+				until := now.Add(time.Duration((1 - tokens) * float64(p.cfg.PairInterval)))
+				if p.cfg.CooldownNoWait {
+					return &CooldownError{PhoneNumberID: phoneNumberID, Until: until, Local: true}
+				}
+				if err := sleepUntil(ctx, until, changed); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		if err := n.lim.Wait(ctx); err != nil {
+			return err
+		}
+		now = time.Now()
+		p.mu.Lock()
+		// A stop that came while waiting still counts.
+		h = n.hold(now, p.cfg.MaintenanceMargin)
+		var res *rate.Reservation
+		if pr != nil && !h.stop {
+			res = pr.lim.ReserveN(now, 1)
+		}
+		p.mu.Unlock()
+		if h.stop {
+			p.stats.stops.Add(1)
+			return &StopError{PhoneNumberID: phoneNumberID, Until: h.until, Reason: h.reason}
+		}
+		if res != nil {
 			if d := res.DelayFrom(now); d > 0 {
+				// Another send to the recipient took the token meanwhile.
 				if p.cfg.CooldownNoWait {
 					res.CancelAt(now)
 					return &CooldownError{PhoneNumberID: phoneNumberID, Until: now.Add(d), Local: true}
@@ -310,23 +341,6 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 					return err
 				}
 			}
-		}
-		if err := n.lim.Wait(ctx); err != nil {
-			if res != nil {
-				res.Cancel()
-			}
-			return err
-		}
-		// A stop that came while waiting still counts.
-		p.mu.Lock()
-		h = n.hold(time.Now(), p.cfg.MaintenanceMargin)
-		p.mu.Unlock()
-		if h.stop {
-			if res != nil {
-				res.Cancel()
-			}
-			p.stats.stops.Add(1)
-			return &StopError{PhoneNumberID: phoneNumberID, Until: h.until, Reason: h.reason}
 		}
 		return nil
 	}
