@@ -44,20 +44,22 @@ var apiLimitFlags = []struct {
 }
 
 func (o *apiOptions) register(f *flags) {
-	o.cfg = api.DefaultConfig()
-	f.StringVar(&o.cfg.Listen, "api-listen", o.cfg.Listen, "address of the query API (/api/v1/...)")
-	f.ListVar(&o.tokens, "api-token", "bearer token of the query API; repeat for several clients or to rotate (secret; at least 16 characters)")
-	f.Secret("api-token")
-	o.limits = map[string]*string{}
-	for _, l := range apiLimitFlags {
-		def := l.field(&o.cfg.Limits).String()
-		o.limits[l.name] = f.String(l.name, def, l.usage+": REQUESTS/WINDOW (e.g. 600/60s) or off")
-	}
-	f.ListVar(&o.proxies, "api-trusted-proxy", "address or CIDR of a proxy whose X-Forwarded-For names the client, for the per-IP limits; repeat")
-	f.DurationVar(&o.cfg.QueryTimeout, "api-query-timeout", o.cfg.QueryTimeout, "longest a report may run in ClickHouse")
-	o.conns.register(f, "api-", "the query API")
-	f.IntVar(&o.cfg.MaxNumbersPerToken, "api-max-numbers-per-token", o.cfg.MaxNumbersPerToken, "distinct phone number ids one token may report send results for, per API process (0: no bound); past it a document is refused 403 too_many_numbers")
-	registerNumberTier(f, &o.tiers)
+	f.Section("query API", func() {
+		o.cfg = api.DefaultConfig()
+		f.StringVar(&o.cfg.Listen, "api-listen", o.cfg.Listen, "address of the query API (/api/v1/...)")
+		f.ListVar(&o.tokens, "api-token", "bearer token of the query API; repeat for several clients or to rotate (secret; at least 16 characters)")
+		f.Secret("api-token")
+		o.limits = map[string]*string{}
+		for _, l := range apiLimitFlags {
+			def := l.field(&o.cfg.Limits).String()
+			o.limits[l.name] = f.String(l.name, def, l.usage+": REQUESTS/WINDOW (e.g. 600/60s) or off")
+		}
+		f.ListVar(&o.proxies, "api-trusted-proxy", "address or CIDR of a proxy whose X-Forwarded-For names the client, for the per-IP limits; repeat")
+		f.DurationVar(&o.cfg.QueryTimeout, "api-query-timeout", o.cfg.QueryTimeout, "longest a report may run in ClickHouse")
+		o.conns.register(f, "api-", "the query API")
+		f.IntVar(&o.cfg.MaxNumbersPerToken, "api-max-numbers-per-token", o.cfg.MaxNumbersPerToken, "distinct phone number ids one token may report send results for, per API process (0: no bound); past it a document is refused 403 too_many_numbers")
+		registerNumberTier(f, &o.tiers)
+	})
 }
 
 // enabled reports whether any token is configured: without one the API

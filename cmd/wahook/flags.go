@@ -18,6 +18,10 @@ type flags struct {
 	*flag.FlagSet
 	secret map[string]bool
 	list   map[string]bool
+	// sections are the titles --help groups the flags under, in order;
+	// section maps a flag to its title (Section).
+	sections []string
+	section  map[string]string
 	// Check and Dump are the common --check and --config-dump modes.
 	Check, Dump bool
 }
@@ -25,9 +29,12 @@ type flags struct {
 func newFlags(name string, stderr io.Writer) *flags {
 	fs := flag.NewFlagSet("wahook "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	f := &flags{FlagSet: fs, secret: map[string]bool{}, list: map[string]bool{}}
+	f := &flags{FlagSet: fs, secret: map[string]bool{}, list: map[string]bool{}, section: map[string]string{}}
 	fs.BoolVar(&f.Check, "check", false, "validate the configuration and exit (0 when valid)")
 	fs.BoolVar(&f.Dump, "config-dump", false, "print the effective configuration, secrets redacted, and exit")
+	f.Section("configuration", func() {})
+	f.section["check"], f.section["config-dump"] = "configuration", "configuration"
+	fs.Usage = func() { f.usage(stderr) }
 	return f
 }
 
@@ -150,3 +157,61 @@ func redact(name, v string, list bool) string {
 	}
 	return strings.Join(parts, ",")
 }
+
+// Section registers the flags that register defines under title, for
+// --help to group them by concern. A title used again adds to its group.
+func (f *flags) Section(title string, register func()) {
+	before := map[string]bool{}
+	f.VisitAll(func(fl *flag.Flag) { before[fl.Name] = true })
+	register()
+	f.VisitAll(func(fl *flag.Flag) {
+		if !before[fl.Name] {
+			f.section[fl.Name] = title
+		}
+	})
+	for _, t := range f.sections {
+		if t == title {
+			return
+		}
+	}
+	f.sections = append(f.sections, title)
+}
+
+// usage prints the flags by section, each with its environment variable.
+func (f *flags) usage(w io.Writer) {
+	fmt.Fprintf(w, "Usage of %s (every flag falls back to its WAHOOK_* environment variable; a secret also to WAHOOK_*_FILE):\n", f.Name())
+	groups := map[string][]*flag.Flag{}
+	f.VisitAll(func(fl *flag.Flag) {
+		t := f.section[fl.Name]
+		if t == "" {
+			t = "other"
+		}
+		groups[t] = append(groups[t], fl)
+	})
+	titles := append([]string(nil), f.sections...)
+	if len(groups["other"]) > 0 {
+		titles = append(titles, "other")
+	}
+	for _, t := range titles {
+		if len(groups[t]) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s:\n", t)
+		for _, fl := range groups[t] {
+			name, usage := flag.UnquoteUsage(fl)
+			fmt.Fprintf(w, "  --%s", fl.Name)
+			if name != "" {
+				fmt.Fprintf(w, " %s", name)
+			}
+			fmt.Fprintf(w, "  (%s)\n    \t%s", EnvName(fl.Name), strings.ReplaceAll(usage, "\n", "\n    \t"))
+			if d := fl.DefValue; d != "" && d != "0" && d != "false" && d != "[]" && !f.secret[fl.Name] {
+				fmt.Fprintf(w, " (default %s)", d)
+			}
+			fmt.Fprintln(w)
+		}
+	}
+}
+
+// Sections returns the flags' section titles in order and each flag's
+// title: the shape of --help, for the documentation's check.
+func (f *flags) Sections() ([]string, map[string]string) { return f.sections, f.section }

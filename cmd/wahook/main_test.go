@@ -260,3 +260,36 @@ func TestServeLifecycle(t *testing.T) {
 		t.Fatalf("migrate: code %d, %q %q", code, out, errOut)
 	}
 }
+
+// TestHelpGroupsFlags: --help groups a service's flags by concern, every
+// one of them in a section; migrate takes only what it uses (it took 43
+// flags, app secrets among them).
+func TestHelpGroupsFlags(t *testing.T) {
+	for _, c := range []struct {
+		cmd      string
+		sections []string
+		without  []string
+	}{
+		{"serve", []string{"webhook endpoint:", "storing bodies:", "RAW stream:", "NATS:", "embedded NATS server:", "ClickHouse:", "stage 1: bodies to rows and events:", "EVENTS stream:", "funnel resolver:", "stage 2: pacing signal:", "query API:", "logging:"}, nil},
+		{"migrate", []string{"RAW stream:", "NATS:", "ClickHouse:", "EVENTS stream:"}, []string{"--app-secret", "--listen ", "--batch-rows", "--api-token", "--funnel-interval"}},
+		{"ingest", []string{"webhook endpoint:", "storing bodies:", "RAW stream:", "NATS:"}, []string{"--clickhouse-dsn", "--batch-rows"}},
+	} {
+		_, _, errOut := runCmd(t, c.cmd, "-h")
+		for _, s := range c.sections {
+			if !strings.Contains(errOut, "\n"+s+"\n") {
+				t.Errorf("%s -h: no section %q:\n%s", c.cmd, s, errOut)
+			}
+		}
+		if strings.Contains(errOut, "\nother:\n") {
+			t.Errorf("%s -h: flags outside any section:\n%s", c.cmd, errOut[strings.Index(errOut, "\nother:\n"):])
+		}
+		for _, w := range c.without {
+			if strings.Contains(errOut, "  "+w) {
+				t.Errorf("%s takes %s, which it does not use", c.cmd, strings.TrimSpace(w))
+			}
+		}
+		if !strings.Contains(errOut, "(WAHOOK_") {
+			t.Errorf("%s -h does not name the environment variables", c.cmd)
+		}
+	}
+}

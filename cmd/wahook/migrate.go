@@ -23,10 +23,10 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		po   processOptions
 		logo logOptions
 	)
-	io_.register(f)
+	io_.registerStream(f, true)
 	no.register(f, "external NATS server URLs, comma-separated (empty: the embedded store under --data-dir)")
 	eo.register(f)
-	po.register(f, false)
+	po.registerMigrate(f)
 	logo.register(f)
 	if err := f.Parse(args); err != nil {
 		return err

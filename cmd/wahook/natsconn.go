@@ -23,10 +23,12 @@ type embeddedOptions struct {
 }
 
 func (o *embeddedOptions) register(f *flags) {
-	f.StringVar(&o.dataDir, "data-dir", "./data", "directory of the embedded JetStream store")
-	f.StringVar(&o.listen, "nats-listen", "127.0.0.1:4222", "where the embedded NATS server accepts other clients (empty: none)")
-	f.StringVar(&o.sync, "jetstream-sync", "default", "embedded JetStream fsync: default (every 2 min), always (survives power loss, ~10x slower), or a duration")
-	f.Int64Var(&o.maxStore, "jetstream-max-store", 0, "embedded JetStream file store limit in bytes (0: the server's default)")
+	f.Section("embedded NATS server", func() {
+		f.StringVar(&o.dataDir, "data-dir", "./data", "directory of the embedded JetStream store")
+		f.StringVar(&o.listen, "nats-listen", "127.0.0.1:4222", "where the embedded NATS server accepts other clients (empty: none)")
+		f.StringVar(&o.sync, "jetstream-sync", "default", "embedded JetStream fsync: default (every 2 min), always (survives power loss, ~10x slower), or a duration")
+		f.Int64Var(&o.maxStore, "jetstream-max-store", 0, "embedded JetStream file store limit in bytes (0: the server's default)")
+	})
 }
 
 // embedded is the embedded nats-server and the lock on its store.

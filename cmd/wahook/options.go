@@ -22,30 +22,51 @@ type ingestOptions struct {
 
 func (o *ingestOptions) register(f *flags) {
 	o.cfg = ingest.DefaultConfig()
+	f.Section("webhook endpoint", func() {
+		f.StringVar(&o.cfg.Listen, "listen", o.cfg.Listen, "address of /webhook, /healthz, /readyz and /metrics")
+		f.StringVar(&o.cfg.VerifyToken, "verify-token", "", "token Meta's verification handshake must present (secret)")
+		f.Secret("verify-token")
+		f.ListVar(&o.appSecrets, "app-secret", "Meta app secret: SECRET for /webhook, NAME=SECRET for /webhook/NAME; repeat for several apps or to rotate (secret)")
+		f.Secret("app-secret")
+		f.IntVar(&o.cfg.BodyLimit, "body-limit", o.cfg.BodyLimit, "largest webhook body accepted, in bytes (413 above)")
+		o.conns.register(f, "", "the webhook listener")
+		f.StringVar(&o.metricsListen, "metrics-listen", "", "serve /metrics on this address instead of on --listen, which faces Meta and the internet (empty: on --listen)")
+		f.DurationVar(&o.cfg.ShutdownDelay, "shutdown-delay", o.cfg.ShutdownDelay, "how long /readyz fails before the listener closes on shutdown")
+	})
+	f.Section("storing bodies", func() {
+		f.DurationVar(&o.cfg.AckTimeout, "ack-timeout", o.cfg.AckTimeout, "longest wait for JetStream's ack before answering 503")
+		f.IntVar(&o.cfg.MaxInflight, "max-inflight", o.cfg.MaxInflight, "most publishes awaiting an ack at once")
+		f.DurationVar(&o.cfg.QueueWait, "queue-wait", o.cfg.QueueWait, "longest a request waits for an in-flight slot; past it, or when the acks of the moment would come after --ack-timeout, it is answered 503 with nothing published (0: wait until --ack-timeout)")
+		f.DurationVar(&o.cfg.DedupeWindow, "dedupe-window", o.cfg.DedupeWindow,
+			"how long this endpoint remembers a stored body's id, answering Meta's retry of it 200 without a publish (0: off)")
+		f.IntVar(&o.cfg.DedupeMaxEntries, "dedupe-max-entries", o.cfg.DedupeMaxEntries,
+			"most body ids the endpoint remembers (~27 B each); beyond it the oldest are forgotten early")
+		o.registerPublisher(f)
+	})
+	o.registerStream(f, false)
+	f.Section("RAW stream", func() {
+		f.BoolVar(&o.provision, "provision", true, "create or update streams at start-up")
+	})
+}
+
+// registerStream defines the flags of the RAW stream; withAckTimeout also
+// --ack-timeout, which its duplicate window must cover (for migrate, which
+// has no endpoint).
+func (o *ingestOptions) registerStream(f *flags, withAckTimeout bool) {
 	o.stream = ingest.DefaultStreamConfig()
-	f.StringVar(&o.cfg.Listen, "listen", o.cfg.Listen, "address of /webhook, /healthz, /readyz and /metrics")
-	f.StringVar(&o.cfg.VerifyToken, "verify-token", "", "token Meta's verification handshake must present (secret)")
-	f.Secret("verify-token")
-	f.ListVar(&o.appSecrets, "app-secret", "Meta app secret: SECRET for /webhook, NAME=SECRET for /webhook/NAME; repeat for several apps or to rotate (secret)")
-	f.Secret("app-secret")
-	f.IntVar(&o.cfg.BodyLimit, "body-limit", o.cfg.BodyLimit, "largest webhook body accepted, in bytes (413 above)")
-	f.DurationVar(&o.cfg.AckTimeout, "ack-timeout", o.cfg.AckTimeout, "longest wait for JetStream's ack before answering 503")
-	o.conns.register(f, "", "the webhook listener")
-	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve /metrics on this address instead of on --listen, which faces Meta and the internet (empty: on --listen)")
-	f.IntVar(&o.cfg.MaxInflight, "max-inflight", o.cfg.MaxInflight, "most publishes awaiting an ack at once")
-	f.DurationVar(&o.cfg.QueueWait, "queue-wait", o.cfg.QueueWait, "longest a request waits for an in-flight slot; past it, or when the acks of the moment would come after --ack-timeout, it is answered 503 with nothing published (0: wait until --ack-timeout)")
-	f.DurationVar(&o.cfg.ShutdownDelay, "shutdown-delay", o.cfg.ShutdownDelay, "how long /readyz fails before the listener closes on shutdown")
-	f.IntVar(&o.stream.Replicas, "raw-replicas", o.stream.Replicas, "replicas of the RAW stream (1 on one machine, 3 on a cluster)")
-	f.DurationVar(&o.stream.MaxAge, "raw-max-age", o.stream.MaxAge, "how long the RAW stream keeps bodies")
-	f.Int64Var(&o.stream.MaxBytes, "raw-max-bytes", o.stream.MaxBytes, "size cap of the RAW stream in bytes (-1: none)")
-	f.DurationVar(&o.stream.DuplicateWindow, "raw-duplicate-window", o.stream.DuplicateWindow,
-		"how long the RAW stream remembers a body's id (copies published at once, resends after a lost ack; at least --ack-timeout; each id costs nats-server ~300 B)")
-	f.DurationVar(&o.cfg.DedupeWindow, "dedupe-window", o.cfg.DedupeWindow,
-		"how long this endpoint remembers a stored body's id, answering Meta's retry of it 200 without a publish (0: off)")
-	f.IntVar(&o.cfg.DedupeMaxEntries, "dedupe-max-entries", o.cfg.DedupeMaxEntries,
-		"most body ids the endpoint remembers (~27 B each); beyond it the oldest are forgotten early")
-	f.BoolVar(&o.provision, "provision", true, "create or update streams at start-up")
-	o.registerPublisher(f)
+	if withAckTimeout {
+		o.cfg = ingest.DefaultConfig()
+	}
+	f.Section("RAW stream", func() {
+		f.IntVar(&o.stream.Replicas, "raw-replicas", o.stream.Replicas, "replicas of the RAW stream (1 on one machine, 3 on a cluster)")
+		f.DurationVar(&o.stream.MaxAge, "raw-max-age", o.stream.MaxAge, "how long the RAW stream keeps bodies")
+		f.Int64Var(&o.stream.MaxBytes, "raw-max-bytes", o.stream.MaxBytes, "size cap of the RAW stream in bytes (-1: none)")
+		f.DurationVar(&o.stream.DuplicateWindow, "raw-duplicate-window", o.stream.DuplicateWindow,
+			"how long the RAW stream remembers a body's id (copies published at once, resends after a lost ack; at least --ack-timeout; each id costs nats-server ~300 B)")
+		if withAckTimeout {
+			f.DurationVar(&o.cfg.AckTimeout, "ack-timeout", o.cfg.AckTimeout, "the endpoints' longest wait for JetStream's ack: the duplicate window must be at least this")
+		}
+	})
 }
 
 // build turns the flags into validated configuration.
@@ -93,12 +114,14 @@ type natsOptions struct {
 }
 
 func (o *natsOptions) register(f *flags, urlUsage string) {
-	f.StringVar(&o.urls, "nats-url", "", urlUsage+" (secret: may hold credentials)")
-	f.Secret("nats-url")
-	f.StringVar(&o.creds, "nats-creds", "", "NATS credentials file")
-	f.StringVar(&o.tlsCA, "nats-tls-ca", "", "CA certificate file to verify the NATS servers")
-	f.StringVar(&o.tlsCert, "nats-tls-cert", "", "client certificate file for NATS (mutual TLS)")
-	f.StringVar(&o.tlsKey, "nats-tls-key", "", "client key file for NATS (mutual TLS)")
+	f.Section("NATS", func() {
+		f.StringVar(&o.urls, "nats-url", "", urlUsage+" (secret: may hold credentials)")
+		f.Secret("nats-url")
+		f.StringVar(&o.creds, "nats-creds", "", "NATS credentials file")
+		f.StringVar(&o.tlsCA, "nats-tls-ca", "", "CA certificate file to verify the NATS servers")
+		f.StringVar(&o.tlsCert, "nats-tls-cert", "", "client certificate file for NATS (mutual TLS)")
+		f.StringVar(&o.tlsKey, "nats-tls-key", "", "client key file for NATS (mutual TLS)")
+	})
 }
 
 func (o *natsOptions) validate() error {
@@ -112,8 +135,10 @@ func (o *natsOptions) validate() error {
 type logOptions struct{ level, format string }
 
 func (o *logOptions) register(f *flags) {
-	f.StringVar(&o.level, "log-level", "info", "debug, info, warn or error")
-	f.StringVar(&o.format, "log-format", "json", "json or console")
+	f.Section("logging", func() {
+		f.StringVar(&o.level, "log-level", "info", "debug, info, warn or error")
+		f.StringVar(&o.format, "log-format", "json", "json or console")
+	})
 }
 
 // durationOrAlways parses "always" or a duration, for --jetstream-sync.

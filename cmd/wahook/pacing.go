@@ -27,18 +27,20 @@ type pacingOptions struct {
 }
 
 func (o *pacingOptions) register(f *flags) {
-	o.cfg = stage2.DefaultConfig()
-	f.BoolVar(&o.disabled, "no-pacing", false, "run without stage 2 (no pacing signals in "+schema.BucketPacing+")")
-	f.IntVar(&o.cfg.Tiers.Default, "tier-default", o.cfg.Tiers.Default, "throughput tier of a number, messages per second (in and out together)")
-	f.IntVar(&o.cfg.Tiers.Upgraded, "tier-upgraded", o.cfg.Tiers.Upgraded, "tier of a number after THROUGHPUT_UPGRADE")
-	f.IntVar(&o.cfg.Tiers.Coexistence, "tier-coexistence", o.cfg.Tiers.Coexistence, "tier of a number also on the WhatsApp Business app")
-	registerNumberTier(f, &o.tiers)
-	f.DurationVar(&o.cfg.Coalesce, "pacing-coalesce", o.cfg.Coalesce, "least time between two writes of one number's signal")
-	f.DurationVar(&o.cfg.Refresh, "pacing-refresh", o.cfg.Refresh, "how often an active number's signal is written again while its rates change")
-	f.DurationVar(&o.cfg.SignalTTL, "pacing-ttl", o.cfg.SignalTTL, "how long a number's last signal stays in "+schema.BucketPacing+" after its last write; a number without events for that long is forgotten")
-	f.IntVar(&o.cfg.Partitions, "stage2-partitions", 0, "share the numbers among several stage 2 instances in this many partitions, fixed for the group's life (0: this instance owns every number)")
-	f.StringVar(&o.cfg.Member, "stage2-member", "", "with --stage2-partitions: this instance's member name in the group")
-	f.StringVar(&o.members, "stage2-members", "", "with --stage2-partitions: every member's name, comma-separated; set as the group's membership at start (empty: leave it as it is)")
+	f.Section("stage 2: pacing signal", func() {
+		o.cfg = stage2.DefaultConfig()
+		f.BoolVar(&o.disabled, "no-pacing", false, "run without stage 2 (no pacing signals in "+schema.BucketPacing+")")
+		f.IntVar(&o.cfg.Tiers.Default, "tier-default", o.cfg.Tiers.Default, "throughput tier of a number, messages per second (in and out together)")
+		f.IntVar(&o.cfg.Tiers.Upgraded, "tier-upgraded", o.cfg.Tiers.Upgraded, "tier of a number after THROUGHPUT_UPGRADE")
+		f.IntVar(&o.cfg.Tiers.Coexistence, "tier-coexistence", o.cfg.Tiers.Coexistence, "tier of a number also on the WhatsApp Business app")
+		registerNumberTier(f, &o.tiers)
+		f.DurationVar(&o.cfg.Coalesce, "pacing-coalesce", o.cfg.Coalesce, "least time between two writes of one number's signal")
+		f.DurationVar(&o.cfg.Refresh, "pacing-refresh", o.cfg.Refresh, "how often an active number's signal is written again while its rates change")
+		f.DurationVar(&o.cfg.SignalTTL, "pacing-ttl", o.cfg.SignalTTL, "how long a number's last signal stays in "+schema.BucketPacing+" after its last write; a number without events for that long is forgotten")
+		f.IntVar(&o.cfg.Partitions, "stage2-partitions", 0, "share the numbers among several stage 2 instances in this many partitions, fixed for the group's life (0: this instance owns every number)")
+		f.StringVar(&o.cfg.Member, "stage2-member", "", "with --stage2-partitions: this instance's member name in the group")
+		f.StringVar(&o.members, "stage2-members", "", "with --stage2-partitions: every member's name, comma-separated; set as the group's membership at start (empty: leave it as it is)")
+	})
 }
 
 // build parses the overrides and validates the configuration.

@@ -42,26 +42,53 @@ type processOptions struct {
 
 func (o *processOptions) register(f *flags, withSwitch bool) {
 	o.cfg = processor.DefaultConfig()
-	o.events = processor.DefaultEventsConfig()
-	f.StringVar(&o.dsn, "clickhouse-dsn", "clickhouse://127.0.0.1:9000/wahook", "ClickHouse, native protocol: clickhouse://user:password@host:9000/database (secret)")
-	f.Secret("clickhouse-dsn")
-	f.StringVar(&o.hashKey, "phone-hash-key", "", "key of the keyed hash that stands for end users' numbers; the same on every instance (secret; empty: <data-dir>/phone-hash-key, which serve makes on first start)")
-	f.Secret("phone-hash-key")
-	f.IntVar(&o.cfg.BatchRows, "batch-rows", o.cfg.BatchRows, "rows per ClickHouse insert at most")
-	f.DurationVar(&o.cfg.FlushInterval, "flush-interval", o.cfg.FlushInterval, "how long a batch gathers rows before it is written (longer while the previous write runs)")
-	f.DurationVar(&o.cfg.AckWait, "ack-wait", o.cfg.AckWait, "how long JetStream waits for stage 1's ack before redelivering")
-	f.IntVar(&o.cfg.MaxDeliver, "max-deliver", o.cfg.MaxDeliver, "deliveries of a RAW body before, failing on its own while ClickHouse and NATS answer, it becomes a dead letter (retries_exhausted) and is acked; failures during an outage never count")
-	f.BoolVar(&o.cfg.PublishEvents, "publish-events", o.cfg.PublishEvents, "publish every normalized event on WAHOOK_EVENTS")
-	f.DurationVar(&o.events.MaxAge, "events-max-age", o.events.MaxAge, "how long WAHOOK_EVENTS keeps events (it can be rebuilt from RAW)")
-	f.DurationVar(&o.events.DuplicateWindow, "events-duplicate-window", o.events.DuplicateWindow, "an event republished within it is stored once; consumers dedupe by event id beyond it (each id costs server memory)")
-	f.IntVar(&o.events.Replicas, "events-replicas", o.events.Replicas, "replicas of WAHOOK_EVENTS")
-	f.BoolVar(&o.storeContent, "store-content", false, "store the text of inbound messages (text, captions, reply titles, reactions, locations) in inbound_messages.content and their WAHOOK_EVENTS; off: the text is kept nowhere")
 	o.funnel = funnel.DefaultConfig()
-	f.DurationVar(&o.funnel.Interval, "funnel-interval", o.funnel.Interval, "how often the funnel resolver brings the delivery funnel up to date (one instance at a time resolves, under a lease in "+schema.BucketLeases+"; 0: this instance never does)")
-	f.BoolVar(&o.migrate, "migrate", true, "apply ClickHouse migrations at start-up")
-	if withSwitch {
-		f.BoolVar(&o.disabled, "no-process", false, "run without stage 1 (webhooks are stored; nothing is written to ClickHouse)")
-	}
+	o.registerClickHouse(f)
+	f.Section("ClickHouse", func() {
+		f.BoolVar(&o.migrate, "migrate", true, "apply ClickHouse migrations at start-up")
+	})
+	f.Section("stage 1: bodies to rows and events", func() {
+		if withSwitch {
+			f.BoolVar(&o.disabled, "no-process", false, "run without stage 1 (webhooks are stored; nothing is written to ClickHouse)")
+		}
+		f.StringVar(&o.hashKey, "phone-hash-key", "", "key of the keyed hash that stands for end users' numbers; the same on every instance (secret; empty: <data-dir>/phone-hash-key, which serve makes on first start)")
+		f.Secret("phone-hash-key")
+		f.IntVar(&o.cfg.BatchRows, "batch-rows", o.cfg.BatchRows, "rows per ClickHouse insert at most")
+		f.DurationVar(&o.cfg.FlushInterval, "flush-interval", o.cfg.FlushInterval, "how long a batch gathers rows before it is written (longer while the previous write runs)")
+		f.DurationVar(&o.cfg.AckWait, "ack-wait", o.cfg.AckWait, "how long JetStream waits for stage 1's ack before redelivering")
+		f.IntVar(&o.cfg.MaxDeliver, "max-deliver", o.cfg.MaxDeliver, "deliveries of a RAW body before, failing on its own while ClickHouse and NATS answer, it becomes a dead letter (retries_exhausted) and is acked; failures during an outage never count")
+		f.BoolVar(&o.storeContent, "store-content", false, "store the text of inbound messages (text, captions, reply titles, reactions, locations) in inbound_messages.content and their WAHOOK_EVENTS; off: the text is kept nowhere")
+		f.BoolVar(&o.cfg.PublishEvents, "publish-events", o.cfg.PublishEvents, "publish every normalized event on WAHOOK_EVENTS")
+	})
+	o.registerEvents(f)
+	f.Section("funnel resolver", func() {
+		f.DurationVar(&o.funnel.Interval, "funnel-interval", o.funnel.Interval, "how often the funnel resolver brings the delivery funnel up to date (one instance at a time resolves, under a lease in "+schema.BucketLeases+"; 0: this instance never does)")
+	})
+}
+
+// registerMigrate defines what wahook migrate takes of the processor's
+// flags: ClickHouse and the EVENTS stream; the rest keep their defaults.
+func (o *processOptions) registerMigrate(f *flags) {
+	o.cfg = processor.DefaultConfig()
+	o.funnel = funnel.DefaultConfig()
+	o.registerClickHouse(f)
+	o.registerEvents(f)
+}
+
+func (o *processOptions) registerClickHouse(f *flags) {
+	f.Section("ClickHouse", func() {
+		f.StringVar(&o.dsn, "clickhouse-dsn", "clickhouse://127.0.0.1:9000/wahook", "ClickHouse, native protocol: clickhouse://user:password@host:9000/database (secret)")
+		f.Secret("clickhouse-dsn")
+	})
+}
+
+func (o *processOptions) registerEvents(f *flags) {
+	o.events = processor.DefaultEventsConfig()
+	f.Section("EVENTS stream", func() {
+		f.DurationVar(&o.events.MaxAge, "events-max-age", o.events.MaxAge, "how long WAHOOK_EVENTS keeps events (it can be rebuilt from RAW)")
+		f.DurationVar(&o.events.DuplicateWindow, "events-duplicate-window", o.events.DuplicateWindow, "an event republished within it is stored once; consumers dedupe by event id beyond it (each id costs server memory)")
+		f.IntVar(&o.events.Replicas, "events-replicas", o.events.Replicas, "replicas of WAHOOK_EVENTS")
+	})
 }
 
 func (o *processOptions) validate() error {
