@@ -120,7 +120,7 @@ func (p plan) ideal(cfg *Config) (float64, []float64) {
 		// at is the ideal time of the message at queue position pos.
 		at := func(pos float64) float64 { return pos / out }
 		if i < cfg.Upgradable && sc.UpgradeAfter > 0 {
-			earn := sc.UpgradeAfter.Seconds() + 1
+			earn := sc.UpgradeAfter.Seconds() // the simulator averages whole seconds, the first one partly used
 			sent := out * earn
 			up := simulate.UpgradedTier / (1 + rho)
 			maint := sc.UpgradeMaintenance.Seconds()

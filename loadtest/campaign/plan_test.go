@@ -56,9 +56,9 @@ func TestPlan(t *testing.T) {
 	if tierOnly := 5000 * (1 + rho) / 80; lanes[1] < tierOnly-0.01 {
 		t.Errorf("the plain number's ideal %.1f s is below its tier's %.1f s", lanes[1], tierOnly)
 	}
-	// The upgradable number: 11 s at 80 mps, a minute's maintenance, then
+	// The upgradable number: 10 s at 80 mps, a minute's maintenance, then
 	// 1,000 mps, and no faster than the pair rule.
-	if min := 11 + sc.UpgradeMaintenance.Seconds() + (5001-11*80/(1+rho))/(1000/(1+rho)); lanes[0] < min-0.01 || lanes[0] > min+float64(cfg.RepeatCount-45)*6+1 {
+	if min := 10 + sc.UpgradeMaintenance.Seconds() + (5001-10*80/(1+rho))/(1000/(1+rho)); lanes[0] < min-0.01 || lanes[0] > min+float64(cfg.RepeatCount-45)*6+1 {
 		t.Errorf("the upgradable number's ideal %.1f s, want from %.1f s to its pair tail", lanes[0], min)
 	}
 	if ideal != math.Max(lanes[0], lanes[1]) {
