@@ -19,7 +19,7 @@ type Tiers struct {
 	Overrides   map[string]int `json:"overrides,omitempty"`
 }
 
-// DefaultTiers are Meta's tiers (WEBHOOKS.md 9.1).
+// DefaultTiers are Meta's tiers (docs/meta-webhooks.md 9.1).
 func DefaultTiers() Tiers {
 	return Tiers{Default: schema.TierDefaultMPS, Upgraded: schema.TierUpgradedMPS, Coexistence: schema.TierCoexistenceMPS}
 }

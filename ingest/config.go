@@ -20,7 +20,7 @@ type Config struct {
 	// one app are both accepted, for rotation.
 	Apps map[string][][]byte
 	// BodyLimit is the largest body accepted; larger ones get 413. Meta sends
-	// up to 3 MB (WEBHOOKS.md 1.3).
+	// up to 3 MB (docs/meta-webhooks.md 1.3).
 	BodyLimit int
 	// AckTimeout is how long a request waits for JetStream's ack before it is
 	// answered 503, which Meta retries.
@@ -79,7 +79,7 @@ func DefaultConfig() Config {
 		Publisher:   PublisherBatch,
 		Batch:       DefaultBatchOptions(),
 		// The product's documented duplicate window. Meta retries at once,
-		// then with decreasing frequency (WEBHOOKS.md 1.4), so the retries
+		// then with decreasing frequency (docs/meta-webhooks.md 1.4), so the retries
 		// that come soonest, and most, fall within it.
 		DedupeWindow: 2 * time.Minute,
 		// A full 2-minute window (and a quarter, see dupIndex) at 26k

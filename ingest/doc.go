@@ -4,7 +4,7 @@
 // serves /healthz, /readyz and /metrics.
 //
 // ingest never parses a webhook body: all understanding of payloads belongs to
-// the processor (DESIGN.md). It does as little as possible on the hot path:
+// the processor (docs/architecture.md). It does as little as possible on the hot path:
 // read the body, check the signature, publish, wait for the ack, answer.
 //
 // Two publishers send bodies to the RAW stream (Config.Publisher):

@@ -243,7 +243,7 @@ func (s *Server) route(c *fiber.Ctx) *appRoute {
 	return s.apps[name]
 }
 
-// handleHandshake answers Meta's verification GET (WEBHOOKS.md 1.1): 200 with
+// handleHandshake answers Meta's verification GET (docs/meta-webhooks.md 1.1): 200 with
 // hub.challenge as the plain-text body when hub.mode is subscribe and the
 // token matches, 403 otherwise.
 func (s *Server) handleHandshake(c *fiber.Ctx) error {

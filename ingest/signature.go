@@ -49,7 +49,7 @@ func NewVerifier(secrets ...[]byte) *Verifier {
 // Verify checks header, the value of X-Hub-Signature-256, against body, the
 // raw bytes as received. Meta signs its own serialisation (with \uXXXX
 // escapes), so the body must never be decoded or re-encoded before this
-// (WEBHOOKS.md 1.2). The comparison is constant-time. It returns nil,
+// (docs/meta-webhooks.md 1.2). The comparison is constant-time. It returns nil,
 // ErrSignatureMissing, ErrSignatureMalformed or ErrBadSignature.
 func (v *Verifier) Verify(header, body []byte) error {
 	if len(header) == 0 {

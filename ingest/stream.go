@@ -13,7 +13,7 @@ import (
 
 // StreamConfig sizes the RAW stream.
 type StreamConfig struct {
-	// Replicas is 1 on one machine and 3 on a cluster (DESIGN.md, "Bus").
+	// Replicas is 1 on one machine and 3 on a cluster (docs/architecture.md, "Bus").
 	Replicas int
 	// MaxAge is how long bodies are kept; 7 days covers Meta's retries.
 	MaxAge time.Duration

@@ -227,7 +227,7 @@ func (f *fleet) appendStatus(b []byte, it *item) []byte {
 	b = append(b, recipient(it.number, it.seq, false)...)
 	b = append(b, '"')
 	// Pricing comes on sent and on one of delivered and read, never on
-	// failed (WEBHOOKS.md 5.4).
+	// failed (docs/meta-webhooks.md 5.4).
 	if it.sub == statusSent || it.sub == statusDelivered {
 		cat, typ := category(it.seq)
 		b = append(b, `,"pricing":{"billable":`...)

@@ -13,7 +13,7 @@ import (
 )
 
 // Throughput tiers of a business number, in messages per second (inbound
-// and outbound together), as Meta sets them (WEBHOOKS.md 9.1).
+// and outbound together), as Meta sets them (docs/meta-webhooks.md 9.1).
 const (
 	TierStandard    = schema.TierDefaultMPS  // the default
 	TierUpgraded    = schema.TierUpgradedMPS // after THROUGHPUT_UPGRADE
@@ -313,7 +313,7 @@ func (m FailureMix) String() string {
 }
 
 // errorText is the title and details of the failed statuses of a code, as
-// Meta words them (WEBHOOKS.md 10); other codes get a generic text.
+// Meta words them (docs/meta-webhooks.md 10); other codes get a generic text.
 func errorText(code int32) (title, details string) {
 	switch code {
 	case 130429:

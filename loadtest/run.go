@@ -169,7 +169,7 @@ func shareOver(h *hdrhistogram.Histogram, d time.Duration) float64 {
 	return float64(over) / float64(total)
 }
 
-// MeetsMetaSLO is Meta's bar for high-volume numbers (WEBHOOKS.md 1.3): the
+// MeetsMetaSLO is Meta's bar for high-volume numbers (docs/meta-webhooks.md 1.3): the
 // median under 250 ms and fewer than 1% of requests over 1 s, every request
 // answered 200.
 func (r *Result) MeetsMetaSLO() bool {

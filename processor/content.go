@@ -11,7 +11,7 @@ type NormalizerOption func(*Normalizer)
 // When on, the text of each inbound message (what content returns) goes
 // into InboundRow.Content, and so into inbound_messages.content and the
 // message's event on WAHOOK_EVENTS. When off, Content stays empty and the
-// text is kept nowhere (DESIGN.md, "ClickHouse"). Event ids never depend
+// text is kept nowhere (docs/architecture.md, "ClickHouse"). Event ids never depend
 // on it: switching it changes what is stored, not what is counted.
 func WithContent(on bool) NormalizerOption {
 	return func(n *Normalizer) { n.content = on }
@@ -22,7 +22,7 @@ func WithContent(on bool) NormalizerOption {
 const maxEditDepth = 4
 
 // content returns the text that the user wrote or chose in an inbound
-// message (WEBHOOKS.md 7.2), or "" for a type without any:
+// message (docs/meta-webhooks.md 7.2), or "" for a type without any:
 //
 //   - text: text.body
 //   - image, video, document, audio, sticker: the caption

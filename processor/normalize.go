@@ -27,13 +27,13 @@ type NumberResolver interface {
 // deterministic id. It holds no state of its own (the NumberResolver does)
 // and is safe for concurrent use if its NumberResolver is.
 //
-// What is kept of end users (DESIGN.md, "ClickHouse"): their phone numbers
+// What is kept of end users (docs/architecture.md, "ClickHouse"): their phone numbers
 // and BSUIDs become keyed hashes; message text is copied into a row only
 // when an operator switches content storage on (WithContent), and then
 // only into InboundRow.Content.
 // Raw values are kept only for management fields that carry no end-user
 // content, and for fields and keys not known yet, which are kept verbatim
-// (WEBHOOKS.md 11.2 rule 1): a change of an unknown field (and of the
+// (docs/meta-webhooks.md 11.2 rule 1): a change of an unknown field (and of the
 // fields kept raw by design, such as the group fields) in its row's Raw,
 // the unknown keys of a status or inbound message in its row's Extra, and
 // those of the envelope (root, entry, change, value) and of value-level
@@ -45,7 +45,7 @@ type NumberResolver interface {
 // and messages. A dead letter keeps its body as received, since that is
 // what a fixed decoder replays.
 //
-// Ids (DESIGN.md, "Identity") are made from what an event is, never from
+// Ids (docs/architecture.md, "Identity") are made from what an event is, never from
 // the POST it came in or from state: the same status inside another POST,
 // a redelivery and a replay all give the same id (only the unknown-keys row,
 // which is about the POST, has the body's id). A management event's id
@@ -176,7 +176,7 @@ type run struct {
 }
 
 // fresh reports whether id is new in this body, and records it. A body that
-// repeats an item (WEBHOOKS.md 11.2 rule 6) yields it once, with its errors
+// repeats an item (docs/meta-webhooks.md 11.2 rule 6) yields it once, with its errors
 // once.
 func (b *run) fresh(id string) bool {
 	if b.seen == nil {
@@ -223,7 +223,7 @@ func (b *run) at(sec int64) time.Time {
 func (b *run) hash(s string) string { return b.n.hash.Hash(s) }
 
 // statuses adds a row per message status: statuses[] of field messages
-// only, never call statuses (WEBHOOKS.md 9.16).
+// only, never call statuses (docs/meta-webhooks.md 9.16).
 func (b *run) statuses() {
 	for ref := range b.p.Statuses() {
 		s := ref.Item
@@ -261,7 +261,7 @@ func (b *run) statuses() {
 				r.ConversationExpiry = time.Unix(exp, 0).UTC()
 			}
 		}
-		// WEBHOOKS.md 11.2 rule 6, with the participant of a group send
+		// docs/meta-webhooks.md 11.2 rule 6, with the participant of a group send
 		// (8.1: one wamid has a delivered status per member) and the Meta
 		// timestamp as sent (not the receive time that stands in for a
 		// missing one).
@@ -280,9 +280,9 @@ func (b *run) statuses() {
 }
 
 // statusParties returns who a status is about: the recipient key (phone
-// number, else BSUID, else parent BSUID: WEBHOOKS.md 8.3), or for a group
+// number, else BSUID, else parent BSUID: docs/meta-webhooks.md 8.3), or for a group
 // send the participant's key instead, and the BSUID for recipient_user_hash.
-// recipient_type is compared without case (WEBHOOKS.md 5.2 asks for that of
+// recipient_type is compared without case (docs/meta-webhooks.md 5.2 asks for that of
 // status values; a "Group" must not fold every member into one recipient).
 func statusParties(s *meta.Status) (recipient string, group bool, participant, user string) {
 	switch {
@@ -313,7 +313,7 @@ func (b *run) addErrors(owner, origin string, at time.Time, waba, number, msgID,
 }
 
 // inbound adds a row per inbound message: messages[] of field messages only
-// (history and echoes are not inbound traffic: WEBHOOKS.md 11.2 rule 7).
+// (history and echoes are not inbound traffic: docs/meta-webhooks.md 11.2 rule 7).
 func (b *run) inbound() {
 	for ref := range b.p.InboundMessages() {
 		m := ref.Item
@@ -326,7 +326,7 @@ func (b *run) inbound() {
 			DisplayPhoneNumber: ref.DisplayPhoneNumber(),
 			MessageID:          m.ID,
 			Type:               m.Type,
-			FromHash:           b.hash(m.Sender()), // phone, else BSUID (WEBHOOKS.md 8.3)
+			FromHash:           b.hash(m.Sender()), // phone, else BSUID (docs/meta-webhooks.md 8.3)
 			FromUserHash:       b.hash(m.FromUserID),
 			GroupID:            m.GroupID,
 			ErrorCodes:         codes(m.Errors),
@@ -362,7 +362,7 @@ func (b *run) inbound() {
 }
 
 // contentKeys are the keys of an inbound message that hold what the user
-// wrote or sent (WEBHOOKS.md 7.2).
+// wrote or sent (docs/meta-webhooks.md 7.2).
 var contentKeys = map[string]struct{}{
 	"text": {}, "image": {}, "video": {}, "audio": {}, "document": {}, "sticker": {}, "location": {},
 	"contacts": {}, "interactive": {}, "button": {}, "reaction": {}, "order": {}, "system": {},
@@ -429,7 +429,7 @@ func (b *run) change(env meta.Envelope) {
 	b.management(env)
 }
 
-// valueErrors adds the value-level errors of a change (WEBHOOKS.md 6.2).
+// valueErrors adds the value-level errors of a change (docs/meta-webhooks.md 6.2).
 // They belong to no message and carry no time, so their owner id is what
 // the change is (rule 6 for management events): field, WABA, number,
 // entry.time and the value itself. The same value inside another POST has
@@ -495,7 +495,7 @@ func (b *run) management(env meta.Envelope) {
 	switch {
 	case c.QualityUpdate != nil:
 		// current_limit is deprecated in favour of
-		// max_daily_conversations_per_business (WEBHOOKS.md 9.1).
+		// max_daily_conversations_per_business (docs/meta-webhooks.md 9.1).
 		q := c.QualityUpdate
 		mdc := string(q.MaxDailyConversationsPerBusiness)
 		add(schema.KindNumber, schema.ManagementRow{
@@ -537,7 +537,7 @@ func (b *run) management(env meta.Envelope) {
 		})
 	case c.TemplateCategory != nil:
 		// An impending change names the current category new_category and
-		// the coming one correct_category (WEBHOOKS.md 9.8): old and new
+		// the coming one correct_category (docs/meta-webhooks.md 9.8): old and new
 		// are put the right way round here.
 		u := c.TemplateCategory
 		r := schema.ManagementRow{Event: "CATEGORY_UPDATE", SubjectID: string(u.TemplateID), SubjectName: u.Name,
@@ -559,7 +559,7 @@ func (b *run) management(env meta.Envelope) {
 		})
 	default:
 		// A field not known yet, or kept raw by design (group_*, flows):
-		// stored verbatim (WEBHOOKS.md 11.2 rule 1). A display number at its
+		// stored verbatim (docs/meta-webhooks.md 11.2 rule 1). A display number at its
 		// top level, as on the other number fields, still names the number.
 		r := schema.ManagementRow{Event: "RAW", Raw: raw}
 		if c.Metadata == nil {
@@ -590,7 +590,7 @@ func sniffDisplayNumber(raw []byte) string {
 }
 
 // calls adds a call row per call status and call event (field calls, kind
-// call); they are never message statuses (WEBHOOKS.md 9.16). Their errors
+// call); they are never message statuses (docs/meta-webhooks.md 9.16). Their errors
 // are error rows of origin call.
 func (b *run) calls(env meta.Envelope, v *meta.MessagingValue) {
 	for i := range v.CallStatuses {
@@ -631,7 +631,7 @@ func (b *run) preferences(env meta.Envelope, v *meta.MessagingValue) {
 }
 
 // echoes adds a row per message the business sent from the Business app
-// (coexistence): outbound traffic of the number, not inbound (WEBHOOKS.md
+// (coexistence): outbound traffic of the number, not inbound (docs/meta-webhooks.md
 // 9.13, 11.2 rule 7). Only what it is, never its content or recipient.
 func (b *run) echoes(env meta.Envelope, v *meta.MessagingValue) {
 	for i := range v.MessageEchoes {
@@ -643,7 +643,7 @@ func (b *run) echoes(env meta.Envelope, v *meta.MessagingValue) {
 }
 
 // history adds a row per history chunk (past messages, never traffic:
-// WEBHOOKS.md 9.14) with its place in the sync and its message count, its
+// docs/meta-webhooks.md 9.14) with its place in the sync and its message count, its
 // errors as error rows of origin history, and a row per media follow-up.
 func (b *run) history(env meta.Envelope, v *meta.MessagingValue) {
 	for i := range v.History {
@@ -696,7 +696,7 @@ func (b *run) stateSync(env meta.Envelope, v *meta.MessagingValue) {
 }
 
 // automaticEvents adds a row per purchase or lead detected in a
-// click-to-WhatsApp chat (WEBHOOKS.md 9.17).
+// click-to-WhatsApp chat (docs/meta-webhooks.md 9.17).
 func (b *run) automaticEvents(env meta.Envelope, v *meta.MessagingValue) {
 	for i := range v.AutomaticEvents {
 		a := &v.AutomaticEvents[i]

@@ -1059,7 +1059,7 @@ func TestNormalizeDeadLetters(t *testing.T) {
 }
 
 // TestNormalizeRepeatedItem: a status given twice in one body is one event
-// with its errors once (WEBHOOKS.md 11.2 rule 6).
+// with its errors once (docs/meta-webhooks.md 11.2 rule 6).
 func TestNormalizeRepeatedItem(t *testing.T) {
 	st := `{"id":"wamid.r","status":"failed","timestamp":"1781514312","recipient_id":"4915155500001","errors":[{"code":131049,"title":"x"}]}`
 	body := []byte(`{"entry":[{"id":"1","changes":[{"field":"messages","value":{"metadata":{"display_phone_number":"1","phone_number_id":"2"},"statuses":[` +

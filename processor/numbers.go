@@ -15,7 +15,7 @@ import (
 
 // NumberMap maps display phone numbers to phone number ids. Number-level
 // webhooks (quality, throughput upgrade) carry only the display number
-// (WEBHOOKS.md 9.1); message webhooks carry both in their metadata, so the
+// (docs/meta-webhooks.md 9.1); message webhooks carry both in their metadata, so the
 // map learns from them. It is kept in a KV bucket, shared by every
 // instance, with a local cache in front. It is safe for concurrent use.
 type NumberMap struct {

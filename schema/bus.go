@@ -10,7 +10,7 @@ import (
 // Streams.
 const (
 	// StreamRaw holds every webhook body exactly as received, for seven days
-	// (Meta's retry horizon, WEBHOOKS.md 1.4), so history can be replayed.
+	// (Meta's retry horizon, docs/meta-webhooks.md 1.4), so history can be replayed.
 	StreamRaw = "WAHOOK_RAW"
 	// StreamEvents holds normalized events, one subject per number and kind.
 	StreamEvents = "WAHOOK_EVENTS"
@@ -38,7 +38,7 @@ const (
 	BucketPairCooldown = "wahook_pair_cooldown"
 	// BucketNumbers maps a display phone number (digits) to its phone number
 	// id, learned from the metadata of message webhooks, for the number-level
-	// webhooks that carry only the display number (DESIGN.md, "Bus").
+	// webhooks that carry only the display number (docs/architecture.md, "Bus").
 	BucketNumbers = "wahook_numbers"
 	// BucketLeases holds leases with a TTL: the key "funnel" names the one
 	// instance that resolves the delivery funnel (processor/funnel).

@@ -7,7 +7,7 @@
 // holds the ClickHouse migrations and their runner; schema/schematest starts
 // real servers for tests.
 //
-// The names here are part of the product's interface (DESIGN.md, "Names that
+// The names here are part of the product's interface (docs/architecture.md, "Names that
 // users and other services depend on"): change one only with a reason, in the
-// README and in DESIGN.md.
+// README and in docs/architecture.md.
 package schema

@@ -3,7 +3,7 @@ package schema
 import "sort"
 
 // ErrorClass groups Meta error codes by what a sender should do about them
-// (WEBHOOKS.md section 10).
+// (docs/meta-webhooks.md section 10).
 type ErrorClass string
 
 // The error classes. Their names are part of the query API and of the
@@ -73,7 +73,7 @@ var classVerdict = map[ErrorClass]struct {
 	ClassUnknown:       {VerdictNotRateLimit, false},
 }
 
-// catalogue is WEBHOOKS.md section 10: code, title, class, and the codes
+// catalogue is docs/meta-webhooks.md section 10: code, title, class, and the codes
 // whose retryability differs from their class's.
 var catalogue = []struct {
 	code  int32

@@ -55,17 +55,20 @@ func TestErrorClassesComplete(t *testing.T) {
 	}
 }
 
-// Every code in the tables of WEBHOOKS.md section 10 (10.1 to 10.4) is in
-// the catalogue.
+// Every code in the tables of docs/meta-webhooks.md section 10 (10.1 to
+// 10.4) is in the catalogue, and every code of the catalogue is named in
+// section 10 (10.5 included), so that the page and the catalogue cannot
+// drift apart either way.
 func TestCatalogueCoversWebhooksReference(t *testing.T) {
-	b, err := os.ReadFile("../../shared/meta/WEBHOOKS.md")
+	b, err := os.ReadFile("../docs/meta-webhooks.md")
 	if err != nil {
-		t.Fatalf("the shared reference beside the repository: %v", err)
+		t.Fatalf("the project's reference of Meta's payloads: %v", err)
 	}
 	doc := string(b)
 	start, end := strings.Index(doc, "\n## 10. "), strings.Index(doc, "\n### 10.5 ")
-	if start < 0 || end < start {
-		t.Fatal("section 10 not found")
+	stop := strings.Index(doc, "\n## 11. ")
+	if start < 0 || end < start || stop < end {
+		t.Fatal("section 10, 10.5 or 11 not found")
 	}
 	row := regexp.MustCompile("(?m)^\\| `(\\d+)`")
 	n := 0
@@ -73,10 +76,30 @@ func TestCatalogueCoversWebhooksReference(t *testing.T) {
 		code, _ := strconv.ParseInt(m[1], 10, 32)
 		n++
 		if _, ok := LookupError(int32(code)); !ok {
-			t.Errorf("code %d of WEBHOOKS.md section 10 is not in the catalogue", code)
+			t.Errorf("code %d of docs/meta-webhooks.md section 10 is not in the catalogue", code)
 		}
 	}
 	if n < 50 {
 		t.Fatalf("found only %d codes in section 10; the table format changed?", n)
+	}
+
+	// The reverse: each catalogue code is named in section 10, alone
+	// (`131056`) or inside a range (`200`-`299`).
+	named := map[int64]bool{}
+	single := regexp.MustCompile("`(\\d+)`(?:-`(\\d+)`)?")
+	for _, m := range single.FindAllStringSubmatch(doc[start:stop], -1) {
+		lo, _ := strconv.ParseInt(m[1], 10, 64)
+		hi := lo
+		if m[2] != "" {
+			hi, _ = strconv.ParseInt(m[2], 10, 64)
+		}
+		for c := lo; c <= hi && c-lo < 10000; c++ {
+			named[c] = true
+		}
+	}
+	for _, e := range ErrorCodes() {
+		if !named[int64(e.Code)] {
+			t.Errorf("catalogue code %d (%s) is not in docs/meta-webhooks.md section 10", e.Code, e.Title)
+		}
 	}
 }

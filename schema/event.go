@@ -11,7 +11,7 @@ import (
 )
 
 // Kind is the kind of a normalized event: the last token of its EVENTS
-// subject (DESIGN.md, "Names").
+// subject (docs/architecture.md, "Names").
 type Kind string
 
 // Kinds of events.
@@ -78,7 +78,7 @@ func tokenByte(c byte) bool {
 // EventID returns the deterministic id of an event: the first 16 bytes of
 // SHA-256 over its kind and the parts that make it what it is, in hex. The
 // same event decoded again (a replay, a redelivery, a Meta retry in another
-// POST) gets the same id, so it never counts twice (DESIGN.md, "Identity").
+// POST) gets the same id, so it never counts twice (docs/architecture.md, "Identity").
 //
 // The parts of each kind are fixed in schema/README.md; changing them
 // changes every id, so they are versioned by the "v1" below.
@@ -109,7 +109,7 @@ func CodesPart(codes []int32) string {
 // Hasher turns end users' phone numbers and BSUIDs into keyed hashes
 // (HMAC-SHA256 under the operator's key, first 16 bytes, hex), so that the
 // same user can be counted and joined without the number being stored
-// (DESIGN.md, "ClickHouse"). An empty input hashes to "". It is safe for
+// (docs/architecture.md, "ClickHouse"). An empty input hashes to "". It is safe for
 // concurrent use.
 type Hasher struct {
 	key []byte
@@ -166,7 +166,7 @@ type Source struct {
 	RawSeq     uint64    `json:"raw_seq,omitempty"`     // the body's sequence in WAHOOK_RAW (0 for send results)
 }
 
-// StatusRow is one message status (WEBHOOKS.md 5). Id parts: phone number
+// StatusRow is one message status (docs/meta-webhooks.md 5). Id parts: phone number
 // id, message id, recipient hash, group id, participant hash, status,
 // Meta's timestamp as sent, codes (schema/README.md).
 type StatusRow struct {
@@ -197,7 +197,7 @@ type StatusRow struct {
 }
 
 // ErrorRow is one error occurrence: of a status, of a value, of an inbound
-// message, or of a send result (WEBHOOKS.md 6.2). Its id is the owner's
+// message, or of a send result (docs/meta-webhooks.md 6.2). Its id is the owner's
 // EventID and the error's index within it.
 type ErrorRow struct {
 	Source
@@ -218,7 +218,7 @@ type ErrorRow struct {
 	Template      string    `json:"template,omitempty"`
 }
 
-// InboundRow is one inbound message (WEBHOOKS.md 7). Id parts: phone number
+// InboundRow is one inbound message (docs/meta-webhooks.md 7). Id parts: phone number
 // id, message id. Message text is stored only in Content, and only when an
 // operator switches content storage on (wahook --store-content); otherwise
 // Content is empty and the text is kept nowhere. Content is never part of

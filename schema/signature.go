@@ -8,7 +8,7 @@ import (
 
 // SignatureHeader is the header Meta signs each webhook POST with: "sha256="
 // and the lowercase hex HMAC-SHA256 of the raw body under the app secret
-// (WEBHOOKS.md 1.2).
+// (docs/meta-webhooks.md 1.2).
 const SignatureHeader = "X-Hub-Signature-256"
 
 // SignaturePrefix starts every SignatureHeader value.

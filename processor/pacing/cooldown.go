@@ -7,7 +7,7 @@ import (
 	"github.com/wahook/wahook/schema"
 )
 
-// Pair-rate limits (WEBHOOKS.md 10.1): about one message per 6 s to the
+// Pair-rate limits (docs/meta-webhooks.md 10.1): about one message per 6 s to the
 // same recipient, bursts allowed; after 131056, wait 4^X seconds, X the
 // number of 131056 in a row for the pair (0 for the first).
 const (

@@ -17,7 +17,7 @@ type Tiers struct {
 	Overrides   map[string]int // per phone number id, from the configuration
 }
 
-// DefaultTiers are Meta's (WEBHOOKS.md 9.1).
+// DefaultTiers are Meta's (docs/meta-webhooks.md 9.1).
 func DefaultTiers() Tiers {
 	return Tiers{Default: schema.TierDefaultMPS, Upgraded: schema.TierUpgradedMPS, Coexistence: schema.TierCoexistenceMPS}
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // The fields of management rows whose events come from the Business app:
-// a number that has them is a coexistence number (WEBHOOKS.md 9.13-9.15).
+// a number that has them is a coexistence number (docs/meta-webhooks.md 9.13-9.15).
 const (
 	fieldEchoes    = "smb_message_echoes"
 	fieldHistory   = "history"

@@ -14,7 +14,7 @@
 // instance owns every number: it consumes wahook.events.> with the durable
 // consumer Config.Durable on WAHOOK_EVENTS.
 //
-// With Config.Partitions, several instances share the numbers (DESIGN.md,
+// With Config.Partitions, several instances share the numbers (docs/architecture.md,
 // "stage 2" and "Scaling past one machine") through an elastic partitioned
 // consumer group of github.com/synadia-io/orbit.go/pcgroups named
 // Config.Durable (group.go). The EVENTS subjects do not change: pcgroups

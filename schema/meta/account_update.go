@@ -1,6 +1,6 @@
 package meta
 
-// AccountUpdate is the value of account_update (WEBHOOKS.md 9.3): an event
+// AccountUpdate is the value of account_update (docs/meta-webhooks.md 9.3): an event
 // and the object that goes with it. The objects of events not listed here
 // are kept in Extra.
 type AccountUpdate struct {

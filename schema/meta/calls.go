@@ -3,7 +3,7 @@ package meta
 import "encoding/json"
 
 // Call is one calls[] item of field calls: a call event such as connect or
-// terminate (WEBHOOKS.md 9.16).
+// terminate (docs/meta-webhooks.md 9.16).
 type Call struct {
 	// ID is the call id ("wacid.").
 	ID   string `json:"id"`
@@ -87,7 +87,7 @@ func (s *CallSession) decode(d *decoder) error {
 
 // CallStatus is one statuses[] item of field calls (type "call", status
 // RINGING, ACCEPTED, REJECTED, ...). It is not a message status and must
-// never be counted in delivery analytics (WEBHOOKS.md 9.16).
+// never be counted in delivery analytics (docs/meta-webhooks.md 9.16).
 type CallStatus struct {
 	ID                    string          `json:"id"`
 	Type                  string          `json:"type,omitempty"`

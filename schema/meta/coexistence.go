@@ -7,7 +7,7 @@ import "encoding/json"
 // smb_app_state_sync. Echoes (smb_message_echoes) are Messages.
 
 // HistoryChunk is one history[] item: a chunk of past chats shared during
-// coexistence onboarding (WEBHOOKS.md 9.14). These are past messages: never
+// coexistence onboarding (docs/meta-webhooks.md 9.14). These are past messages: never
 // count them as live traffic. A declined share carries Errors (code 2593109)
 // instead of threads.
 type HistoryChunk struct {
@@ -91,7 +91,7 @@ func (t *HistoryThread) decode(d *decoder) error {
 }
 
 // StateSync is one state_sync[] item of smb_app_state_sync: a change to the
-// Business app's contact book (WEBHOOKS.md 9.15).
+// Business app's contact book (docs/meta-webhooks.md 9.15).
 type StateSync struct {
 	Type     string            `json:"type,omitempty"`
 	Contact  *StateContact     `json:"contact,omitempty"`
@@ -147,7 +147,7 @@ func (c *StateContact) decode(d *decoder) error {
 }
 
 // StateSyncMetadata holds the time of a state change: a string in Meta's example,
-// an int in its table (WEBHOOKS.md 9.15); both are accepted.
+// an int in its table (docs/meta-webhooks.md 9.15); both are accepted.
 type StateSyncMetadata struct {
 	Timestamp FlexInt64 `json:"timestamp"`
 	Extra     Extras    `json:"-"`

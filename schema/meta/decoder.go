@@ -206,7 +206,7 @@ func (d *decoder) raw(dst *json.RawMessage) error {
 	return nil
 }
 
-// scalar reads a string, or a number as its literal text (WEBHOOKS.md 11.2
+// scalar reads a string, or a number as its literal text (docs/meta-webhooks.md 11.2
 // rule 4: ids stay strings even if one arrives as a number). A null reads as
 // "".
 func (d *decoder) scalar(want string) (text []byte, plain bool, isNum bool, err error) {
@@ -302,7 +302,7 @@ func (d *decoder) float(dst *FlexFloat64) error {
 }
 
 // bool reads a bool; null reads as false. Strings are not accepted: only
-// numbers have two spellings (WEBHOOKS.md 11.2 rule 4).
+// numbers have two spellings (docs/meta-webhooks.md 11.2 rule 4).
 func (d *decoder) bool(dst *bool) error {
 	switch d.peek() {
 	case 't':
@@ -409,7 +409,7 @@ func decodeStrings(d *decoder, dst *[]string) error {
 }
 
 // decodeItems decodes an array whose elements are items of their own
-// (DESIGN.md: one bad item never costs the other items of the same POST). An
+// (docs/architecture.md: one bad item never costs the other items of the same POST). An
 // element with a wrong-typed key is left out of dst and reported in
 // d.problems with its path and bytes; a syntax error still fails the body.
 func decodeItems[T any, PT item[T]](d *decoder, dst *[]T) error {

@@ -3,8 +3,8 @@
 // standard library.
 //
 // It owns the Meta payload types (the envelope, every field documented in
-// shared/meta/WEBHOOKS.md, and a raw view of every field it does not know),
-// the decoding rules of WEBHOOKS.md section 11, and helpers that walk a
+// docs/meta-webhooks.md, and a raw view of every field it does not know),
+// the decoding rules of docs/meta-webhooks.md section 11, and helpers that walk a
 // decoded payload with its envelope context (WABA id, field, phone number id).
 // It does not own normalized event rows, event ids, bus names or storage:
 // those live in package schema and in the processor.
@@ -12,7 +12,7 @@
 // # Decoding
 //
 // Decode takes one POST body and returns a *Payload. It follows the rules of
-// WEBHOOKS.md 11.2:
+// docs/meta-webhooks.md 11.2:
 //
 //   - Nothing is dropped. Each change keeps its value verbatim (Change.Value),
 //     each status, message and other list item keeps its own bytes (Raw), and
@@ -26,10 +26,10 @@
 //     the literal digits, never round-tripped through a float. Integers
 //     (timestamps, error codes, limits) are accepted as JSON numbers or as
 //     strings of digits (FlexInt64), and so are the disputed scalars of
-//     WEBHOOKS.md 11.1 (FlexString, FlexFloat64).
+//     docs/meta-webhooks.md 11.1 (FlexString, FlexFloat64).
 //   - statuses[] is routed by field: under "messages" it holds message
 //     statuses (Status), under "calls" call statuses (CallStatus), which are
-//     never message statuses (WEBHOOKS.md 9.16).
+//     never message statuses (docs/meta-webhooks.md 9.16).
 //   - One bad item never costs the others. A key with a value of the wrong
 //     JSON type makes the smallest enclosing item bad (an entry, a change, or
 //     one element of a list such as statuses[2]); that item is left out of

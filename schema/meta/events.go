@@ -6,7 +6,7 @@ import "encoding/json"
 // and the value of account_settings_update.
 
 // UserPreference is one user_preferences[] item: a user stopped or resumed
-// marketing messages (WEBHOOKS.md 9.12).
+// marketing messages (docs/meta-webhooks.md 9.12).
 type UserPreference struct {
 	WaID         string `json:"wa_id,omitempty"`
 	UserID       string `json:"user_id,omitempty"`
@@ -56,7 +56,7 @@ func (u *UserPreference) decode(d *decoder) error {
 }
 
 // AutomaticEvent is one automatic_events[] item: a purchase or lead detected
-// in a click-to-WhatsApp chat (WEBHOOKS.md 9.17).
+// in a click-to-WhatsApp chat (docs/meta-webhooks.md 9.17).
 type AutomaticEvent struct {
 	// ID is the wamid of the message in which the event was detected.
 	ID string `json:"id,omitempty"`
@@ -96,7 +96,7 @@ func (a *AutomaticEvent) decode(d *decoder) error {
 }
 
 // CustomData is the value of a purchase. Value is the amount times 1000; a
-// string in Meta's table, a number in its example (WEBHOOKS.md 11.1).
+// string in Meta's table, a number in its example (docs/meta-webhooks.md 11.1).
 type CustomData struct {
 	Currency string     `json:"currency,omitempty"`
 	Value    FlexString `json:"value,omitempty"`
@@ -117,7 +117,7 @@ func (c *CustomData) decode(d *decoder) error {
 }
 
 // PhoneNumberSettings is the value of account_settings_update (unverified,
-// WEBHOOKS.md 9.16). Calling is kept raw: its shape is known from one source
+// docs/meta-webhooks.md 9.16). Calling is kept raw: its shape is known from one source
 // only.
 type PhoneNumberSettings struct {
 	PhoneNumberID string          `json:"phone_number_id,omitempty"`

@@ -6,7 +6,7 @@ import (
 )
 
 // RawField is one key of an object that the decoder does not know, with its
-// value verbatim (WEBHOOKS.md 11.2 rule 1: keep everything).
+// value verbatim (docs/meta-webhooks.md 11.2 rule 1: keep everything).
 type RawField struct {
 	Key   string
 	Value json.RawMessage

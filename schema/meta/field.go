@@ -1,6 +1,6 @@
 package meta
 
-// Field names: the values of changes[].field (WEBHOOKS.md 3). Any other
+// Field names: the values of changes[].field (docs/meta-webhooks.md 3). Any other
 // value is an unknown field, kept raw.
 const (
 	FieldMessages                        = "messages"
@@ -26,7 +26,7 @@ const (
 	FieldPaymentConfigurationUpdate      = "payment_configuration_update"
 
 	// The Groups API and Flows fields are known by name, but their shapes
-	// are unverified (WEBHOOKS.md 8.2 and 3), so they are kept raw like an
+	// are unverified (docs/meta-webhooks.md 8.2 and 3), so they are kept raw like an
 	// unknown field.
 	FieldGroupLifecycleUpdate    = "group_lifecycle_update"
 	FieldGroupParticipantsUpdate = "group_participants_update"
@@ -36,10 +36,10 @@ const (
 )
 
 // ObjectWhatsAppBusinessAccount is the value of the top-level "object" key
-// for WhatsApp webhooks (WEBHOOKS.md 2).
+// for WhatsApp webhooks (docs/meta-webhooks.md 2).
 const ObjectWhatsAppBusinessAccount = "whatsapp_business_account"
 
-// Message status values (WEBHOOKS.md 5.2). Values seen so far, never a closed
+// Message status values (docs/meta-webhooks.md 5.2). Values seen so far, never a closed
 // set: Status.Status keeps whatever Meta sent.
 const (
 	StatusSent      = "sent"
@@ -54,7 +54,7 @@ const (
 )
 
 // RecipientTypeGroup marks a status of a message sent to a group
-// (WEBHOOKS.md 8.1).
+// (docs/meta-webhooks.md 8.1).
 const RecipientTypeGroup = "group"
 
 // interned holds the enumerated values that are read with decoder.enum, so
@@ -73,21 +73,21 @@ var interned = func() map[string]string {
 		FieldPartnerSolutions, FieldPaymentConfigurationUpdate, FieldGroupLifecycleUpdate,
 		FieldGroupParticipantsUpdate, FieldGroupSettingsUpdate, FieldGroupStatusUpdate, FieldFlows,
 		ObjectWhatsAppBusinessAccount, "whatsapp",
-		// statuses (WEBHOOKS.md 5.2), call statuses and recipient types
+		// statuses (docs/meta-webhooks.md 5.2), call statuses and recipient types
 		StatusSent, StatusDelivered, StatusRead, StatusPlayed, StatusFailed, StatusDeleted, StatusWarning,
 		"RINGING", "ACCEPTED", "REJECTED", "call", "message", RecipientTypeGroup, "individual",
-		// pricing and conversation (WEBHOOKS.md 5.3, 5.4)
+		// pricing and conversation (docs/meta-webhooks.md 5.3, 5.4)
 		"PMP", "CBP", "NBP", "regular", "free_customer_service", "free_entry_point",
 		"free_group_customer_service", "authentication", "authentication_international",
 		"authentication-international", "marketing", "marketing_lite", "utility", "service",
 		"referral_conversion", "group_marketing", "group_utility", "group_service",
 		"general_purpose_ai", "business_initiated", "user_initiated",
-		// message types (WEBHOOKS.md 7.2)
+		// message types (docs/meta-webhooks.md 7.2)
 		"text", "image", "video", "audio", "document", "sticker", "location", "contacts",
 		"interactive", "button", "reaction", "order", "system", "unsupported", "unknown",
 		"request_welcome", "edit", "revoke", "media_placeholder",
 		"button_reply", "list_reply", "nfm_reply", "call_permission_reply",
-		// calls (WEBHOOKS.md 9.16)
+		// calls (docs/meta-webhooks.md 9.16)
 		"connect", "terminate", "USER_INITIATED", "BUSINESS_INITIATED", "COMPLETED", "FAILED",
 	} {
 		m[s] = s

@@ -25,7 +25,7 @@ const fixturesDir = "../../testdata/webhooks"
 const fixtureSecret = "wahook-fixture-app-secret"
 
 // loadFixtures reads every fixture body. A missing folder fails the test: a
-// silent skip would be a test that did not run (STYLE.md 11).
+// silent skip would be a test that did not run (CONTRIBUTING.md, "Tests").
 func loadFixtures(tb testing.TB) map[string][]byte {
 	tb.Helper()
 	files, err := filepath.Glob(filepath.Join(fixturesDir, "*.json"))

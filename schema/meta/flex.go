@@ -6,18 +6,18 @@ import (
 )
 
 // FlexInt64 is an integer that Meta sends as a JSON number in some payloads
-// and as a string of digits in others (timestamps, error codes; WEBHOOKS.md
+// and as a string of digits in others (timestamps, error codes; docs/meta-webhooks.md
 // 2 and 11.2 rule 4). Both decode to the same value; null and "" decode to
 // 0. A number with a fraction, or out of the int64 range, is a type error.
 type FlexInt64 int64
 
 // FlexFloat64 is a number that may arrive as a JSON number or as a string
-// holding one, such as a location's latitude (WEBHOOKS.md 11.1).
+// holding one, such as a location's latitude (docs/meta-webhooks.md 11.1).
 type FlexFloat64 float64
 
 // FlexString is a scalar that may arrive as a JSON string or as a JSON
 // number, such as max_daily_conversations_per_business ("TIER_2K" or 2000,
-// WEBHOOKS.md 11.1). A number is kept as its literal text ("2000"), never
+// docs/meta-webhooks.md 11.1). A number is kept as its literal text ("2000"), never
 // through a float, so long ids survive; null decodes to "".
 type FlexString string
 

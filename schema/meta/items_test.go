@@ -261,7 +261,7 @@ func TestBadItemDiscardsItsInsides(t *testing.T) {
 	}
 }
 
-// TestFlexibleValues checks WEBHOOKS.md 11.1 and 11.2 rule 4: every spelling
+// TestFlexibleValues checks docs/meta-webhooks.md 11.1 and 11.2 rule 4: every spelling
 // of a disputed or flexible value decodes, without a problem.
 func TestFlexibleValues(t *testing.T) {
 	tests := []struct {
@@ -429,7 +429,7 @@ func TestFlexibleValues(t *testing.T) {
 func spaced(v ...any) string { return strings.TrimSuffix(fmt.Sprintln(v...), "\n") }
 
 // TestRecipientKeys checks the recipient and sender fallbacks of
-// WEBHOOKS.md 8.3 and the group accessors of 8.1.
+// docs/meta-webhooks.md 8.3 and the group accessors of 8.1.
 func TestRecipientKeys(t *testing.T) {
 	tests := []struct {
 		s         Status

@@ -7,7 +7,7 @@ import (
 
 // This file holds helpers that walk a decoded payload and hand out each item
 // with its envelope context, which is what a stage-1 processor needs to turn
-// the payload into rows. They walk every entry and change (WEBHOOKS.md 11.2
+// the payload into rows. They walk every entry and change (docs/meta-webhooks.md 11.2
 // rule 2: one POST may mix WABAs, numbers and fields) and route by field
 // (rule 3). Items reported in Payload.Problems are not in the typed view and
 // so are not yielded.
@@ -43,7 +43,7 @@ func (e Envelope) PhoneNumberID() string {
 
 // DisplayPhoneNumber returns the business number as displayed: from the
 // value's metadata, or from the display_phone_number of a quality, name or
-// security update, which carry no phone_number_id (WEBHOOKS.md 11.2 rule 10).
+// security update, which carry no phone_number_id (docs/meta-webhooks.md 11.2 rule 10).
 func (e Envelope) DisplayPhoneNumber() string {
 	c := e.Change
 	switch {
@@ -106,7 +106,7 @@ func items[T any](p *Payload, field string, list func(v *MessagingValue) []T) it
 }
 
 // Statuses yields every message status: the statuses[] of field messages
-// only, never call statuses (WEBHOOKS.md 9.16).
+// only, never call statuses (docs/meta-webhooks.md 9.16).
 func (p *Payload) Statuses() iter.Seq[Ref[Status]] {
 	return items(p, FieldMessages, func(v *MessagingValue) []Status { return v.Statuses })
 }
@@ -133,7 +133,7 @@ func (p *Payload) Calls() iter.Seq[Ref[Call]] {
 }
 
 // Echoes yields the message_echoes[] of field smb_message_echoes: messages
-// the business sent from the Business app (WEBHOOKS.md 9.13).
+// the business sent from the Business app (docs/meta-webhooks.md 9.13).
 func (p *Payload) Echoes() iter.Seq[Ref[Message]] {
 	return items(p, FieldSMBMessageEchoes, func(v *MessagingValue) []Message { return v.MessageEchoes })
 }
@@ -152,7 +152,7 @@ func (p *Payload) AutomaticEvents() iter.Seq[Ref[AutomaticEvent]] {
 type HistoryMessageRef struct {
 	Envelope
 	// Chunk and Thread are nil for a media follow-up, which arrives as a
-	// value.messages[] item of field history (WEBHOOKS.md 9.14).
+	// value.messages[] item of field history (docs/meta-webhooks.md 9.14).
 	Chunk  *HistoryChunk
 	Thread *HistoryThread
 	Item   *Message
@@ -188,7 +188,7 @@ func (p *Payload) HistoryMessages() iter.Seq[HistoryMessageRef] {
 	}
 }
 
-// ErrorPlace says where in a value an error object was found (WEBHOOKS.md
+// ErrorPlace says where in a value an error object was found (docs/meta-webhooks.md
 // 6.2).
 type ErrorPlace int
 
@@ -238,7 +238,7 @@ type ErrorRef struct {
 
 // Errors yields every error object in the typed view of every messaging-style
 // value, whatever its field; filter on Place and Field. A failed status with
-// two errors yields two (WEBHOOKS.md 6.2: codes are a multiset).
+// two errors yields two (docs/meta-webhooks.md 6.2: codes are a multiset).
 func (p *Payload) Errors() iter.Seq[ErrorRef] {
 	return func(yield func(ErrorRef) bool) {
 		for env := range p.Changes() {
@@ -304,7 +304,7 @@ func yieldErrors(yield func(ErrorRef) bool, ref ErrorRef, errs []Error) bool {
 // PhoneNumberIDs returns the distinct metadata.phone_number_id values of the
 // body, in order of appearance, over every change that has metadata. A body
 // can span several numbers: partition per item, not by the first id
-// (WEBHOOKS.md 11.2 rule 2).
+// (docs/meta-webhooks.md 11.2 rule 2).
 func (p *Payload) PhoneNumberIDs() []string {
 	var ids []string
 	for env := range p.Changes() {

@@ -1,14 +1,14 @@
 package meta
 
 // This file holds the values of the account and phone-number management
-// fields (WEBHOOKS.md 9.1-9.5, 9.10, 9.11, 9.18). They carry no metadata; the
+// fields (docs/meta-webhooks.md 9.1-9.5, 9.10, 9.11, 9.18). They carry no metadata; the
 // number ones name the number by display_phone_number only.
 
 // PhoneNumberQualityUpdate is the value of phone_number_quality_update
-// (WEBHOOKS.md 9.1): messaging-limit and throughput changes of a number.
+// (docs/meta-webhooks.md 9.1): messaging-limit and throughput changes of a number.
 type PhoneNumberQualityUpdate struct {
 	// DisplayPhoneNumber is the only number identifier: there is no
-	// phone_number_id (WEBHOOKS.md 11.2 rule 10).
+	// phone_number_id (docs/meta-webhooks.md 11.2 rule 10).
 	DisplayPhoneNumber string `json:"display_phone_number"`
 	// Event is THROUGHPUT_UPGRADE, ONBOARDING, or the legacy UPGRADE,
 	// DOWNGRADE, FLAGGED, UNFLAGGED; others are kept.
@@ -42,13 +42,13 @@ func (q *PhoneNumberQualityUpdate) decode(d *decoder) error {
 }
 
 // BusinessCapabilityUpdate is the value of business_capability_update
-// (WEBHOOKS.md 9.2). A zero int means the key was absent.
+// (docs/meta-webhooks.md 9.2). A zero int means the key was absent.
 type BusinessCapabilityUpdate struct {
 	// MaxDailyConversationPerPhone is the legacy limit: 250, 2000, 10000,
 	// 100000, or -1 for unlimited.
 	MaxDailyConversationPerPhone FlexInt64 `json:"max_daily_conversation_per_phone,omitempty"`
 	// MaxDailyConversationsPerBusiness is a tier ("TIER_2K") in Meta's table
-	// and an int (2000) in its example (WEBHOOKS.md 11.1); kept as sent.
+	// and an int (2000) in its example (docs/meta-webhooks.md 11.1); kept as sent.
 	MaxDailyConversationsPerBusiness FlexString `json:"max_daily_conversations_per_business,omitempty"`
 	MaxPhoneNumbersPerBusiness       FlexInt64  `json:"max_phone_numbers_per_business,omitempty"`
 	MaxPhoneNumbersPerWABA           FlexInt64  `json:"max_phone_numbers_per_waba,omitempty"`
@@ -72,7 +72,7 @@ func (b *BusinessCapabilityUpdate) decode(d *decoder) error {
 	})
 }
 
-// AccountAlert is the value of account_alerts (WEBHOOKS.md 9.4).
+// AccountAlert is the value of account_alerts (docs/meta-webhooks.md 9.4).
 type AccountAlert struct {
 	EntityType string    `json:"entity_type,omitempty"`
 	EntityID   string    `json:"entity_id,omitempty"`
@@ -121,7 +121,7 @@ func (a *AlertInfo) decode(d *decoder) error {
 	})
 }
 
-// AccountReviewUpdate is the value of account_review_update (WEBHOOKS.md
+// AccountReviewUpdate is the value of account_review_update (docs/meta-webhooks.md
 // 9.5): APPROVED, REJECTED, PENDING or DEFERRED.
 type AccountReviewUpdate struct {
 	Decision string `json:"decision"`
@@ -138,7 +138,7 @@ func (a *AccountReviewUpdate) decode(d *decoder) error {
 }
 
 // PhoneNumberNameUpdate is the value of phone_number_name_update
-// (WEBHOOKS.md 9.10). RejectionReason is "" for JSON null.
+// (docs/meta-webhooks.md 9.10). RejectionReason is "" for JSON null.
 type PhoneNumberNameUpdate struct {
 	DisplayPhoneNumber    string `json:"display_phone_number"`
 	Decision              string `json:"decision,omitempty"`
@@ -164,7 +164,7 @@ func (n *PhoneNumberNameUpdate) decode(d *decoder) error {
 	})
 }
 
-// SecurityUpdate is the value of security (WEBHOOKS.md 9.11): two-step PIN
+// SecurityUpdate is the value of security (docs/meta-webhooks.md 9.11): two-step PIN
 // changes. Requester is set for reset requests only.
 type SecurityUpdate struct {
 	DisplayPhoneNumber string `json:"display_phone_number"`
@@ -188,7 +188,7 @@ func (s *SecurityUpdate) decode(d *decoder) error {
 	})
 }
 
-// PartnerSolutionsUpdate is the value of partner_solutions (WEBHOOKS.md
+// PartnerSolutionsUpdate is the value of partner_solutions (docs/meta-webhooks.md
 // 9.18); its entry id is a business portfolio id, not a WABA id.
 type PartnerSolutionsUpdate struct {
 	Event          string `json:"event"`
@@ -213,7 +213,7 @@ func (p *PartnerSolutionsUpdate) decode(d *decoder) error {
 }
 
 // PaymentConfigurationUpdate is the value of payment_configuration_update
-// (WEBHOOKS.md 9.18).
+// (docs/meta-webhooks.md 9.18).
 type PaymentConfigurationUpdate struct {
 	ConfigurationName string    `json:"configuration_name,omitempty"`
 	ProviderName      string    `json:"provider_name,omitempty"`

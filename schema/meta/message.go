@@ -2,7 +2,7 @@ package meta
 
 import "encoding/json"
 
-// Message is one message: an inbound messages[] item (WEBHOOKS.md 7), a
+// Message is one message: an inbound messages[] item (docs/meta-webhooks.md 7), a
 // message echo of the Business app (9.13) or a message of a history sync
 // (9.14). The payload named after Type is set in the matching field; a type
 // the decoder does not know keeps its payload in Extra.
@@ -119,7 +119,7 @@ func (m *Message) decode(d *decoder) error {
 		case "unsupported":
 			return decodePtr(d, &m.Unsupported)
 		case "edit":
-			// An edit is decoded one level deep (WEBHOOKS.md 7.2 shows an
+			// An edit is decoded one level deep (docs/meta-webhooks.md 7.2 shows an
 			// edit's message as a plain message); an edit inside it is kept
 			// raw. This also bounds the typed nesting, so that no body can
 			// make paths, and so the cost of each unknown key, grow with it.
@@ -139,7 +139,7 @@ func (m *Message) decode(d *decoder) error {
 }
 
 // Sender returns the best key for the user who sent the message: the phone
-// number, else the BSUID, else the parent BSUID (WEBHOOKS.md 8.3).
+// number, else the BSUID, else the parent BSUID (docs/meta-webhooks.md 8.3).
 func (m *Message) Sender() string { return firstNonEmpty(m.From, m.FromUserID, m.FromParentUserID) }
 
 // Media returns the media payload of an image, video, audio, document or
@@ -161,7 +161,7 @@ func (m *Message) Media() *Media {
 }
 
 // MessageContext is a message's context: the message it replies to, forward
-// marks, or the product it asks about (WEBHOOKS.md 7.1).
+// marks, or the product it asks about (docs/meta-webhooks.md 7.1).
 type MessageContext struct {
 	From                string           `json:"from,omitempty"`
 	ID                  string           `json:"id,omitempty"`
@@ -211,7 +211,7 @@ func (p *ReferredProduct) decode(d *decoder) error {
 }
 
 // Referral says that a message came from a click-to-WhatsApp ad or post
-// (WEBHOOKS.md 7.1).
+// (docs/meta-webhooks.md 7.1).
 type Referral struct {
 	SourceURL    string `json:"source_url,omitempty"`
 	SourceID     string `json:"source_id,omitempty"`
@@ -274,7 +274,7 @@ func (w *WelcomeMessage) decode(d *decoder) error {
 	})
 }
 
-// Identity is the legacy identity-change block of a message (WEBHOOKS.md
+// Identity is the legacy identity-change block of a message (docs/meta-webhooks.md
 // 7.1, unverified).
 type Identity struct {
 	Acknowledged     bool      `json:"acknowledged,omitempty"`
@@ -298,7 +298,7 @@ func (i *Identity) decode(d *decoder) error {
 	})
 }
 
-// HistoryContext is the delivery state of a history message (WEBHOOKS.md
+// HistoryContext is the delivery state of a history message (docs/meta-webhooks.md
 // 9.14): DELIVERED, ERROR, PENDING, PLAYED, READ or SENT.
 type HistoryContext struct {
 	Status string `json:"status,omitempty"`

@@ -1,7 +1,7 @@
 package meta
 
 // This file holds the payloads of inbound text, media, location and contacts
-// messages (WEBHOOKS.md 7.2).
+// messages (docs/meta-webhooks.md 7.2).
 
 // Text is the payload of a text message.
 type Text struct {
@@ -61,7 +61,7 @@ func (m *Media) decode(d *decoder) error {
 }
 
 // Location is the payload of a location message. Latitude and longitude are
-// numbers in Meta's examples and strings in one library (WEBHOOKS.md 11.1).
+// numbers in Meta's examples and strings in one library (docs/meta-webhooks.md 11.1).
 type Location struct {
 	Latitude  FlexFloat64 `json:"latitude"`
 	Longitude FlexFloat64 `json:"longitude"`

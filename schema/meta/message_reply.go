@@ -1,7 +1,7 @@
 package meta
 
 // This file holds the payloads of inbound replies and of the other
-// non-media message types (WEBHOOKS.md 7.2).
+// non-media message types (docs/meta-webhooks.md 7.2).
 
 // Interactive is the payload of an interactive reply; Type says which of the
 // replies is set. context.id of the message is the message that carried the
@@ -82,7 +82,7 @@ func (r *NFMReply) decode(d *decoder) error {
 }
 
 // CallPermissionReply is a user's answer to a call-permission request
-// (unverified, WEBHOOKS.md 7.2).
+// (unverified, docs/meta-webhooks.md 7.2).
 type CallPermissionReply struct {
 	Response            string    `json:"response,omitempty"`
 	IsPermanent         bool      `json:"is_permanent,omitempty"`
@@ -199,7 +199,7 @@ func (p *ProductItem) decode(d *decoder) error {
 }
 
 // System is the payload of a system message, such as user_changed_number
-// (WEBHOOKS.md 7.2). System messages carry no contacts array.
+// (docs/meta-webhooks.md 7.2). System messages carry no contacts array.
 type System struct {
 	Body                 string `json:"body,omitempty"`
 	Type                 string `json:"type,omitempty"`
@@ -260,7 +260,7 @@ func (u *Unsupported) decode(d *decoder) error {
 }
 
 // Edit is the payload of an edited message: the original id and the new
-// message (unverified, WEBHOOKS.md 7.2).
+// message (unverified, docs/meta-webhooks.md 7.2).
 type Edit struct {
 	OriginalMessageID string   `json:"original_message_id,omitempty"`
 	Message           *Message `json:"message,omitempty"`
@@ -281,7 +281,7 @@ func (e *Edit) decode(d *decoder) error {
 }
 
 // Revoke is the payload of a message the user deleted (unverified,
-// WEBHOOKS.md 7.2).
+// docs/meta-webhooks.md 7.2).
 type Revoke struct {
 	OriginalMessageID string `json:"original_message_id,omitempty"`
 	Extra             Extras `json:"-"`

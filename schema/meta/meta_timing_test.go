@@ -21,7 +21,7 @@ const typicalStatus = `{"object":"whatsapp_business_account","entry":[{"id":"104
 	`"pricing":{"billable":true,"pricing_model":"PMP","type":"regular","category":"marketing"}}]},"field":"messages"}]}]}`
 
 // manyStatuses builds one POST with n statuses over three numbers, the way
-// Meta batches them (at most 1,000 updates per POST, WEBHOOKS.md 1.4).
+// Meta batches them (at most 1,000 updates per POST, docs/meta-webhooks.md 1.4).
 func manyStatuses(n int) []byte {
 	var b strings.Builder
 	b.WriteString(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","changes":[`)

@@ -2,7 +2,7 @@ package meta
 
 import "encoding/json"
 
-// Payload is one decoded webhook body (WEBHOOKS.md 2).
+// Payload is one decoded webhook body (docs/meta-webhooks.md 2).
 type Payload struct {
 	// Object is "whatsapp_business_account" for WhatsApp; other values are
 	// kept, not rejected.
@@ -30,7 +30,7 @@ type Entry struct {
 	// ID is the WABA id; for partner_solutions the business portfolio id.
 	ID string `json:"id"`
 	// Time is the unix time at which the webhook was triggered. Meta sends
-	// it on management fields only; 0 when absent (WEBHOOKS.md 2).
+	// it on management fields only; 0 when absent (docs/meta-webhooks.md 2).
 	Time FlexInt64 `json:"time,omitempty"`
 	// Changes are the changes[] items, minus any reported in Problems.
 	Changes []Change `json:"changes"`
@@ -47,7 +47,7 @@ type Entry struct {
 
 // Change is one changes[] item: a field and its value. Value always holds the
 // value's bytes verbatim; the typed view that matches Field is set beside it
-// (WEBHOOKS.md 11.2 rules 1 and 3). For an unknown field only Value (and
+// (docs/meta-webhooks.md 11.2 rules 1 and 3). For an unknown field only Value (and
 // Metadata, if the value carries one) is set.
 type Change struct {
 	Field string          `json:"field"`
@@ -317,7 +317,7 @@ func (c *Change) decodeValueAt(d *decoder, start, end int) error {
 	return nil
 }
 
-// decodeValue decodes the value at d.pos according to c.Field (WEBHOOKS.md
+// decodeValue decodes the value at d.pos according to c.Field (docs/meta-webhooks.md
 // 11.2 rule 3: route on field first) and sets c.Value to its bytes.
 func (c *Change) decodeValue(d *decoder) error {
 	c.resetViews()
@@ -329,7 +329,7 @@ func (c *Change) decodeValue(d *decoder) error {
 		}
 		v := new(MessagingValue)
 		// statuses[] under calls are call statuses, not message statuses
-		// (WEBHOOKS.md 9.16).
+		// (docs/meta-webhooks.md 9.16).
 		if err := v.decode(d, c.Field == FieldCalls); err != nil {
 			return err
 		}
@@ -369,7 +369,7 @@ func (c *Change) decodeValue(d *decoder) error {
 		err = decodePtr(d, &c.PaymentConfiguration)
 	default:
 		// An unknown field (or one kept raw by design) is stored, not
-		// dropped and not an error (WEBHOOKS.md 11.2 rule 1). Its metadata,
+		// dropped and not an error (docs/meta-webhooks.md 11.2 rule 1). Its metadata,
 		// if it has one, still tells which number it is about.
 		if err := d.skipValue(); err != nil {
 			return err

@@ -6,19 +6,19 @@ import (
 )
 
 // Status is one message status event: a statuses[] item under field
-// messages (WEBHOOKS.md 5.1).
+// messages (docs/meta-webhooks.md 5.1).
 type Status struct {
 	// ID is the wamid of our outbound message.
 	ID string `json:"id"`
 	// Status is the value as sent ("sent", "delivered", "read", "played",
-	// "failed", or anything else, kept verbatim; WEBHOOKS.md 5.2).
+	// "failed", or anything else, kept verbatim; docs/meta-webhooks.md 5.2).
 	Status string `json:"status"`
 	// Timestamp is the unix time of the status itself.
 	Timestamp FlexInt64 `json:"timestamp"`
 	// RecipientID is the user's phone number, or the group id for a group
 	// send; omitted when the message was sent to a BSUID.
 	RecipientID string `json:"recipient_id,omitempty"`
-	// RecipientType is "group" for group sends (WEBHOOKS.md 8.1).
+	// RecipientType is "group" for group sends (docs/meta-webhooks.md 8.1).
 	RecipientType string `json:"recipient_type,omitempty"`
 	// RecipientParticipantID is the group member's phone number; group
 	// statuses arrive per participant.
@@ -29,7 +29,7 @@ type Status struct {
 	BizOpaqueCallbackData            string `json:"biz_opaque_callback_data,omitempty"`
 	RecipientUserID                  string `json:"recipient_user_id,omitempty"`
 	// RecipientParentUserID is read from recipient_parent_user_id or from
-	// its older spelling parent_recipient_user_id (WEBHOOKS.md 5.1, disputed).
+	// its older spelling parent_recipient_user_id (docs/meta-webhooks.md 5.1, disputed).
 	RecipientParentUserID string `json:"recipient_parent_user_id,omitempty"`
 	// Type is "call" on call statuses and "message" on On-Premises statuses;
 	// not documented for Cloud API message statuses.
@@ -88,7 +88,7 @@ func (s *Status) decode(d *decoder) error {
 	})
 }
 
-// Is reports whether the status is value, ignoring case (WEBHOOKS.md 5.2:
+// Is reports whether the status is value, ignoring case (docs/meta-webhooks.md 5.2:
 // compare case-insensitively).
 func (s *Status) Is(value string) bool { return strings.EqualFold(s.Status, value) }
 
@@ -96,7 +96,7 @@ func (s *Status) Is(value string) bool { return strings.EqualFold(s.Status, valu
 func (s *Status) IsGroup() bool { return s.RecipientType == RecipientTypeGroup }
 
 // Recipient returns the best key for the user the status is about: the
-// phone number, else the BSUID, else the parent BSUID (WEBHOOKS.md 8.3). For a
+// phone number, else the BSUID, else the parent BSUID (docs/meta-webhooks.md 8.3). For a
 // group status it is the participant; GroupID returns the group.
 func (s *Status) Recipient() string {
 	if s.IsGroup() {
@@ -123,7 +123,7 @@ func firstNonEmpty(v ...string) string {
 }
 
 // Conversation is the conversation object of conversation-based pricing,
-// omitted from v24.0 on except in free-entry-point windows (WEBHOOKS.md 5.3).
+// omitted from v24.0 on except in free-entry-point windows (docs/meta-webhooks.md 5.3).
 type Conversation struct {
 	ID string `json:"id,omitempty"`
 	// ExpirationTimestamp is set on sent statuses only; a string in Meta's
@@ -163,7 +163,7 @@ func (o *ConversationOrigin) decode(d *decoder) error {
 	})
 }
 
-// Pricing is the pricing object of a status (WEBHOOKS.md 5.4). It is present
+// Pricing is the pricing object of a status (docs/meta-webhooks.md 5.4). It is present
 // on sent and on one of delivered/read, never on failed.
 type Pricing struct {
 	// Billable is deprecated and may be missing (nil).
@@ -197,7 +197,7 @@ func (p *Pricing) decode(d *decoder) error {
 	})
 }
 
-// Error is the error object used in webhooks (WEBHOOKS.md 6.1): in failed
+// Error is the error object used in webhooks (docs/meta-webhooks.md 6.1): in failed
 // statuses, at value level, in inbound messages and in history chunks.
 type Error struct {
 	// Code is the error code; a numeric string is accepted too.

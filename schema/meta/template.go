@@ -1,12 +1,12 @@
 package meta
 
-// This file holds the values of the template fields (WEBHOOKS.md 9.6-9.9).
+// This file holds the values of the template fields (docs/meta-webhooks.md 9.6-9.9).
 // message_template_id is a JSON int of up to 16 digits; it is kept as its
-// literal digits (FlexString), never through a float (WEBHOOKS.md 11.2
+// literal digits (FlexString), never through a float (docs/meta-webhooks.md 11.2
 // rule 4).
 
 // TemplateStatusUpdate is the value of message_template_status_update
-// (WEBHOOKS.md 9.6).
+// (docs/meta-webhooks.md 9.6).
 type TemplateStatusUpdate struct {
 	// Event is APPROVED, REJECTED, PENDING, DISABLED, PAUSED, ...
 	Event      string     `json:"event"`
@@ -51,7 +51,7 @@ func (t *TemplateStatusUpdate) decode(d *decoder) error {
 }
 
 // DisableInfo says when a template was disabled. DisableDate is an int in
-// Meta's docs and a string in one library (WEBHOOKS.md 11.1).
+// Meta's docs and a string in one library (docs/meta-webhooks.md 11.1).
 type DisableInfo struct {
 	DisableDate FlexString `json:"disable_date,omitempty"`
 	Extra       Extras     `json:"-"`
@@ -107,7 +107,7 @@ func (i *RejectionInfo) decode(d *decoder) error {
 }
 
 // TemplateQualityUpdate is the value of message_template_quality_update
-// (WEBHOOKS.md 9.7). Scores are GREEN, YELLOW, RED or UNKNOWN.
+// (docs/meta-webhooks.md 9.7). Scores are GREEN, YELLOW, RED or UNKNOWN.
 type TemplateQualityUpdate struct {
 	PreviousQualityScore string     `json:"previous_quality_score,omitempty"`
 	NewQualityScore      string     `json:"new_quality_score,omitempty"`
@@ -137,7 +137,7 @@ func (t *TemplateQualityUpdate) decode(d *decoder) error {
 }
 
 // TemplateCategoryUpdate is the value of template_category_update
-// (WEBHOOKS.md 9.8). An impending change (24 h notice) has CorrectCategory
+// (docs/meta-webhooks.md 9.8). An impending change (24 h notice) has CorrectCategory
 // and CategoryUpdateTimestamp, with NewCategory the current category; a
 // completed change has PreviousCategory and NewCategory.
 type TemplateCategoryUpdate struct {
@@ -179,7 +179,7 @@ func (t *TemplateCategoryUpdate) decode(d *decoder) error {
 }
 
 // TemplateComponentsUpdate is the value of message_template_components_update
-// (WEBHOOKS.md 9.9): a template was edited.
+// (docs/meta-webhooks.md 9.9): a template was edited.
 type TemplateComponentsUpdate struct {
 	TemplateID FlexString `json:"message_template_id"`
 	Name       string     `json:"message_template_name,omitempty"`

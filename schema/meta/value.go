@@ -2,33 +2,33 @@ package meta
 
 import "encoding/json"
 
-// MessagingValue is the value of the messages field (WEBHOOKS.md 4) and of
+// MessagingValue is the value of the messages field (docs/meta-webhooks.md 4) and of
 // the other fields shaped like it (calls, user_preferences,
 // smb_message_echoes, history, smb_app_state_sync, automatic_events,
 // account_settings_update). Every list that is present is decoded, whatever
 // the field: a value normally carries messages or statuses, not both, but
-// nothing relies on it (WEBHOOKS.md 4).
+// nothing relies on it (docs/meta-webhooks.md 4).
 type MessagingValue struct {
 	MessagingProduct string    `json:"messaging_product,omitempty"`
 	Metadata         *Metadata `json:"metadata,omitempty"`
 	// Contacts describe the users of the messages or statuses; absent on
-	// system messages and failed statuses (WEBHOOKS.md 4.1).
+	// system messages and failed statuses (docs/meta-webhooks.md 4.1).
 	Contacts []Contact `json:"contacts,omitempty"`
 	// Messages are inbound messages under field messages, and media
-	// follow-ups of a history sync under field history (WEBHOOKS.md 9.14).
+	// follow-ups of a history sync under field history (docs/meta-webhooks.md 9.14).
 	Messages []Message `json:"messages,omitempty"`
-	// Statuses are message statuses (WEBHOOKS.md 5). Under field calls,
+	// Statuses are message statuses (docs/meta-webhooks.md 5). Under field calls,
 	// statuses[] go to CallStatuses instead.
 	Statuses []Status `json:"statuses,omitempty"`
-	// CallStatuses are the statuses[] of field calls (WEBHOOKS.md 9.16).
+	// CallStatuses are the statuses[] of field calls (docs/meta-webhooks.md 9.16).
 	CallStatuses []CallStatus `json:"-"`
 	// Errors are value-level errors: system, app or account problems not
-	// tied to one message (WEBHOOKS.md 6.2).
+	// tied to one message (docs/meta-webhooks.md 6.2).
 	Errors          []Error          `json:"errors,omitempty"`
 	Calls           []Call           `json:"calls,omitempty"`
 	UserPreferences []UserPreference `json:"user_preferences,omitempty"`
 	// MessageEchoes are messages the business sent from the WhatsApp
-	// Business app (coexistence): outbound, not inbound (WEBHOOKS.md 9.13).
+	// Business app (coexistence): outbound, not inbound (docs/meta-webhooks.md 9.13).
 	MessageEchoes       []Message            `json:"message_echoes,omitempty"`
 	History             []HistoryChunk       `json:"history,omitempty"`
 	StateSync           []StateSync          `json:"state_sync,omitempty"`
@@ -75,7 +75,7 @@ func (v *MessagingValue) decode(d *decoder, calls bool) error {
 	})
 }
 
-// Metadata identifies the business phone number of a value (WEBHOOKS.md 4).
+// Metadata identifies the business phone number of a value (docs/meta-webhooks.md 4).
 type Metadata struct {
 	// DisplayPhoneNumber is the number as displayed, digits without "+".
 	DisplayPhoneNumber string `json:"display_phone_number"`
@@ -98,7 +98,7 @@ func (m *Metadata) decode(d *decoder) error {
 }
 
 // Contact is one value.contacts[] item: the user a message came from or a
-// status is about (WEBHOOKS.md 4.1).
+// status is about (docs/meta-webhooks.md 4.1).
 type Contact struct {
 	Profile *Profile `json:"profile,omitempty"`
 	// WaID is the user's WhatsApp id, usually the phone number; may be
