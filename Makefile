@@ -17,8 +17,8 @@ lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
 
-fuzz: ## fuzz the signature check for 60s
-	$(GO) test ./ingest -run '^$$' -fuzz FuzzVerify -fuzztime 60s
+fuzz: ## fuzz every fuzz target of the module, FUZZTIME each (default 30s)
+	./scripts/fuzz.sh
 
 bench: ## loopback throughput and latency, as ratios to a bare Fiber handler
 	./scripts/bench.sh

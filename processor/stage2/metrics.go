@@ -1,6 +1,10 @@
 package stage2
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/wahook/wahook/schema"
+)
 
 type metrics struct {
 	events     *prometheus.CounterVec // by result
@@ -59,6 +63,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	for _, r := range []string{resultApplied, resultDuplicate, resultIgnored, resultBad, resultNotOwned} {
 		m.events.WithLabelValues(r)
+	}
+	// Every series exists from the start, so that a rate or an alert on it
+	// has one before the first failure.
+	for _, b := range []string{schema.BucketPacing, schema.BucketPairCooldown} {
+		m.writeFails.WithLabelValues(b)
 	}
 	reg.MustRegister(m.events, m.signals, m.urgent, m.cooldowns, m.numbers, m.partitions, m.writeFails, m.clamped, m.restarts, m.evicted)
 	return m
