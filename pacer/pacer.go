@@ -237,7 +237,9 @@ type hold struct {
 // the number's stop (a *StopError at once), its pause (waits), the
 // recipient's cool-down and pair rule (waits, or with CooldownNoWait a
 // *CooldownError at once), then a token of the number's bucket. It returns
-// ctx's error when ctx ends first. recipient may be empty (no pair rule).
+// ctx's error when ctx ends first, or an error that is
+// context.DeadlineExceeded when the bucket's token would come after ctx's
+// deadline. recipient may be empty (no pair rule).
 func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error {
 	key := ""
 	if recipient != "" {
@@ -314,7 +316,11 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 			}
 		}
 		if err := n.lim.Wait(ctx); err != nil {
-			return err
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			// The bucket's next token comes after ctx's deadline.
+			return fmt.Errorf("pacer: %w: %v", context.DeadlineExceeded, err)
 		}
 		now = time.Now()
 		p.mu.Lock()
