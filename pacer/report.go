@@ -177,6 +177,7 @@ func (r *reporter) close(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	r.http.CloseIdleConnections()
 	if n := r.dropped.Load(); n > 0 {
 		return fmt.Errorf("pacer: %d send results could not be reported", n)
 	}

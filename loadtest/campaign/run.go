@@ -121,6 +121,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	wg.Wait()
 	close(sampleDone)
 	sampler.Wait()
+	client.CloseIdleConnections()
 
 	rep := &Report{RunID: cfg.RunID, Seed: cfg.Seed, Messages: cfg.Messages, Numbers: cfg.Numbers, TierMPS: cfg.Tier,
 		Upgradable: cfg.Upgradable, RepeatShare: cfg.RepeatShare, RepeatCount: cfg.RepeatCount, Workers: cfg.Workers,

@@ -86,6 +86,7 @@ func (h *hooks) start() {
 func (h *hooks) stop() {
 	close(h.done)
 	h.wg.Wait()
+	h.client.CloseIdleConnections()
 	h.mu.Lock()
 	h.notSent.Add(int64(len(h.pending)))
 	h.pending = nil
