@@ -40,6 +40,9 @@ type Server struct {
 
 	shuttingDown atomic.Bool
 	conns        connSet
+	// idle is signalled when the last request in flight ends during a
+	// shutdown.
+	idle chan struct{}
 	// copyBody: the publisher may hold a body after Publish returns, so
 	// the handler gives it a copy.
 	copyBody bool
@@ -79,6 +82,7 @@ func New(cfg Config, pub Publisher, ready ReadyFunc, reg *prometheus.Registry, l
 	}
 	s := &Server{
 		cfg:     cfg,
+		idle:    make(chan struct{}, 1),
 		pub:     pub,
 		ready:   ready,
 		log:     log,
@@ -155,8 +159,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// fasthttp a moment to write their answers, then close what is left.
 	errc := make(chan error, 1)
 	go func() { errc <- s.app.ShutdownWithContext(ctx) }()
-	for s.metrics.inflight.Load() > 0 && ctx.Err() == nil {
-		time.Sleep(5 * time.Millisecond)
+wait:
+	for s.metrics.inflight.Load() > 0 {
+		select {
+		case <-s.idle:
+		case <-ctx.Done():
+			break wait
+		}
 	}
 	grace := time.NewTimer(2 * time.Second)
 	defer grace.Stop()
@@ -274,7 +283,12 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 	s.metrics.inflight.Add(1)
 	defer func() {
 		s.metrics.latency.Observe(time.Since(start).Seconds())
-		s.metrics.inflight.Add(-1)
+		if s.metrics.inflight.Add(-1) == 0 && s.shuttingDown.Load() {
+			select { // wake Shutdown, which waits for none in flight
+			case s.idle <- struct{}{}:
+			default:
+			}
+		}
 	}()
 	r := s.route(c)
 	if r == nil {
