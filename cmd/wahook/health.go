@@ -18,18 +18,34 @@ import (
 // has no webhook endpoint of its own (process).
 type healthServer struct {
 	srv      *http.Server
-	ready    atomic.Bool
 	stopping atomic.Bool
+	// check tells, at each /readyz, whether the work can proceed now (nil:
+	// not yet known, not ready).
+	check atomic.Pointer[func(context.Context) error]
 }
+
+// setCheck sets what /readyz asks.
+func (h *healthServer) setCheck(check func(context.Context) error) { h.check.Store(&check) }
 
 // startHealth listens on addr; ready reports whether the work can proceed.
 func startHealth(addr string, reg *prometheus.Registry, log *zap.Logger) (*healthServer, error) {
 	h := &healthServer{}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if h.stopping.Load() || !h.ready.Load() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		check := h.check.Load()
+		switch {
+		case h.stopping.Load():
+			http.Error(w, "not ready: stopping", http.StatusServiceUnavailable)
+			return
+		case check == nil:
+			http.Error(w, "not ready: starting", http.StatusServiceUnavailable)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := (*check)(ctx); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ready"))

@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
-	"time"
 
 	"go.uber.org/zap"
 )
@@ -66,13 +66,24 @@ func runProcess(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	done := make(chan error, 1)
 	pctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	go func() {
-		// Ready once NATS is connected; stage 1 itself waits out ClickHouse.
-		for pctx.Err() == nil && !nc.IsConnected() {
-			time.Sleep(100 * time.Millisecond)
+	// Ready while NATS is connected and ClickHouse answers, asked at each
+	// /readyz: either away, stage 1 waits (nothing is lost) and the
+	// process says so.
+	chPing, closePing, err := clickHousePinger(po.dsn)
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	defer closePing()
+	health.setCheck(func(ctx context.Context) error {
+		if !nc.IsConnected() {
+			return errors.New("NATS not connected")
 		}
-		health.ready.Store(true)
-	}()
+		if err := chPing(ctx); err != nil {
+			return fmt.Errorf("ClickHouse: %w", err)
+		}
+		return nil
+	})
 	go runStage1(pctx, log, nc, &po, dataDir, *replicas, false, reg, done)
 	sctx, stopPacing := context.WithCancel(context.Background())
 	defer stopPacing()

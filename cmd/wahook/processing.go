@@ -329,3 +329,19 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	}
 }
+
+// clickHousePinger opens a connection of its own to the ClickHouse of dsn
+// for health checks (the writer's may be busy with a long insert) and
+// returns a ping of it. The connection is made at the first ping.
+func clickHousePinger(dsn string) (ping func(context.Context) error, closeFn func(), err error) {
+	opts, _, err := parseClickHouseDSN(dsn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	opts.MaxOpenConns, opts.MaxIdleConns = 1, 1
+	conn, err := clickhouse.Open(opts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("clickhouse: %w", err)
+	}
+	return conn.Ping, func() { conn.Close() }, nil
+}
