@@ -68,7 +68,7 @@ const (
 	PublisherAsync = "async"
 )
 
-// DefaultConfig returns the defaults documented in the README.
+// DefaultConfig returns the defaults documented in docs/operations.md.
 func DefaultConfig() Config {
 	return Config{
 		Listen:      ":8080",

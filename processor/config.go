@@ -35,7 +35,7 @@ type Config struct {
 	MaxDeliver int
 }
 
-// DefaultConfig returns the defaults documented in the README.
+// DefaultConfig returns the defaults documented in docs/operations.md.
 func DefaultConfig() Config {
 	return Config{
 		Consumer:      "wahook_stage1",

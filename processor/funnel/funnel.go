@@ -1,7 +1,7 @@
 // Package funnel keeps the delivery funnel resolved: one net row per message
 // and recipient in ClickHouse's funnel_messages, so that the funnel is a
 // sum over rows rather than a resolution of every message's statuses at
-// query time (README.md, "The funnel, resolved").
+// query time (docs/api.md, "The funnel, resolved").
 //
 // A Resolver pass reads which messages got a status since its last pass
 // (funnel_touched, with a slack for inserts that became visible late),
