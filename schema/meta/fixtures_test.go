@@ -21,7 +21,7 @@ import (
 const fixturesDir = "../../testdata/webhooks"
 
 // fixtureSecret is the app secret the fixtures are signed with (fixtures
-// README, "Signatures").
+// README, testdata/webhooks/README.md, "expected.json").
 const fixtureSecret = "wahook-fixture-app-secret"
 
 // loadFixtures reads every fixture body. A missing folder fails the test: a
@@ -106,7 +106,7 @@ func loadExpected(t *testing.T) map[string]facts {
 }
 
 // factsOf extracts from a decoded payload the facts that expected.json
-// defines (fixtures README, "How to read the expected facts column"), using
+// defines (testdata/webhooks/README.md, "expected.json"), using
 // the package's iteration helpers.
 func factsOf(t *testing.T, p *Payload) facts {
 	t.Helper()
