@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 	"time"
 
@@ -137,7 +135,7 @@ func intake(nc *nats.Conn) (api.Publisher, error) {
 type apiServer struct {
 	srv   *api.Server
 	close func()
-	errc  chan error
+	serve *task // Serve, until Shutdown
 }
 
 // startAPI serves the query API on o's listen address.
@@ -160,21 +158,22 @@ func startAPI(ctx context.Context, log *zap.Logger, o *apiOptions, dsn string, r
 		closeStore()
 		return nil, fmt.Errorf("api listen %s: %w", o.cfg.Listen, err)
 	}
-	a := &apiServer{srv: srv, close: closeStore, errc: make(chan error, 1)}
-	go func() { a.errc <- srv.Serve(ln) }()
+	a := &apiServer{srv: srv, close: closeStore}
+	a.serve = goTask(func() error { return srv.Serve(ln) })
 	log.Info("query API listening", zap.String("addr", ln.Addr().String()), zap.Int("tokens", len(o.cfg.Tokens)))
 	return a, nil
 }
 
 // stop lets running reports finish (bounded), then closes ClickHouse.
-func (a *apiServer) stop(log *zap.Logger) {
-	step(log, "query API stopped", func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		err := a.srv.Shutdown(ctx)
-		a.close()
-		return err
-	})
+func (a *apiServer) part() part {
+	return part{name: "query API stopped", done: a.serve.done, err: a.serve.wait,
+		stop: func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			err := a.srv.Shutdown(ctx)
+			a.close()
+			return err
+		}}
 }
 
 // runAPI runs the query API alone against ClickHouse.
@@ -209,6 +208,8 @@ func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+	p := &parts{log: log}
+	defer p.stop()
 	if no.urls != "" {
 		if err := no.validate(); err != nil {
 			return err
@@ -217,7 +218,7 @@ func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err != nil {
 			return err
 		}
-		defer drainNATS(log, nc)
+		p.add(part{name: "nats connection drained", stop: func() error { return drainNATS(nc) }})
 		if ao.cfg.Intake, err = intake(nc); err != nil {
 			return err
 		}
@@ -228,14 +229,6 @@ func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down")
-	case err = <-a.errc:
-		if err != nil && !errors.Is(err, net.ErrClosed) {
-			log.Error("query API stopped", zap.Error(err))
-		}
-	}
-	a.stop(log)
-	return err
+	p.add(a.part())
+	return p.wait(ctx)
 }

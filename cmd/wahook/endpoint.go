@@ -63,10 +63,10 @@ func (o *ingestOptions) registerPublisher(f *flags) {
 
 // endpoint is a running webhook endpoint.
 type endpoint struct {
-	srv  *ingest.Server
-	pub  ingest.RawPublisher
-	errc chan error
-	addr net.Addr
+	srv   *ingest.Server
+	pub   ingest.RawPublisher
+	serve *task // Serve, until Shutdown
+	addr  net.Addr
 }
 
 // startEndpoint provisions the RAW stream (unless told not to) and starts
@@ -76,12 +76,14 @@ func startEndpoint(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *inges
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	var info *jetstream.StreamInfo
-	if o.provision {
+	info := o.provisioned
+	switch {
+	case info != nil:
+	case o.provision:
 		if info, err = provisionRaw(ctx, log, js, o.stream); err != nil {
 			return nil, err
 		}
-	} else {
+	default:
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		if s, err := js.Stream(cctx, schema.StreamRaw); err == nil {
 			info = s.CachedInfo()
@@ -128,8 +130,8 @@ func startEndpoint(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *inges
 		pub.Close()
 		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	e := &endpoint{srv: srv, pub: pub, errc: make(chan error, 1), addr: ln.Addr()}
-	go func() { e.errc <- srv.Serve(ln) }()
+	e := &endpoint{srv: srv, pub: pub, addr: ln.Addr()}
+	e.serve = goTask(func() error { return srv.Serve(ln) })
 	log.Info("webhook endpoint listening", zap.String("addr", ln.Addr().String()), zap.Strings("apps", srv.AppNames()),
 		zap.String("publisher", cfg.Publisher))
 	return e, nil
@@ -137,39 +139,35 @@ func startEndpoint(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *inges
 
 // stop shuts the endpoint down in order: readiness fails, HTTP stops
 // accepting, requests in flight finish with their acks.
-func (e *endpoint) stop(log *zap.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	step(log, "http stopped, in-flight requests answered", func() error { return e.srv.Shutdown(ctx) })
-	step(log, "pending publishes acknowledged", func() error { return e.pub.Drain(ctx) })
-	e.pub.Close()
-}
-
-// step runs one shutdown step and logs how long it took.
-func step(log *zap.Logger, what string, f func() error) {
-	start := time.Now()
-	if err := f(); err != nil {
-		log.Error("shutdown step failed", zap.String("step", what), zap.Error(err), zap.Duration("took", time.Since(start)))
-		return
+func (e *endpoint) parts() []part {
+	return []part{
+		{name: "pending publishes acknowledged", stop: func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+			defer cancel()
+			defer e.pub.Close()
+			return e.pub.Drain(ctx)
+		}},
+		{name: "http stopped, in-flight requests answered", done: e.serve.done, err: e.serve.wait, stop: func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+			defer cancel()
+			return e.srv.Shutdown(ctx)
+		}},
 	}
-	log.Info("shutdown step done", zap.String("step", what), zap.Duration("took", time.Since(start)))
 }
 
 // drainNATS drains a connection: pending messages go out, subscriptions end.
-func drainNATS(log *zap.Logger, nc *nats.Conn) {
-	step(log, "nats connection drained", func() error {
-		closed := make(chan struct{})
-		nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
-		if err := nc.Drain(); err != nil {
-			nc.Close()
-			return err
-		}
-		select {
-		case <-closed:
-			return nil
-		case <-time.After(shutdownTimeout):
-			nc.Close()
-			return fmt.Errorf("drain did not finish in %s", shutdownTimeout)
-		}
-	})
+func drainNATS(nc *nats.Conn) error {
+	closed := make(chan struct{})
+	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
+	if err := nc.Drain(); err != nil {
+		nc.Close()
+		return err
+	}
+	select {
+	case <-closed:
+		return nil
+	case <-time.After(shutdownTimeout):
+		nc.Close()
+		return fmt.Errorf("drain did not finish in %s", shutdownTimeout)
+	}
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-
-	"go.uber.org/zap"
 )
 
 // runIngest runs only the webhook endpoint, against external NATS.
@@ -40,23 +38,19 @@ func runIngest(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+	p := &parts{log: log}
+	defer p.stop()
 	nc, err := connectExternal(no, "wahook-ingest", log)
 	if err != nil {
 		return err
 	}
-	reg := newRegistry()
-	e, err := startEndpoint(ctx, log, nc, &io_, reg)
+	p.add(part{name: "nats connection drained", stop: func() error { return drainNATS(nc) }})
+	e, err := startEndpoint(ctx, log, nc, &io_, newRegistry())
 	if err != nil {
-		nc.Close()
 		return err
 	}
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down")
-	case err = <-e.errc:
-		log.Error("http server stopped", zap.Error(err))
+	for _, pt := range e.parts() {
+		p.add(pt)
 	}
-	e.stop(log)
-	drainNATS(log, nc)
-	return err
+	return p.wait(ctx)
 }

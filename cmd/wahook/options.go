@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/wahook/wahook/ingest"
 	"github.com/wahook/wahook/schema"
 )
@@ -18,6 +20,9 @@ type ingestOptions struct {
 	conns      connFlags
 	// metricsListen moves /metrics off the webhook listener.
 	metricsListen string
+	// provisioned is the RAW stream when the caller provisioned it already
+	// (serve, before stage 1).
+	provisioned *jetstream.StreamInfo
 }
 
 func (o *ingestOptions) register(f *flags) {

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-
-	"go.uber.org/zap"
 )
 
 // runProcess runs the processor alone, against external NATS: stage 1
@@ -52,29 +50,26 @@ func runProcess(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+	p := &parts{log: log}
+	defer p.stop()
 	nc, err := connectExternal(no, "wahook-process", log)
 	if err != nil {
 		return err
 	}
+	p.add(part{name: "nats connection drained", stop: func() error { return drainNATS(nc) }})
 	reg := newRegistry()
 	health, err := startHealth(*listen, reg, log)
 	if err != nil {
-		nc.Close()
 		return err
 	}
-	defer health.stop()
-	done := make(chan error, 1)
-	pctx, stop := context.WithCancel(context.Background())
-	defer stop()
+	p.add(part{name: "health and metrics stopped", stop: func() error { health.stop(); return nil }})
 	// Ready while NATS is connected and ClickHouse answers, asked at each
 	// /readyz: either away, stage 1 waits (nothing is lost) and the
 	// process says so.
 	chPing, closePing, err := clickHousePinger(po.dsn)
 	if err != nil {
-		nc.Close()
 		return err
 	}
-	defer closePing()
 	health.setCheck(func(ctx context.Context) error {
 		if !nc.IsConnected() {
 			return errors.New("NATS not connected")
@@ -84,35 +79,15 @@ func runProcess(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		return nil
 	})
-	go runStage1(pctx, log, nc, &po, dataDir, *replicas, false, reg, done)
-	sctx, stopPacing := context.WithCancel(context.Background())
-	defer stopPacing()
-	pacing := make(chan error, 1)
-	runPacing := pco.enabled(&po, log)
-	if runPacing {
-		go runStage2(sctx, log, nc, &pco, po.events, *replicas, reg, pacing)
+	if pco.enabled(&po, log) {
+		p.add(stageTask("stage 2 stopped, last signals written", func(ctx context.Context, done chan<- error) {
+			runStage2(ctx, log, nc, &pco, po.events, *replicas, reg, done)
+		}))
 	}
-	stage1Done := false
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down")
-		health.stopping.Store(true)
-	case err = <-done:
-		log.Error("stage 1 stopped", zap.Error(err))
-		stage1Done = true
-	case err = <-pacing:
-		log.Error("stage 2 stopped", zap.Error(err))
-		pacing <- nil
-	}
-	health.stopping.Store(true)
-	if !stage1Done {
-		stop()
-		step(log, "stage 1 stopped, last batch written", func() error { return <-done })
-	}
-	if runPacing {
-		stopPacing()
-		step(log, "stage 2 stopped, last signals written", func() error { return <-pacing })
-	}
-	drainNATS(log, nc)
-	return err
+	p.add(stageTask("stage 1 stopped, last batch written", func(ctx context.Context, done chan<- error) {
+		runStage1(ctx, log, nc, &po, dataDir, *replicas, false, reg, done)
+	}))
+	// Last, so that it stops first: /readyz fails from the shutdown on.
+	p.add(part{name: "readiness failing", stop: func() error { health.stopping.Store(true); closePing(); return nil }})
+	return p.wait(ctx)
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"go.uber.org/zap"
 )
 
@@ -61,83 +63,61 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
 
+	// The parts start in this order and stop in the reverse: the bus
+	// first and last; the processors before the endpoint, so that the
+	// endpoint stops taking webhooks first and stage 2 counts stage 1's
+	// last batch.
+	p := &parts{log: log}
+	defer p.stop()
 	nc, srv, err := openNATS(no, &eo, log, "wahook-serve")
 	if err != nil {
 		return err
 	}
-	stopEmbedded := func() {}
 	if srv != nil {
-		stopEmbedded = func() {
-			step(log, "embedded nats-server stopped", func() error { srv.Stop(); return nil })
-		}
 		log.Info("embedded nats-server ready", zap.String("store", eo.dataDir), zap.String("client_url", srv.ClientURL()))
+		p.add(part{name: "embedded nats-server stopped", stop: func() error { srv.Stop(); return nil }})
 	}
-
-	reg := newRegistry()
-	e, err := startEndpoint(ctx, log, nc, &io_, reg)
-	if err != nil {
-		nc.Close()
-		stopEmbedded()
-		return err
-	}
-	var queryAPI *apiServer
-	apiErrc := make(chan error) // never ready when the API is off
-	if ao.enabled() {
-		ao.cfg.Intake, err = intake(nc)
-		if err == nil {
-			queryAPI, err = startAPI(ctx, log, &ao, po.dsn, reg)
-		}
+	p.add(part{name: "nats connection drained", stop: func() error { return drainNATS(nc) }})
+	if io_.provision {
+		// Before stage 1, whose consumer needs the stream.
+		js, err := jetstream.New(nc)
 		if err != nil {
-			e.stop(log)
-			drainNATS(log, nc)
-			stopEmbedded()
 			return err
 		}
-		apiErrc = queryAPI.errc
+		if io_.provisioned, err = provisionRaw(ctx, log, js, io_.stream); err != nil {
+			return err
+		}
+	}
+	reg := newRegistry()
+	if pco.enabled(&po, log) {
+		p.add(stageTask("stage 2 stopped, last signals written", func(ctx context.Context, done chan<- error) {
+			runStage2(ctx, log, nc, &pco, po.events, io_.stream.Replicas, reg, done)
+		}))
+	}
+	if !po.disabled {
+		p.add(stageTask("stage 1 stopped, last batch written", func(ctx context.Context, done chan<- error) {
+			runStage1(ctx, log, nc, &po, eo.dataDir, io_.stream.Replicas, true, reg, done)
+		}))
+	}
+	if ao.enabled() {
+		ao.cfg.Intake, err = intake(nc)
+		if err != nil {
+			return err
+		}
+		queryAPI, err := startAPI(ctx, log, &ao, po.dsn, reg)
+		if err != nil {
+			return err
+		}
+		p.add(queryAPI.part())
 	} else {
 		log.Info("query API off: no --api-token")
 	}
-	pctx, stopProcessing := context.WithCancel(context.Background())
-	defer stopProcessing()
-	processing := make(chan error, 1)
-	if !po.disabled {
-		go runStage1(pctx, log, nc, &po, eo.dataDir, io_.stream.Replicas, true, reg, processing)
+	e, err := startEndpoint(ctx, log, nc, &io_, reg)
+	if err != nil {
+		return err
 	}
-	// Stage 2 stops after stage 1, whose last batch it may still count.
-	sctx, stopPacing := context.WithCancel(context.Background())
-	defer stopPacing()
-	pacing := make(chan error, 1)
-	runPacing := pco.enabled(&po, log)
-	if runPacing {
-		go runStage2(sctx, log, nc, &pco, po.events, io_.stream.Replicas, reg, pacing)
+	for _, pt := range e.parts() {
+		p.add(pt)
 	}
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down")
-	case err = <-e.errc:
-		log.Error("http server stopped", zap.Error(err))
-	case err = <-processing:
-		log.Error("stage 1 stopped", zap.Error(err))
-		processing <- nil
-	case err = <-apiErrc:
-		log.Error("query API stopped", zap.Error(err))
-	case err = <-pacing:
-		log.Error("stage 2 stopped", zap.Error(err))
-		pacing <- nil
-	}
-	e.stop(log)
-	if queryAPI != nil {
-		queryAPI.stop(log)
-	}
-	if !po.disabled {
-		stopProcessing()
-		step(log, "stage 1 stopped, last batch written", func() error { return <-processing })
-	}
-	if runPacing {
-		stopPacing()
-		step(log, "stage 2 stopped, last signals written", func() error { return <-pacing })
-	}
-	drainNATS(log, nc)
-	stopEmbedded()
-	return err
+	return p.wait(ctx)
 }

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// A service (serve, process) is a list of parts, started in order and
+// stopped in the reverse order, each step logged with its duration: so the
+// part that takes work in (the webhook endpoint) starts last and stops
+// first, and the bus the others use stops last.
+
+// part is one part of a service.
+type part struct {
+	// name says what its stop achieves: the shutdown step's name in the log.
+	name string
+	// stop stops the part and returns once it has (its last batch
+	// written, its requests answered).
+	stop func() error
+	// done, when set, is closed if the part ends by itself (a failure);
+	// err then tells why.
+	done <-chan struct{}
+	err  func() error
+}
+
+// parts are the started parts of a service, in the order they started.
+type parts struct {
+	log  *zap.Logger
+	list []part
+}
+
+// add records a started part.
+func (p *parts) add(pt part) {
+	p.list = append(p.list, pt)
+	p.log.Debug("started", zap.String("part", pt.name))
+}
+
+// wait returns when ctx ends (nil) or when a part ends by itself (its
+// error, logged).
+func (p *parts) wait(ctx context.Context) error {
+	ended := make(chan part, len(p.list))
+	quit := make(chan struct{})
+	defer close(quit)
+	for _, pt := range p.list {
+		if pt.done == nil {
+			continue
+		}
+		go func(pt part) {
+			select {
+			case <-pt.done:
+				ended <- pt
+			case <-quit:
+			}
+		}(pt)
+	}
+	select {
+	case <-ctx.Done():
+		p.log.Info("shutting down")
+		return nil
+	case pt := <-ended:
+		err := pt.err()
+		p.log.Error("stopped by itself, shutting down", zap.String("part", pt.name), zap.Error(err))
+		return err
+	}
+}
+
+// stop stops every part in the reverse order of their start, each step
+// logged with its duration.
+func (p *parts) stop() {
+	for i := len(p.list) - 1; i >= 0; i-- {
+		pt := p.list[i]
+		start := time.Now()
+		if err := pt.stop(); err != nil {
+			p.log.Error("shutdown step failed", zap.String("step", pt.name), zap.Error(err), zap.Duration("took", time.Since(start)))
+			continue
+		}
+		p.log.Info("shutdown step done", zap.String("step", pt.name), zap.Duration("took", time.Since(start)))
+	}
+	p.list = nil
+}
+
+// task is a goroutine whose end can be waited for any number of times.
+type task struct {
+	done chan struct{}
+	err  error
+}
+
+// goTask runs f in a goroutine.
+func goTask(f func() error) *task {
+	t := &task{done: make(chan struct{})}
+	go func() {
+		defer close(t.done)
+		t.err = f()
+	}()
+	return t
+}
+
+// wait returns f's error once it has returned.
+func (t *task) wait() error {
+	<-t.done
+	return t.err
+}
+
+// stageTask runs a stage (runStage1, runStage2: they report on a channel
+// when they return) until its own context is cancelled, as a part.
+func stageTask(name string, run func(ctx context.Context, done chan<- error)) part {
+	ctx, cancel := context.WithCancel(context.Background())
+	t := goTask(func() error {
+		done := make(chan error, 1)
+		run(ctx, done)
+		return <-done
+	})
+	return part{name: name, done: t.done, err: t.wait, stop: func() error { cancel(); return t.wait() }}
+}
