@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/wahook/wahook/schema"
 )
 
 type metrics struct {
@@ -16,6 +18,10 @@ type metrics struct {
 	deadLetters prometheus.Counter
 	poison      prometheus.Counter
 	restarts    prometheus.Counter
+	// errors counts the error rows written, by class; rawPending is stage
+	// 1's backlog on WAHOOK_RAW as its consumer reported it last.
+	errors     *prometheus.CounterVec
+	rawPending prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -49,8 +55,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		restarts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wahook_processor_consumer_restarts_total", Help: "Times stage 1's consumer on RAW stopped (a closed connection, a deleted consumer) and was read again.",
 		}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wahook_processor_errors_total", Help: "Error rows written by stage 1 (failed statuses, value-level, inbound and send-result errors), by the class of their code (throughput, quality, pair_rate, ...). A redelivered body counts again: for rates and alerts; the reports are exact.",
+		}, []string{"class"}),
+		rawPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "wahook_processor_raw_pending", Help: "Stage 1's backlog on WAHOOK_RAW: bodies not yet delivered plus delivered and not yet acked, as its consumer reported it last (every 5 s).",
+		}),
 	}
-	reg.MustRegister(m.bodies, m.rows, m.batches, m.batchRows, m.flush, m.failures, m.deadLetters, m.poison, m.restarts)
+	for _, c := range schema.ErrorClasses() {
+		m.errors.WithLabelValues(string(c))
+	}
+	reg.MustRegister(m.bodies, m.rows, m.batches, m.batchRows, m.flush, m.failures, m.deadLetters, m.poison, m.restarts, m.errors, m.rawPending)
 	return m
 }
 
@@ -66,4 +81,8 @@ func (m *metrics) observe(b *batch, took time.Duration) {
 	m.rows.WithLabelValues("inbound_messages").Add(float64(len(b.rows.Inbound)))
 	m.rows.WithLabelValues("management_events").Add(float64(len(b.rows.Management)))
 	m.rows.WithLabelValues("dead_letters").Add(float64(len(b.rows.DeadLetters)))
+	for i := range b.rows.Errors {
+		e, _ := schema.LookupError(b.rows.Errors[i].Code)
+		m.errors.WithLabelValues(string(e.Class)).Inc()
+	}
 }

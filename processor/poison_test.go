@@ -164,3 +164,63 @@ func TestStage1ManyBadItems(t *testing.T) {
 		t.Errorf("the body after: %d statuses, want 1", n)
 	}
 }
+
+// gauge reads a gauge of instance i.
+func (p *pipeline) gauge(i int, name string) float64 {
+	p.t.Helper()
+	mfs, err := p.regs[i].Gather()
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	p.t.Fatalf("no gauge %s", name)
+	return 0
+}
+
+// TestStage1BacklogAndErrorMetrics: the backlog on RAW and the errors by
+// class are metrics, for alerts that need no ClickHouse query.
+func TestStage1BacklogAndErrorMetrics(t *testing.T) {
+	srv := schematest.StartClickHouse(t)
+	p := newPipeline(t, srv.Database(t))
+	p.start()
+	p.publish("default", readFixture(t, "status_failed_131048.json"))
+	p.publish("default", readFixture(t, "status_failed_130429.json"))
+	p.drained(30 * time.Second)
+	srv.Stop()
+	for i := 0; i < 20; i++ {
+		p.publish("default", statusBody("107655290331184", "15557810001", fmt.Sprintf("wamid.backlog-%d", i), 1781514312+i))
+	}
+	waitFor := func(what string, ok func(float64) bool) {
+		t.Helper()
+		var v float64
+		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if v = p.gauge(0, "wahook_processor_raw_pending"); ok(v) {
+				return
+			}
+		}
+		t.Fatalf("%s: wahook_processor_raw_pending %v", what, v)
+	}
+	waitFor("while ClickHouse is down", func(v float64) bool { return v == 20 })
+	srv.Start()
+	p.drained(60 * time.Second)
+	waitFor("once written", func(v float64) bool { return v == 0 })
+	mfs, err := p.regs[0].Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byClass := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() == "wahook_processor_errors_total" {
+			for _, m := range mf.GetMetric() {
+				byClass[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	if byClass["quality"] != 1 || byClass["throughput"] != 1 || byClass["unknown"] != 0 || len(byClass) < 10 {
+		t.Errorf("errors by class: %v, want quality 1 and throughput 1, every class present", byClass)
+	}
+}

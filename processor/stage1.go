@@ -124,6 +124,12 @@ func (s *Stage1) Run(ctx context.Context) error {
 		return nil
 	}
 	defer func() { it.Stop() }()
+	polled := make(chan struct{})
+	defer func() { <-polled }()
+	go func() {
+		defer close(polled)
+		s.pollBacklog(ctx)
+	}()
 	if s.events != nil {
 		defer s.events.close()
 	}
@@ -226,6 +232,30 @@ func (s *Stage1) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// backlogPoll is how often stage 1 reads its consumer's backlog.
+const backlogPoll = 5 * time.Second
+
+// pollBacklog sets the backlog gauge from the consumer's state until ctx
+// ends: what the server has not delivered yet and what is unacked.
+func (s *Stage1) pollBacklog(ctx context.Context) {
+	t := time.NewTicker(backlogPoll)
+	defer t.Stop()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, backlogPoll)
+		if c, err := s.js.Consumer(cctx, schema.StreamRaw, s.cfg.Consumer); err == nil {
+			if info, err := c.Info(cctx); err == nil {
+				s.metrics.rawPending.Set(float64(info.NumPending + uint64(info.NumAckPending)))
+			}
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // open provisions stage 1's consumer and starts reading it, retrying with

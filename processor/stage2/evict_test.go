@@ -66,3 +66,26 @@ func TestPacingBucketTTL(t *testing.T) {
 		t.Fatalf("TTL of %s: %s, want 48h", schema.BucketPacing, st.TTL())
 	}
 }
+
+// The advice gauge counts the numbers by the advice of their last signal,
+// so that an alert can say "a number is at stop" from the metrics alone.
+func TestAdviceGauge(t *testing.T) {
+	h := start(t, sec(10), nil)
+	h.sent1("3001", "ev-ok", sec(5))
+	h.stop131048("3002")
+	h.flushed()
+	h.waitSignal("3002", "stop", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceStop })
+	h.eventually("advice gauge", func() (bool, string) {
+		ok, stop := metricValue(h.s.m.advice.WithLabelValues("ok")), metricValue(h.s.m.advice.WithLabelValues("stop"))
+		return ok == 1 && stop == 1, fmt.Sprintf("ok %v, stop %v", ok, stop)
+	})
+	// Past the stop's hold and the windows, both are forgotten.
+	h.clock.Set(sec(10 + int(holdHorizon) + 60))
+	h.eventually("advice gauge after eviction", func() (bool, string) {
+		var sum float64
+		for _, a := range []string{"ok", "slow_down", "pause", "stop"} {
+			sum += metricValue(h.s.m.advice.WithLabelValues(a))
+		}
+		return sum == 0, fmt.Sprint(sum)
+	})
+}

@@ -17,6 +17,21 @@ type metrics struct {
 	clamped    prometheus.Counter
 	restarts   prometheus.Counter
 	evicted    prometheus.Counter
+	advice     *prometheus.GaugeVec
+}
+
+// adviceMoved moves a number from one advice to another in the advice
+// gauge; "" is none (a number not written yet, or forgotten).
+func (m *metrics) adviceMoved(from, to schema.Advice) {
+	if from == to {
+		return
+	}
+	if from != "" {
+		m.advice.WithLabelValues(string(from)).Dec()
+	}
+	if to != "" {
+		m.advice.WithLabelValues(string(to)).Inc()
+	}
 }
 
 // The results of an event.
@@ -51,6 +66,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		clamped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wahook_stage2_events_ahead_total", Help: "Events stamped more than 2 s ahead of this clock, counted as now.",
 		}),
+		advice: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "wahook_stage2_numbers_by_advice", Help: "Numbers this instance holds, by the advice of their last written signal (ok, slow_down, pause, stop).",
+		}, []string{"advice"}),
 		evicted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wahook_stage2_numbers_evicted_total", Help: "Numbers forgotten from memory once neither traffic nor a hold could change their signal; an event seeds them again from their last signal.",
 		}),
@@ -64,11 +82,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, r := range []string{resultApplied, resultDuplicate, resultIgnored, resultBad, resultNotOwned} {
 		m.events.WithLabelValues(r)
 	}
+	for _, a := range []schema.Advice{schema.AdviceOK, schema.AdviceSlowDown, schema.AdvicePause, schema.AdviceStop} {
+		m.advice.WithLabelValues(string(a))
+	}
 	// Every series exists from the start, so that a rate or an alert on it
 	// has one before the first failure.
 	for _, b := range []string{schema.BucketPacing, schema.BucketPairCooldown} {
 		m.writeFails.WithLabelValues(b)
 	}
-	reg.MustRegister(m.events, m.signals, m.urgent, m.cooldowns, m.numbers, m.partitions, m.writeFails, m.clamped, m.restarts, m.evicted)
+	reg.MustRegister(m.events, m.signals, m.urgent, m.cooldowns, m.numbers, m.partitions, m.writeFails, m.clamped, m.restarts, m.evicted, m.advice)
 	return m
 }

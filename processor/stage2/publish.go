@@ -147,6 +147,7 @@ func (w *writer) evict(n *number) {
 		return
 	}
 	delete(w.s.nums, n.id)
+	w.s.m.adviceMoved(n.last.Advice, "")
 	w.s.m.evicted.Inc()
 	w.s.m.numbers.Set(float64(len(w.s.nums)))
 }
@@ -188,6 +189,7 @@ func (w *writer) forget(n *number, sigNow, now time.Time) {
 		w.write(n, sigNow, now)
 	}
 	n.gone = true
+	w.s.m.adviceMoved(n.last.Advice, "")
 	delete(w.live, n)
 }
 
@@ -199,6 +201,7 @@ func (w *writer) write(n *number, sigNow, now time.Time) {
 	if err != nil {
 		panic("BUG: pacing signal does not encode: " + err.Error())
 	}
+	s.m.adviceMoved(n.last.Advice, sig.Advice)
 	n.dirty, n.lastWrite, n.last = false, now, sig
 	if len(w.pending) >= maxPendingWrites {
 		w.reap(context.Background(), true)
@@ -267,6 +270,7 @@ func (w *writer) failed(n *number, err error) {
 	case cur == nil && !n.gone:
 		// Evicted after this write: it comes back to be written.
 		w.s.nums[n.id] = n
+		w.s.m.adviceMoved("", n.last.Advice)
 		w.s.m.numbers.Set(float64(len(w.s.nums)))
 	case cur != nil && cur != n:
 		return // seen again since: the newer state is written

@@ -407,6 +407,7 @@ func (s *Stage2) seed(id string, last *schema.PacingSignal) *number {
 	if last != nil && last.PhoneNumberID == id {
 		n.p.Restore(*last)
 		n.last = *last
+		s.m.adviceMoved("", last.Advice)
 		// A restored hold ends without an event: the number stays live
 		// until then, so that its signal is written when it ends.
 		if u := n.p.HoldsUntil(); u > 0 {
