@@ -27,12 +27,13 @@ import (
 
 // processOptions are the flags of stage 1 and its ClickHouse.
 type processOptions struct {
-	dsn      string
-	hashKey  string
-	cfg      processor.Config
-	events   processor.EventsConfig
-	migrate  bool
-	disabled bool
+	dsn       string
+	chCluster string // --clickhouse-cluster: create the schema ON CLUSTER with replicated tables
+	hashKey   string
+	cfg       processor.Config
+	events    processor.EventsConfig
+	migrate   bool
+	disabled  bool
 	// storeContent switches content storage on: the text of inbound
 	// messages goes into inbound_messages.content and their EVENTS.
 	storeContent bool
@@ -79,6 +80,7 @@ func (o *processOptions) registerClickHouse(f *flags) {
 	f.Section("ClickHouse", func() {
 		f.StringVar(&o.dsn, "clickhouse-dsn", "clickhouse://127.0.0.1:9000/wahook", "ClickHouse, native protocol: clickhouse://user:password@host:9000/database (secret)")
 		f.Secret("clickhouse-dsn")
+		f.StringVar(&o.chCluster, "clickhouse-cluster", "", "ClickHouse cluster (remote_servers) to create the schema on: every table ON CLUSTER with a Replicated engine, so that each replica holds all rows (empty: one server, plain tables)")
 	})
 }
 
@@ -184,7 +186,7 @@ func openClickHouse(ctx context.Context, o *processOptions, log *zap.Logger) (dr
 		return nil, "", fmt.Errorf("clickhouse %v: %w", opts.Addr, err)
 	}
 	if o.migrate {
-		res, err := migrations.Apply(ctx, conn, db)
+		res, err := migrations.Apply(ctx, conn, db, migrations.WithCluster(o.chCluster))
 		if err != nil {
 			conn.Close()
 			return nil, "", fmt.Errorf("migrate clickhouse: %w", err)

@@ -20,6 +20,9 @@ type Config struct {
 	// RetentionDays is how long tables that use {{.Retention}} keep rows,
 	// where the server has TTL; 0 (the default) keeps them forever.
 	RetentionDays int
+	// Cluster, when set, creates the database, every table (with Replicated
+	// engines) and every view ON CLUSTER Cluster; see OnCluster.
+	Cluster string
 	// Now stamps applied_at; default time.Now.
 	Now func() time.Time
 }
@@ -58,6 +61,9 @@ func WithFeatures(f Features) Option { return func(c *Config) { c.Features = &f 
 
 // WithRetentionDays sets the retention of tables that use {{.Retention}}.
 func WithRetentionDays(days int) Option { return func(c *Config) { c.RetentionDays = days } }
+
+// WithCluster creates the schema ON CLUSTER cluster with replicated tables.
+func WithCluster(cluster string) Option { return func(c *Config) { c.Cluster = cluster } }
 
 // Result tells what one Apply call found and did.
 type Result struct {
@@ -101,7 +107,7 @@ func Apply(ctx context.Context, conn driver.Conn, database string, opts ...Optio
 	if cfg.Features != nil {
 		res.Features = *cfg.Features
 	}
-	data := Data{Database: database, Features: res.Features, RetentionDays: cfg.RetentionDays}
+	data := Data{Database: database, Features: res.Features, RetentionDays: cfg.RetentionDays, Cluster: cfg.Cluster}
 
 	// Render everything first: a template error stops before any change.
 	stmts := make([][]string, len(all))
@@ -111,10 +117,19 @@ func Apply(ctx context.Context, conn driver.Conn, database string, opts ...Optio
 		}
 	}
 
-	if err := execIdempotent(ctx, conn, "CREATE DATABASE IF NOT EXISTS "+database); err != nil {
+	createDB, createLog := "CREATE DATABASE IF NOT EXISTS "+database, createLogTable(database)
+	if cfg.Cluster != "" {
+		if !identifier.MatchString(cfg.Cluster) {
+			return nil, fmt.Errorf("migrations: cluster %q: %w", cfg.Cluster, ErrBadDatabase)
+		}
+		// The log is replicated too: a migration recorded through one
+		// replica is seen as applied through the other.
+		createDB, createLog = OnCluster(createDB, cfg.Cluster), OnCluster(createLog, cfg.Cluster)
+	}
+	if err := execIdempotent(ctx, conn, createDB); err != nil {
 		return nil, fmt.Errorf("create database %s: %w", database, err)
 	}
-	if err := execIdempotent(ctx, conn, createLogTable(database)); err != nil {
+	if err := execIdempotent(ctx, conn, createLog); err != nil {
 		return nil, fmt.Errorf("create %s.%s: %w", database, logTable, err)
 	}
 	applied, err := readLog(ctx, conn, database)

@@ -17,6 +17,10 @@ type Data struct {
 	// RetentionDays is how long rows of tables that use {{.Retention}} are
 	// kept; 0 keeps them forever.
 	RetentionDays int
+	// Cluster, when set, is the ClickHouse cluster (remote_servers) the
+	// schema is created on: every CREATE runs ON CLUSTER with a Replicated
+	// engine (OnCluster). Empty: the single-server schema.
+	Cluster string
 }
 
 // LowCardinalityString is the type for a string column with few distinct
@@ -59,5 +63,51 @@ func (m Migration) Statements(data Data) ([]string, error) {
 	if err := m.tmpl.Execute(&b, data); err != nil {
 		return nil, fmt.Errorf("render %s: %w", m.File, err)
 	}
-	return SplitStatements(b.String()), nil
+	stmts := SplitStatements(b.String())
+	if data.Cluster != "" {
+		if !identifier.MatchString(data.Cluster) {
+			return nil, fmt.Errorf("cluster %q: %w", data.Cluster, ErrBadDatabase)
+		}
+		for i, s := range stmts {
+			stmts[i] = OnCluster(s, data.Cluster)
+		}
+	}
+	return stmts, nil
+}
+
+// createObject matches the head of a CREATE statement up to its object's
+// name: "CREATE TABLE IF NOT EXISTS db.name" or "CREATE MATERIALIZED VIEW IF
+// NOT EXISTS db.name", or "CREATE DATABASE IF NOT EXISTS db".
+var createObject = regexp.MustCompile(`(?s)^((?:--[^\n]*\n|\s)*CREATE\s+(TABLE|MATERIALIZED\s+VIEW|DATABASE)\s+IF\s+NOT\s+EXISTS\s+([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?))`)
+
+// mergeTreeEngine matches a MergeTree family engine and its arguments, if any
+// (one level of nested parentheses, as in SummingMergeTree((a, b))).
+var mergeTreeEngine = regexp.MustCompile(`ENGINE\s*=\s*(Replacing|Aggregating|Summing|Collapsing|VersionedCollapsing|Graphite)?MergeTree(\((?:[^()]|\([^()]*\))*\))?`)
+
+// OnCluster rewrites one rendered statement for a ClickHouse cluster: every
+// CREATE runs ON CLUSTER cluster, and every MergeTree engine becomes its
+// Replicated form with the ZooKeeper path
+// /clickhouse/tables/{shard}/DATABASE.TABLE and replica '{replica}' (the
+// servers' macros), so that every replica of a shard holds all rows. A
+// materialized view is created on every server and writes into its local
+// replicated table. Other statements (ALTER) are returned unchanged: an ALTER
+// of a replicated table reaches the other replicas through ZooKeeper.
+func OnCluster(stmt, cluster string) string {
+	m := createObject.FindStringSubmatchIndex(stmt)
+	if m == nil {
+		return stmt
+	}
+	name := stmt[m[6]:m[7]]
+	out := stmt[:m[1]] + " ON CLUSTER " + cluster + stmt[m[1]:]
+	if strings.Join(strings.Fields(stmt[m[4]:m[5]]), " ") != "TABLE" {
+		return out
+	}
+	return mergeTreeEngine.ReplaceAllStringFunc(out, func(engine string) string {
+		sm := mergeTreeEngine.FindStringSubmatch(engine)
+		args := "'/clickhouse/tables/{shard}/" + name + "', '{replica}'"
+		if inner := strings.TrimSuffix(strings.TrimPrefix(sm[2], "("), ")"); inner != "" {
+			args += ", " + inner
+		}
+		return "ENGINE = Replicated" + sm[1] + "MergeTree(" + args + ")"
+	})
 }

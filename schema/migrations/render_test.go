@@ -122,14 +122,17 @@ func TestRenderGolden(t *testing.T) {
 	for _, tc := range []struct {
 		file     string
 		features Features
+		cluster  string
 	}{
-		{"ddl_18.16.golden.sql", debian},
-		{"ddl_24.8.golden.sql", recent},
+		{"ddl_18.16.golden.sql", debian, ""},
+		{"ddl_24.8.golden.sql", recent, ""},
+		{"ddl_18.16_cluster.golden.sql", debian, "wahook"},
+		{"ddl_24.8_cluster.golden.sql", recent, "wahook"},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			var b strings.Builder
 			for _, m := range all {
-				stmts, err := m.Statements(Data{Database: "wahook", Features: tc.features, RetentionDays: 90})
+				stmts, err := m.Statements(Data{Database: "wahook", Features: tc.features, RetentionDays: 90, Cluster: tc.cluster})
 				if err != nil {
 					t.Fatal(err)
 				}
