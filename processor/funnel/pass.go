@@ -1,0 +1,287 @@
+package funnel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"go.uber.org/zap"
+)
+
+// This file is a pass: which messages changed since the watermark, their
+// states read part by part, resolved, written, and the watermark moved.
+
+// PassStats is what one pass did.
+type PassStats struct {
+	Backfill  bool      // the pass resolved every message (no watermark yet)
+	Watermark time.Time // funnel_touched is read up to here
+	Messages  int       // messages whose state was read
+	Changed   int       // messages whose row changed
+	Rows      int       // rows inserted (n = -1 and n = 1)
+	Lookups   int       // queries of funnel_messages' rows (LookupKeys message-days each at most)
+	Parts     int       // parts the touched messages were resolved in (PassMessages each, about)
+}
+
+// Pass brings funnel_messages up to date once. With no watermark yet (a new
+// database, or one made before the resolver existed) it resolves every
+// message; otherwise only those touched since the watermark, less the
+// slack. The watermark moves only when the pass has written everything.
+// stillHeld, when not nil, is asked before each write; a pass whose lease
+// is gone writes nothing more (parts written before are right, and the
+// watermark does not move).
+func (r *Resolver) Pass(ctx context.Context, stillHeld func() bool) (PassStats, error) {
+	start := time.Now()
+	st, err := r.pass(ctx, stillHeld)
+	if r.m != nil {
+		r.m.observe(st, err, time.Since(start))
+	}
+	return st, err
+}
+
+var errLeaseLost = errors.New("funnel: lease lost during the pass; nothing more written")
+
+func (r *Resolver) pass(ctx context.Context, stillHeld func() bool) (PassStats, error) {
+	var st PassStats
+	held := func() error {
+		if stillHeld != nil && !stillHeld() {
+			return errLeaseLost
+		}
+		return nil
+	}
+	var now uint32
+	if err := r.conn.QueryRow(ctx, "SELECT toUInt32(now())").Scan(&now); err != nil {
+		return st, fmt.Errorf("funnel: %w", err)
+	}
+	wm, ok, err := Watermark(ctx, r.conn, r.db)
+	if err != nil {
+		return st, fmt.Errorf("funnel: watermark: %w", err)
+	}
+	if !ok {
+		st.Backfill = true
+		if err := r.backfill(ctx, held); err != nil {
+			return st, err
+		}
+	} else {
+		// One thread: a pass's lookups leave ClickHouse's other cores to
+		// stage 1's inserts.
+		ctx := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"max_threads": 1}))
+		from := uint32(max(wm.Unix()-int64(r.cfg.Slack/time.Second), 0))
+		since := fmt.Sprintf("inserted_at >= toDateTime(%d)", from)
+		// Statuses touch a message each, so this counts a message once or
+		// more: parts are as many as needed or more.
+		var touches uint64
+		if err := r.conn.QueryRow(ctx, fmt.Sprintf("SELECT count() FROM %s WHERE %s", r.table("funnel_touched"), since)).Scan(&touches); err != nil {
+			return st, fmt.Errorf("funnel: touched: %w", err)
+		}
+		per := uint64(r.cfg.PassMessages)
+		st.Parts = max(int((touches+per-1)/per), 1)
+		for part := range st.Parts {
+			// The part's messages among those touched, filtered inside the
+			// subquery, so that each part's set and lookups are its own.
+			in := since
+			if st.Parts > 1 {
+				in = fmt.Sprintf("%s AND cityHash64(message_id) %% %d = %d", since, st.Parts, part)
+			}
+			cond := fmt.Sprintf("(phone_number_id, message_id, recipient_key) IN (SELECT phone_number_id, message_id, recipient_key FROM %s WHERE %s)",
+				r.table("funnel_touched"), in)
+			if err := r.resolvePart(ctx, cond, now, &st, held); err != nil {
+				return st, err
+			}
+		}
+		r.dropTouched(ctx, from)
+	}
+	if err := held(); err != nil {
+		return st, err
+	}
+	if err := r.setWatermark(ctx, now); err != nil {
+		return st, err
+	}
+	st.Watermark = time.Unix(int64(now), 0).UTC()
+	return st, nil
+}
+
+// resolvePart resolves the messages where cond holds and writes the rows
+// that change, adding to st.
+func (r *Resolver) resolvePart(ctx context.Context, cond string, now uint32, st *PassStats, held func() error) error {
+	states, err := r.states(ctx, cond)
+	if err != nil {
+		return err
+	}
+	st.Messages += len(states)
+	if len(states) == 0 {
+		return nil
+	}
+	want := make([]resolved, len(states))
+	for i, s := range states {
+		want[i].State = s
+		want[i].row, want[i].ok = Resolve(s)
+	}
+	have, lookups, err := r.netted(ctx, want, now)
+	st.Lookups += lookups
+	if err != nil {
+		return err
+	}
+	rows, changed := diff(want, have)
+	st.Changed += changed
+	st.Rows += len(rows)
+	if len(rows) == 0 {
+		return nil
+	}
+	if err := held(); err != nil {
+		return err
+	}
+	return r.insert(ctx, rows)
+}
+
+// stateSQL selects message_states, resolved into State's fields (named w,
+// c, t, s, de, rd0, pl, fa, f), for the messages where cond holds.
+func (r *Resolver) stateSQL(cond string) string {
+	nz := func(col, as string) string {
+		return fmt.Sprintf("if(minIfMerge(%[1]s) > toDateTime(0), toUInt32(minIfMerge(%[1]s)), %[2]d) AS %[3]s", col, never, as)
+	}
+	return fmt.Sprintf(`SELECT phone_number_id, message_id, recipient_key,
+       maxMerge(waba_id) AS w, maxMerge(campaign) AS c, maxMerge(template) AS t,
+       %s, %s, %s, %s, %s, maxMerge(failed) AS f
+FROM %s
+WHERE %s
+GROUP BY phone_number_id, message_id, recipient_key`,
+		nz("sent_at", "s"), nz("delivered_at", "de"), nz("read_at", "rd0"), nz("played_at", "pl"), nz("failed_at", "fa"),
+		r.table("message_states"), cond)
+}
+
+func (r *Resolver) states(ctx context.Context, cond string) ([]State, error) {
+	rows, err := r.conn.Query(ctx, r.stateSQL(cond))
+	if err != nil {
+		return nil, fmt.Errorf("funnel: states: %w", err)
+	}
+	defer rows.Close()
+	var out []State
+	for rows.Next() {
+		var s State
+		var failed uint8
+		if err := rows.Scan(&s.PhoneNumberID, &s.MessageID, &s.RecipientKey, &s.WabaID, &s.Campaign, &s.Template,
+			&s.Sent, &s.Delivered, &s.Read, &s.Played, &s.Failed, &failed); err != nil {
+			return nil, fmt.Errorf("funnel: states: %w", err)
+		}
+		s.HasFailed = failed != 0
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("funnel: states: %w", err)
+	}
+	return out, nil
+}
+
+// backfill resolves every message of message_states into an emptied
+// funnel_messages, inside ClickHouse. A backfill cut short leaves no
+// watermark, so the next pass starts it again from empty.
+// held is asked before each write: errLeaseLost once the lease is gone.
+func (r *Resolver) backfill(ctx context.Context, held func() error) error {
+	r.log.Info("funnel: resolving every message (no watermark yet)")
+	start := time.Now()
+	bctx := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{
+		"max_bytes_before_external_group_by": 2 << 30,
+		"max_execution_time":                 0,
+	}))
+	// The statuses stored before message_states existed (copied again
+	// after a backfill cut short: a copy changes no minimum or maximum).
+	if err := r.conn.Exec(bctx, fmt.Sprintf(`INSERT INTO %s
+SELECT phone_number_id, message_id, recipient_key, month, waba_id, campaign, template,
+       sent_at, delivered_at, read_at, played_at, failed_at, failed
+FROM %s`, r.table("message_states"), r.table("message_lifecycle"))); err != nil {
+		return fmt.Errorf("funnel: backfill: %w", err)
+	}
+	if err := held(); err != nil {
+		return err
+	}
+	if err := r.conn.Exec(ctx, "TRUNCATE TABLE "+r.table("funnel_messages")); err != nil {
+		return fmt.Errorf("funnel: backfill: %w", err)
+	}
+	// The same rule as Resolve, in SQL.
+	sql := fmt.Sprintf(`INSERT INTO %[1]s (kind, %[2]s, %[9]s)
+SELECT 0, phone_number_id, message_id, recipient_key, toDateTime(first), w, c, t, stage, to_deliver, to_read,
+       1, stage != %[4]d, stage = %[6]d OR stage = %[7]d, stage = %[6]d, stage = %[4]d, to_deliver >= 0, to_read >= 0
+FROM
+(
+    SELECT phone_number_id, message_id, recipient_key, w, c, t, first,
+           multiIf(f = 1, %[4]d, rd != %[5]d, %[6]d, dl != %[5]d, %[7]d, %[8]d) AS stage,
+           if(f = 0 AND s != %[5]d AND dl != %[5]d AND dl >= s, toInt32(dl - s), -1) AS to_deliver,
+           if(f = 0 AND s != %[5]d AND rd != %[5]d AND rd >= s, toInt32(rd - s), -1) AS to_read
+    FROM
+    (
+        SELECT phone_number_id, message_id, recipient_key, w, c, t, f, s,
+               least(least(de, rd0), pl) AS dl, least(rd0, pl) AS rd, least(least(s, dl), fa) AS first
+        FROM (%[3]s)
+    )
+    WHERE first != %[5]d
+)`, r.table("funnel_messages"), rowColumns, r.stateSQL("1"),
+		StageFailed, never, StageRead, StageDelivered, StageSent, countColumns)
+	if err := held(); err != nil {
+		return err
+	}
+	if err := r.conn.Exec(bctx, sql); err != nil {
+		return fmt.Errorf("funnel: backfill: %w", err)
+	}
+	// The hourly sums of the message rows, as insert adds them.
+	dims := "phone_number_id, toStartOfHour(first) AS hour, waba_id, campaign, template"
+	for _, q := range []string{
+		fmt.Sprintf(`SELECT %d, phone_number_id, '', '', hour, waba_id, campaign, template, 0, 0, 0,
+       sum(n), sum(n_sent), sum(n_delivered), sum(n_read), sum(n_failed), sum(n_to_deliver), sum(n_to_read)
+FROM %s WHERE kind = %d GROUP BY %s`, KindCounts, r.table("funnel_messages"), KindMessage, dims),
+		fmt.Sprintf(`SELECT %d, phone_number_id, '', '', hour, waba_id, campaign, template, 0, to_deliver, 0, sum(n_to_deliver), 0, 0, 0, 0, 0, 0
+FROM %s WHERE kind = %d AND n_to_deliver != 0 GROUP BY %s, to_deliver`, KindToDeliver, r.table("funnel_messages"), KindMessage, dims),
+		fmt.Sprintf(`SELECT %d, phone_number_id, '', '', hour, waba_id, campaign, template, 0, 0, to_read, sum(n_to_read), 0, 0, 0, 0, 0, 0
+FROM %s WHERE kind = %d AND n_to_read != 0 GROUP BY %s, to_read`, KindToRead, r.table("funnel_messages"), KindMessage, dims),
+	} {
+		if err := held(); err != nil {
+			return err
+		}
+		if err := r.conn.Exec(bctx, fmt.Sprintf("INSERT INTO %s (kind, %s, %s) %s", r.table("funnel_messages"), rowColumns, countColumns, q)); err != nil {
+			return fmt.Errorf("funnel: backfill: %w", err)
+		}
+	}
+	r.log.Info("funnel: every message resolved", zap.Duration("took", time.Since(start)))
+	return nil
+}
+
+func (r *Resolver) setWatermark(ctx context.Context, at uint32) error {
+	b, err := r.conn.PrepareBatch(ctx, fmt.Sprintf("INSERT INTO %s (id, watermark, version)", r.table("funnel_resolver")))
+	if err != nil {
+		return fmt.Errorf("funnel: watermark: %w", err)
+	}
+	defer b.Abort() //nolint:errcheck // a sent batch cannot be aborted
+	// The version is the watermark: merges keep the latest.
+	if err := b.Append(uint8(1), time.Unix(int64(at), 0).UTC(), uint64(at)); err != nil {
+		return fmt.Errorf("funnel: watermark: %w", err)
+	}
+	if err := b.Send(); err != nil {
+		return fmt.Errorf("funnel: watermark: %w", err)
+	}
+	return nil
+}
+
+// dropTouched drops the days of funnel_touched that end more than a day
+// before from: no pass reads them again. A failure only keeps them longer.
+func (r *Resolver) dropTouched(ctx context.Context, from uint32) {
+	cutoff := time.Unix(int64(from), 0).UTC().AddDate(0, 0, -1).Format("20060102")
+	rows, err := r.conn.Query(ctx, "SELECT DISTINCT partition FROM system.parts WHERE database = ? AND table = 'funnel_touched' AND active AND partition < ?", r.db, cutoff)
+	if err != nil {
+		r.log.Warn("funnel: listing old days of funnel_touched", zap.Error(err))
+		return
+	}
+	var days []string
+	for rows.Next() {
+		var d string
+		if err := rows.Scan(&d); err == nil {
+			days = append(days, d)
+		}
+	}
+	rows.Close()
+	for _, d := range days {
+		if err := r.conn.Exec(ctx, fmt.Sprintf("ALTER TABLE %s DROP PARTITION %s", r.table("funnel_touched"), d)); err != nil {
+			r.log.Warn("funnel: dropping an old day of funnel_touched", zap.String("day", d), zap.Error(err))
+		}
+	}
+}
