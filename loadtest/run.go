@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,7 +19,9 @@ import (
 
 // Config is one load run.
 type Config struct {
-	// URL is the webhook endpoint, e.g. http://127.0.0.1:8080/webhook.
+	// URL is the webhook endpoint, e.g. http://127.0.0.1:8080/webhook, or
+	// several separated by commas: requests are spread over them in turn,
+	// and a retry goes to the next one, as behind a load balancer.
 	URL string
 	// Secret signs every body, as Meta signs with the app secret.
 	Secret []byte
@@ -53,6 +56,15 @@ type Config struct {
 	MetricsURL string
 }
 
+// URLs returns the endpoints of URL, split at its commas.
+func (c Config) URLs() []string {
+	out := strings.Split(c.URL, ",")
+	for i := range out {
+		out[i] = strings.TrimSpace(out[i])
+	}
+	return out
+}
+
 // DefaultConfig returns a 10 s closed-loop run over 64 connections, each
 // body posted up to 3 times.
 func DefaultConfig() Config {
@@ -62,12 +74,16 @@ func DefaultConfig() Config {
 
 // Validate reports the first problem of c.
 func (c Config) Validate() error {
-	u, err := url.Parse(c.URL)
+	for _, one := range c.URLs() {
+		u, err := url.Parse(one)
+		switch {
+		case one == "" || err != nil || u.Host == "":
+			return fmt.Errorf("url %q: want http://host:port/webhook", one)
+		case !isLoopback(u.Hostname()):
+			return fmt.Errorf("url %q: load runs only against this machine (loopback addresses)", one)
+		}
+	}
 	switch {
-	case c.URL == "" || err != nil || u.Host == "":
-		return fmt.Errorf("url %q: want http://host:port/webhook", c.URL)
-	case !isLoopback(u.Hostname()):
-		return fmt.Errorf("url %q: load runs only against this machine (loopback addresses)", c.URL)
 	case len(c.Secret) == 0:
 		return errors.New("an app secret is required to sign the bodies")
 	case c.Rate < 0:
@@ -209,24 +225,32 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		traffic.Due(-1)
 		res.Traffic, res.Ledger = traffic, NewLedger(traffic)
 	}
+	urls := c.URLs()
 	metricsURL := c.MetricsURL
+	if metricsURL == "" && len(urls) > 1 {
+		metricsURL = "-" // the CPU of one instance among several says little
+	}
 	if metricsURL == "" {
-		u, _ := url.Parse(c.URL)
+		u, _ := url.Parse(urls[0])
 		metricsURL = u.Scheme + "://" + u.Host + "/metrics"
 	}
 	cpuBefore := -1.0
 	if metricsURL != "-" {
 		cpuBefore = scrapeCPU(ctx, metricsURL)
 	}
-	u, _ := url.Parse(c.URL)
-	client := &fasthttp.HostClient{
-		Addr:                u.Host,
-		MaxConns:            c.Connections,
-		ReadTimeout:         c.Timeout,
-		WriteTimeout:        c.Timeout,
-		MaxIdleConnDuration: time.Minute,
+	clients := make([]*fasthttp.HostClient, len(urls))
+	for i, one := range urls {
+		u, _ := url.Parse(one)
+		clients[i] = &fasthttp.HostClient{
+			Addr:                u.Host,
+			MaxConns:            c.Connections,
+			ReadTimeout:         c.Timeout,
+			WriteTimeout:        c.Timeout,
+			MaxIdleConnDuration: time.Minute,
+		}
 	}
 	var (
+		next                        atomic.Uint64 // the endpoint of the next body, in turn
 		seq                         atomic.Uint64
 		sent, errs, retried, gaveUp atomic.Uint64
 	)
@@ -258,9 +282,17 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		if l.lag != nil {
 			_ = l.lag.RecordValue(max(time.Since(intended).Microseconds(), 1))
 		}
+		first := 0
+		if len(urls) > 1 {
+			first = int(next.Add(1) % uint64(len(urls)))
+		}
 		for attempt := 1; ; attempt++ {
 			sent.Add(1)
-			err := client.DoTimeout(req, resp, c.Timeout)
+			e := (first + attempt - 1) % len(urls)
+			if len(urls) > 1 {
+				req.SetRequestURI(urls[e])
+			}
+			err := clients[e].DoTimeout(req, resp, c.Timeout)
 			if err != nil {
 				errs.Add(1)
 				res.Timeline.RecordError(intended)
@@ -310,7 +342,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 			defer fasthttp.ReleaseRequest(req)
 			defer fasthttp.ReleaseResponse(resp)
-			req.SetRequestURI(c.URL)
+			req.SetRequestURI(urls[0])
 			req.Header.SetMethod(fasthttp.MethodPost)
 			req.Header.SetContentType("application/json")
 			if closedLoop {
@@ -334,7 +366,9 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	}
 	wg.Wait()
 	res.Elapsed = time.Since(res.Started)
-	client.CloseIdleConnections()
+	for _, client := range clients {
+		client.CloseIdleConnections()
+	}
 	for _, l := range locals {
 		res.Latency.Merge(l.h)
 		if l.lag != nil {

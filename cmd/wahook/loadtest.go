@@ -36,7 +36,7 @@ func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	check := loadtest.DefaultCheckConfig()
 	var secret, baseline, chart, dsn, capacityOut string
 	var asJSON bool
-	f.StringVar(&c.URL, "url", "http://127.0.0.1:8080/webhook", "webhook endpoint (loopback only)")
+	f.StringVar(&c.URL, "url", "http://127.0.0.1:8080/webhook", "webhook endpoint (loopback only); several, comma-separated: requests spread over them in turn and a retry goes to the next, as behind a load balancer")
 	f.StringVar(&secret, "app-secret", "", "app secret to sign the bodies with (secret)")
 	f.Secret("app-secret")
 	f.Float64Var(&c.Rate, "rate", 0, "without --numbers: arrival rate in requests/s, open loop (0: closed loop, as fast as the connections allow)")
