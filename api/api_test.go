@@ -161,7 +161,7 @@ func TestReportsMatchTruth(t *testing.T) {
 
 	// The funnel before the resolver's first pass (resolved at query time),
 	// then from what it resolved.
-	resolver := funnel.New(ch.Conn, ch.Database, funnel.DefaultConfig(), zaptest.NewLogger(t), nil)
+	resolver := funnel.New(funnel.DefaultConfig(), ch.Conn, ch.Database, nil, zaptest.NewLogger(t))
 	for _, resolved := range []bool{false, true} {
 		if resolved {
 			if _, err := resolver.Pass(context.Background(), nil); err != nil {

@@ -87,7 +87,7 @@ func BenchmarkReports(b *testing.B) {
 	})
 	// The resolver's first pass resolves every message; the next one
 	// rereads the last seconds of the generation (its slack).
-	resolver := funnel.New(ch.Conn, ch.Database, funnel.DefaultConfig(), zap.NewNop(), nil)
+	resolver := funnel.New(funnel.DefaultConfig(), ch.Conn, ch.Database, nil, zap.NewNop())
 	for i := range 2 {
 		start := time.Now()
 		st, err := resolver.Pass(ctx, nil)

@@ -62,7 +62,7 @@ func newEnv(t *testing.T, tiers map[string]int) *env {
 	}
 	cfg := stage2.DefaultConfig()
 	cfg.Tiers.Overrides = tiers
-	s2, err := stage2.New(e.js, cfg, zap.NewNop(), prometheus.NewRegistry())
+	s2, err := stage2.New(cfg, e.js, prometheus.NewRegistry(), zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}

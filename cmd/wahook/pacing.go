@@ -127,7 +127,7 @@ func runStage2(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *pacingOpt
 	}
 	cfg := o.cfg
 	cfg.Replicas = replicas
-	s2, err := stage2.New(js, cfg, log, reg)
+	s2, err := stage2.New(cfg, js, reg, log)
 	if err != nil {
 		done <- err
 		return

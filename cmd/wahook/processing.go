@@ -320,7 +320,7 @@ func runFunnel(ctx context.Context, log *zap.Logger, js jetstream.JetStream, o *
 	if err != nil {
 		return err
 	}
-	return funnel.New(conn, db, o.funnel, log, m).Run(ctx, lease)
+	return funnel.New(o.funnel, conn, db, m, log).Run(ctx, lease)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

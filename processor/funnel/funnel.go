@@ -91,7 +91,7 @@ type Resolver struct {
 }
 
 // New returns a resolver of the tables in database db. m may be nil.
-func New(conn driver.Conn, db string, cfg Config, log *zap.Logger, m *Metrics) *Resolver {
+func New(cfg Config, conn driver.Conn, db string, m *Metrics, log *zap.Logger) *Resolver {
 	if cfg.LookupKeys == 0 {
 		cfg.LookupKeys = DefaultLookupKeys
 	}

@@ -337,7 +337,7 @@ func testPassFollowsStatuses(t *testing.T, small bool) {
 	if small {
 		cfg.LookupKeys, cfg.PassMessages = 300, 3
 	}
-	r := funnel.New(w.ch.Conn, w.ch.Database, cfg, zaptest.NewLogger(t), nil)
+	r := funnel.New(cfg, w.ch.Conn, w.ch.Database, nil, zaptest.NewLogger(t))
 	a := &msg{phone: "p1", id: "wamid.A", recipient: "r1", campaign: "c1", template: "t1"}
 	b := &msg{phone: "p1", id: "wamid.B", recipient: "r2", campaign: "c1", template: "t1"}
 	c := &msg{phone: "p1", id: "wamid.C", recipient: "r3", campaign: "c2"}
@@ -413,7 +413,7 @@ func testPassFollowsStatuses(t *testing.T, small bool) {
 // again from empty.
 func TestPassRepairsWhatItFinds(t *testing.T) {
 	w := newWorld(t)
-	r := funnel.New(w.ch.Conn, w.ch.Database, funnel.DefaultConfig(), zaptest.NewLogger(t), nil)
+	r := funnel.New(funnel.DefaultConfig(), w.ch.Conn, w.ch.Database, nil, zaptest.NewLogger(t))
 	a := &msg{phone: "p1", id: "wamid.A", recipient: "r1", campaign: "c1"}
 	b := &msg{phone: "p1", id: "wamid.B", recipient: "r2", campaign: "c1"}
 	c := &msg{phone: "p1", id: "wamid.C", recipient: "r3", campaign: "c1"}
@@ -479,7 +479,7 @@ func TestBackfillAfterUpgrade(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := funnel.New(w.ch.Conn, w.ch.Database, funnel.DefaultConfig(), zaptest.NewLogger(t), nil)
+	r := funnel.New(funnel.DefaultConfig(), w.ch.Conn, w.ch.Database, nil, zaptest.NewLogger(t))
 	if st := pass(t, r); !st.Backfill {
 		t.Fatalf("%+v, want a backfill", st)
 	}
@@ -507,7 +507,7 @@ func TestPassSlack(t *testing.T) {
 			w := newWorld(t)
 			cfg := funnel.DefaultConfig()
 			cfg.Slack = 15 * time.Second
-			r := funnel.New(w.ch.Conn, w.ch.Database, cfg, zaptest.NewLogger(t), nil)
+			r := funnel.New(cfg, w.ch.Conn, w.ch.Database, nil, zaptest.NewLogger(t))
 			pass(t, r) // the backfill of nothing
 			h := &msg{phone: "p1", id: "wamid.H", recipient: "r1"}
 			w.post(item(h, "sent", t0))
@@ -628,7 +628,7 @@ func TestTwoResolvers(t *testing.T) {
 			t.Fatal(err)
 		}
 		leases = append(leases, lease)
-		r := funnel.New(w.ch.Conn, w.ch.Database, cfg, zaptest.NewLogger(t), nil)
+		r := funnel.New(cfg, w.ch.Conn, w.ch.Database, nil, zaptest.NewLogger(t))
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = r.Run(ctx, lease) }()
 	}

@@ -73,7 +73,7 @@ func (h *harness) join(cfg Config) *member {
 		name = "single"
 	}
 	log := zaptest.NewLogger(h.t).Named(name)
-	s, err := New(js, cfg, log, prometheus.NewRegistry())
+	s, err := New(cfg, js, prometheus.NewRegistry(), log)
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -92,7 +92,7 @@ func (h *harness) run() {
 		log = zaptest.NewLogger(tt)
 	}
 	var err error
-	h.s, err = New(h.js, h.cfg, log, prometheus.NewRegistry())
+	h.s, err = New(h.cfg, h.js, prometheus.NewRegistry(), log)
 	if err != nil {
 		h.t.Fatal(err)
 	}

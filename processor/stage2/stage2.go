@@ -49,8 +49,8 @@ type Stage2 struct {
 }
 
 // New builds stage 2 over js. It does no I/O: Run provisions and consumes.
-// A nil log is zap.NewNop(); reg takes the metrics.
-func New(js jetstream.JetStream, cfg Config, log *zap.Logger, reg prometheus.Registerer) (*Stage2, error) {
+// reg takes the metrics; a nil log is zap.NewNop().
+func New(cfg Config, js jetstream.JetStream, reg prometheus.Registerer, log *zap.Logger) (*Stage2, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
