@@ -84,7 +84,7 @@ func (p *eventPublisher) close() {
 }
 
 // rowMarks are how many rows of each kind of a Rows were published.
-type rowMarks struct{ statuses, inbound, management, sendResults int }
+type rowMarks struct{ statuses, inbound, management, sendResults, errors int }
 
 // publish publishes every event of rows on its per-number subject with
 // Nats-Msg-Id = its event id, and returns once all are acknowledged, or
@@ -199,6 +199,21 @@ func (p *eventPublisher) send(ctx context.Context, rows *schema.Rows, from *rowM
 			}
 		}
 		if err = send(r.PhoneNumberID, r.Kind, r.EventID, err); err != nil {
+			return err
+		}
+	}
+	// Errors of a number that belong to no status, message or send result
+	// (value.errors[], history[].errors[]): stage 2 applies them like a
+	// failed status's, so that a value-level 131048 stops the number too.
+	for ; from.errors < len(rows.Errors); from.errors++ {
+		r := &rows.Errors[from.errors]
+		if r.Origin != schema.OriginValue && r.Origin != schema.OriginHistory {
+			continue
+		}
+		var b []byte
+		b, err = json.Marshal(Event{Kind: schema.KindError, V: 1, Row: r})
+		p.data = append(p.data[:0], b...)
+		if err = send(r.PhoneNumberID, schema.KindError, schema.ErrorEventID(r), err); err != nil {
 			return err
 		}
 	}

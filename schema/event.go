@@ -24,6 +24,10 @@ const (
 	KindTemplate   Kind = "template"    // message_template_*, template_category_update
 	KindPreference Kind = "preference"  // user_preferences
 	KindSendResult Kind = "send_result" // a send result reported by a sending service
+	// KindError is an error of a number that belongs to no status, message
+	// or send result: value.errors[] and history[].errors[] (origin value,
+	// history). The others travel with their own event.
+	KindError Kind = "error"
 	KindOther      Kind = "other"       // any other field, kept raw
 )
 
@@ -333,3 +337,7 @@ func (r *Rows) Reset() {
 	r.Statuses, r.Errors, r.Inbound = r.Statuses[:0], r.Errors[:0], r.Inbound[:0]
 	r.Management, r.DeadLetters, r.SendResults = r.Management[:0], r.DeadLetters[:0], r.SendResults[:0]
 }
+
+// ErrorEventID is the Nats-Msg-Id of an error event (KindError): the owning
+// event's id and the error's index, as the error's row is keyed.
+func ErrorEventID(r *ErrorRow) string { return r.EventID + "-" + strconv.Itoa(int(r.Index)) }

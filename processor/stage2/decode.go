@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/wahook/wahook/processor/pacing"
@@ -34,6 +35,8 @@ type wireEvent struct {
 		Field         string    `json:"field"`
 		Event         string    `json:"event"`
 		NewValue      string    `json:"new_value"`
+		Code          int32     `json:"code"`  // an error event's
+		Index         uint16    `json:"index"` // an error event's, within its owner
 	} `json:"row"`
 }
 
@@ -104,6 +107,12 @@ func decodeEvent(data []byte, ev *event) error {
 		}
 	case schema.KindInbound:
 		e.Inbound = true
+	case schema.KindError:
+		// One event per error of its owner: keyed like its row.
+		ev.id = r.EventID + "-" + strconv.Itoa(int(r.Index))
+		if r.Code != 0 {
+			e.Codes = []int32{r.Code}
+		}
 	default:
 		e.Field, e.Name, e.NewValue = r.Field, r.Event, r.NewValue
 		switch r.Field {

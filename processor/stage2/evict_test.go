@@ -89,3 +89,19 @@ func TestAdviceGauge(t *testing.T) {
 		return sum == 0, fmt.Sprint(sum)
 	})
 }
+
+// A value-level error (value.errors[], no status of its own) reaches the
+// signal like a failed status's: a 131048 there stops the number. Two
+// errors of one owner count as two.
+func TestValueLevelErrorStops(t *testing.T) {
+	h := start(t, sec(10), nil)
+	for i, code := range []int32{130429, 131048} {
+		r := schema.ErrorRow{EventID: "ev-value", Index: uint16(i), Origin: schema.OriginValue, EventTime: sec(5), PhoneNumberID: "4001", Code: code}
+		h.publish(schema.KindError, "4001", schema.ErrorEventID(&r), r)
+	}
+	h.flushed()
+	s := h.waitSignal("4001", "stop", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceStop })
+	if s.RecentErrors["quality"] != 1 || s.RecentErrors["throughput"] != 1 {
+		t.Fatalf("recent errors %v, want one quality and one throughput", s.RecentErrors)
+	}
+}

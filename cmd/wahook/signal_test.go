@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wahook/wahook/schema"
+	"github.com/wahook/wahook/schema/schematest"
+)
+
+// TestValueLevelErrorReachesSignal: a 131048 in value.errors[] (no status
+// of its own) was stored but never published, and left its number at ok.
+// Through "wahook serve", it now turns the number's advice to stop.
+func TestValueLevelErrorReachesSignal(t *testing.T) {
+	ch := schematest.ClickHouse(t)
+	listen, natsListen := freeAddr(t), freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var logs syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--listen", listen, "--nats-listen", natsListen, "--data-dir", t.TempDir(),
+			"--app-secret", abuseSecret, "--clickhouse-dsn", ch.DSN, "--funnel-interval", "0", "--log-level", "warn"}, io.Discard, &logs)
+	}()
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("serve exited %d:\n%s", code, logs.String())
+		}
+	}()
+	base := "http://" + listen
+	waitReady(t, base, &logs)
+	nc, err := nats.Connect("nats://" + natsListen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+
+	const number = "109876543210123"
+	body := `{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","changes":[{"field":"messages","value":{"messaging_product":"whatsapp","metadata":{"display_phone_number":"15557810077","phone_number_id":"` + number + `"},"errors":[{"code":131048,"title":"Spam rate limit hit","message":"Spam rate limit hit","error_data":{"details":"Message failed to send because there are restrictions on how many messages can be sent from this phone number."}}]}}]}]}`
+	resp, err := http.DefaultClient.Do(signedRequest(base+"/webhook", abuseSecret, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	answered := time.Now()
+	if resp.StatusCode != 200 {
+		t.Fatalf("post: %d", resp.StatusCode)
+	}
+	var sig schema.PacingSignal
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		kv, err := js.KeyValue(ctx, schema.BucketPacing)
+		if err == nil {
+			if e, err := kv.Get(ctx, schema.PacingKey(number)); err == nil && json.Unmarshal(e.Value(), &sig) == nil && sig.Advice == schema.AdviceStop {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no stop signal for %s within 15 s (last %+v):\n%s", number, sig, logs.String())
+		}
+	}
+	t.Logf("advice %s %.0f ms after the 200; recent errors %v", sig.Advice, float64(time.Since(answered).Microseconds())/1000, sig.RecentErrors)
+	if sig.RecentErrors[schema.ClassQuality] != 1 {
+		t.Errorf("recent errors %v, want one quality error", sig.RecentErrors)
+	}
+}
