@@ -28,7 +28,7 @@ const (
 	// or send result: value.errors[] and history[].errors[] (origin value,
 	// history). The others travel with their own event.
 	KindError Kind = "error"
-	KindOther      Kind = "other"       // any other field, kept raw
+	KindOther Kind = "other" // any other field, kept raw
 )
 
 // EventsSubject returns the EVENTS subject of an event:
