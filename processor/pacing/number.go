@@ -231,7 +231,11 @@ func (n *Number) advise(now int64, tier int, o schema.ObservedMPS) (schema.Advic
 	room := math.Max(float64(tier)-o.Inbound10, 0)
 	switch {
 	case now < n.stopEnd():
-		return schema.AdviceStop, 0, "error " + itoa(n.stopCode) + " (stop, do not retry) in the last 15 min"
+		// The error is named with its time and the hold's end: after a
+		// minute recent_errors no longer counts it, and the reason must not
+		// read as if it did.
+		return schema.AdviceStop, 0, "error " + itoa(n.stopCode) + " (stop, do not retry) at " + time.Unix(n.lastStop, 0).UTC().Format(time.RFC3339) +
+			"; the stop holds until " + time.Unix(n.stopEnd(), 0).UTC().Format(time.RFC3339)
 	case n.maintenanceUntil > now:
 		return schema.AdvicePause, 0, "maintenance (throughput upgrade or 131057) until " + time.Unix(n.maintenanceUntil, 0).UTC().Format(time.RFC3339)
 	case n.lastThrottle != 0 && now-n.lastThrottle < 10:

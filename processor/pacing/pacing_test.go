@@ -317,3 +317,23 @@ func BenchmarkApplyAndSignal(b *testing.B) {
 		}
 	}
 }
+
+// recent_errors is the last 60 s to the second: ten-second buckets made it
+// anything from 51 to 60 s.
+func TestRecentErrorsLast60Seconds(t *testing.T) {
+	n := NewNumber("1001")
+	n.Apply(Event{At: at(3), Codes: []int32{131026}})
+	n.Apply(Event{At: at(3), Codes: []int32{131026, 131049}})
+	n.Apply(Event{At: at(20), Codes: []int32{131026}})
+	for _, c := range []struct {
+		sec               int
+		undeliverable, en int
+	}{
+		{3, 2, 1}, {20, 3, 1}, {62, 3, 1}, {63, 1, 0}, {79, 1, 0}, {80, 0, 0},
+	} {
+		s := n.Signal(time.Unix(at(c.sec), 0), DefaultTiers())
+		if s.RecentErrors[schema.ClassUndeliverable] != c.undeliverable || s.RecentErrors[schema.ClassEngagement] != c.en {
+			t.Errorf("at %d s: recent errors %v, want undeliverable %d, engagement %d", c.sec, s.RecentErrors, c.undeliverable, c.en)
+		}
+	}
+}

@@ -56,39 +56,58 @@ func (w *window) sum(last int64, span int) (in, out uint64) {
 	return in, out
 }
 
-// errWindow counts error occurrences by class over the last 60 s in six
-// buckets of 10 s. 200 bytes.
+// errWindow counts error occurrences by class over the last 60 s, by the
+// second: an entry per second and class that had errors, so that "the last
+// 60 s" is exactly that (ten-second buckets made it 51 to 60 s) and a
+// number without errors holds none. At most 60 seconds times the classes.
 type errWindow struct {
-	head   int64 // newest 10-second bucket held (unix seconds / 10)
-	counts [6][numClasses]uint16
+	newest  int64 // the newest second added
+	entries []errEntry
 }
+
+type errEntry struct {
+	sec   int64
+	class uint8
+	n     uint16
+}
+
+// errSpan is the window's length in seconds.
+const errSpan = 60
 
 func (e *errWindow) add(sec int64, class int) {
-	b := sec / 10
-	if b > e.head {
-		n := min(b-e.head, 6)
-		for x := b - n + 1; x <= b; x++ {
-			e.counts[x%6] = [numClasses]uint16{}
+	if sec <= e.newest-errSpan {
+		return // older than the window
+	}
+	if sec > e.newest {
+		e.newest = sec
+		keep := e.entries[:0]
+		for _, x := range e.entries {
+			if x.sec > sec-errSpan {
+				keep = append(keep, x)
+			}
 		}
-		e.head = b
+		clear(e.entries[len(keep):])
+		e.entries = keep
 	}
-	if b <= e.head-6 {
-		return
+	for i := range e.entries {
+		if x := &e.entries[i]; x.sec == sec && int(x.class) == class {
+			if x.n < 65535 {
+				x.n++
+			}
+			return
+		}
 	}
-	if c := &e.counts[b%6][class]; *c < 65535 {
-		*c++
-	}
+	e.entries = append(e.entries, errEntry{sec: sec, class: uint8(class), n: 1})
 }
 
-// last60 is the count of class over the 60 s ending at second now.
+// last60 is the count of class over the 60 s ending at second now: the
+// seconds now-59 to now.
 func (e *errWindow) last60(now int64, class int) int {
-	b := now / 10
 	n := 0
-	for x := b - 5; x <= b; x++ {
-		if x > e.head || x <= e.head-6 {
-			continue
+	for _, x := range e.entries {
+		if int(x.class) == class && x.sec > now-errSpan && x.sec <= now {
+			n += int(x.n)
 		}
-		n += int(e.counts[x%6][class])
 	}
 	return n
 }
