@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -41,6 +42,15 @@ func (s *Store) DeadLetters(ctx context.Context, q Query, recent int) (*DeadLett
 	out := &DeadLetters{From: q.From, To: q.To, ByReason: []DeadLetterReason{}, Recent: []DeadLetterItem{}}
 	args := []any{unix(q.From), unix(q.To)}
 	cond := "received_at >= toDateTime(?) AND received_at < toDateTime(?)"
+	if q.scoped {
+		// A tenant sees a dead letter only when every entry of its body is
+		// one of its WABAs (a body that is not JSON names none).
+		cond += ` AND notEmpty(extractAll(body, '"entry"\\s*:\\s*\\[\\s*\\{\\s*"id"\\s*:\\s*"([^"]*)"'))` +
+			` AND arrayAll(x -> has([` + strings.TrimSuffix(strings.Repeat("?, ", len(q.scopeWabas)), ", ") + `], x), extractAll(body, '[\\{,]\\s*"id"\\s*:\\s*"([^"]*)"\\s*,\\s*"changes"'))`
+		for _, w := range q.scopeWabas {
+			args = append(args, w)
+		}
+	}
 	row := s.conn.QueryRow(ctx, fmt.Sprintf("SELECT uniqExact(raw_msg_id, item), uniqExact(raw_msg_id) FROM %s WHERE %s",
 		s.table("dead_letters"), cond), args...)
 	if err := row.Scan(&out.Count, &out.Bodies); err != nil {

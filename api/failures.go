@@ -109,6 +109,7 @@ func (s *Store) Failures(ctx context.Context, q Query) (*Failures, error) {
 		w.add("code IN (" + joinInts(q.Codes) + ")")
 	}
 	classCodes(&w, "code", q.Classes)
+	scopeCond(&w, q, "waba_id", "phone_number_id")
 
 	keys := make([]string, 0, len(cols))
 	for _, c := range cols {

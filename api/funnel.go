@@ -96,6 +96,7 @@ func (s *Store) Funnel(ctx context.Context, q Query) (*Funnel, error) {
 	filters.in("waba_id", q.WabaIDs)
 	filters.in("template", q.Templates)
 	filters.in("campaign", q.Campaigns)
+	scopeCond(&filters, q, "waba_id", "phone_number_id")
 	key := resolvedKeys[q.By]
 	// Every row counts n times (n is -1 for a row the resolver took back),
 	// in the sums and as the weight of the quantiles: ClickHouse adds
@@ -225,6 +226,7 @@ func (s *Store) funnelLive(ctx context.Context, q Query) (*Funnel, error) {
 	outer.in("m_waba", q.WabaIDs)
 	outer.in("m_template", q.Templates)
 	outer.in("m_campaign", q.Campaigns)
+	scopeCond(&outer, q, "m_waba", "phone_number_id")
 	key := funnelKeys[q.By]
 	// done is whether a message reached delivered (or a later stage).
 	sql := fmt.Sprintf(`

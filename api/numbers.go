@@ -88,6 +88,9 @@ func (s *Store) tierAt(n *NumberState, coexistence bool, t time.Time) (int, stri
 // number that has management events or statuses in the range. recent is
 // how many changes each lists, newest first.
 func (s *Store) Numbers(ctx context.Context, q Query, recent int) (*Numbers, error) {
+	if q.scoped && len(q.WabaIDs) == 0 {
+		q.WabaIDs = q.scopeWabas // a tenant sees its WABAs' numbers only
+	}
 	states := map[string]*NumberState{}
 	get := func(id string) *NumberState {
 		n := states[id]
@@ -238,4 +241,36 @@ func contains(vs []string, v string) bool {
 		}
 	}
 	return false
+}
+
+// WabaNumbers lists the phone number ids that the webhooks place under
+// the WABAs wabas: by their statuses, inbound messages and number events.
+func (s *Store) WabaNumbers(ctx context.Context, wabas []string) ([]string, error) {
+	if len(wabas) == 0 {
+		return nil, nil
+	}
+	var w where
+	w.in("waba_id", wabas)
+	w.add("phone_number_id != ''")
+	var parts []string
+	var args []any
+	for _, t := range []string{"status_counts_by_minute", "inbound_messages", "management_events"} {
+		parts = append(parts, fmt.Sprintf("SELECT DISTINCT phone_number_id FROM %s WHERE %s", s.table(t), w.sql()))
+		args = append(args, w.args...)
+	}
+	rows, err := s.conn.Query(ctx, "SELECT DISTINCT phone_number_id FROM ("+strings.Join(parts, " UNION ALL ")+")", args...)
+	if err != nil {
+		return nil, queryError(ctx, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, queryError(ctx, err)
+		}
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out, queryError(ctx, rows.Err())
 }

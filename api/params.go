@@ -85,6 +85,11 @@ type Query struct {
 	Step    string   // failures: "", 1m, 1h, 1d; throughput: 1s, 1m
 	By      string   // funnel
 	Limit   int
+
+	// A scoped token's tenant (tenancy.go): its WABAs and their numbers.
+	scoped       bool
+	scopeWabas   []string
+	scopeNumbers []string
 }
 
 // maxValues bounds the values of one list parameter.

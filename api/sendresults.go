@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -40,6 +41,20 @@ func (s *Server) sendResults(c *fiber.Ctx) error {
 	ids := make([]string, len(doc.Results))
 	for i := range doc.Results {
 		ids[i] = doc.Results[i].PhoneNumberID
+	}
+	if t := tenantOf(c); t != nil {
+		// A tenant reports for its own numbers only.
+		ctx, cancel := context.WithTimeout(c.UserContext(), s.cfg.QueryTimeout)
+		defer cancel()
+		for i, id := range ids {
+			nums, err := s.numbersOf(ctx, t, id)
+			if err != nil {
+				return s.writeError(c, err)
+			}
+			if !nums[id] {
+				return s.writeError(c, notFound(fmt.Sprintf("results[%d].phone_number_id", i)))
+			}
+		}
 	}
 	tok, _ := c.Locals(localToken).(string)
 	if e := s.numbers.admit(tok, ids); e != nil {

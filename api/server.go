@@ -2,9 +2,6 @@ package api
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,7 +24,8 @@ import (
 // Config is the query API's configuration.
 type Config struct {
 	Listen         string        // address of /api/v1 (default :8081)
-	Tokens         []string      // bearer tokens accepted; several for rotation
+	Tokens         []string      // bearer tokens accepted, each as ParseToken reads it; several for rotation
+	TokensFile     string        // more tokens, one a line, read again when the file changes
 	Limits         Limits        // per IP and per token
 	TrustedProxies []string      // addresses or CIDRs whose X-Forwarded-For names the client
 	QueryTimeout   time.Duration // longest a query may run in ClickHouse
@@ -38,6 +36,9 @@ type Config struct {
 	// MaxNumbersPerToken bounds the distinct phone number ids one token
 	// may report send results for (0: no bound).
 	MaxNumbersPerToken int
+	// Pacing watches the KV bucket wahook_pacing for the live page and
+	// /api/v1/pacing; nil turns them off (503).
+	Pacing PacingWatcher
 }
 
 // Publisher stores a send-results document durably (JetStream, RAW app
@@ -59,12 +60,17 @@ func DefaultConfig() Config {
 
 // Validate reports what is wrong with c.
 func (c Config) Validate() error {
-	if len(c.Tokens) == 0 {
+	if len(c.Tokens) == 0 && c.TokensFile == "" {
 		return errors.New("no API token: set at least one bearer token")
 	}
 	for _, t := range c.Tokens {
-		if len(t) < 16 {
-			return errors.New("an API token is shorter than 16 characters")
+		if _, err := ParseToken(t); err != nil {
+			return err
+		}
+	}
+	if c.TokensFile != "" {
+		if _, err := ReadTokensFile(c.TokensFile); err != nil {
+			return fmt.Errorf("tokens file: %w", err)
 		}
 	}
 	if c.QueryTimeout <= 0 {
@@ -197,8 +203,11 @@ type Server struct {
 	app     *fiber.App
 	log     *zap.Logger
 	metrics *metrics
-	tokens  [][sha256.Size]byte
+	tokens  *tokenSet
 	now     func() time.Time
+
+	tenantNumbers *tenantNumbers
+	live          *liveHub
 
 	globalIP, globalToken *window
 	groups                map[group][2]*window // per IP, per token
@@ -217,10 +226,13 @@ func newServer(cfg Config, store *Store, reg prometheus.Registerer, log *zap.Log
 	if log == nil {
 		log = zap.NewNop()
 	}
-	s := &Server{cfg: cfg, store: store, log: log, now: now, metrics: newMetrics(reg), numbers: newTokenNumbers(cfg.MaxNumbersPerToken)}
+	s := &Server{cfg: cfg, store: store, log: log, now: now, metrics: newMetrics(reg), numbers: newTokenNumbers(cfg.MaxNumbersPerToken),
+		tenantNumbers: &tenantNumbers{entries: map[string]numbersEntry{}}, tokens: &tokenSet{file: cfg.TokensFile}}
 	for _, t := range cfg.Tokens {
-		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
+		spec, _ := ParseToken(t) // checked by Validate
+		s.tokens.fixed = append(s.tokens.fixed, credentialsOf([]TokenSpec{spec})...)
 	}
+	s.live = newLiveHub(cfg.Pacing, log)
 	l := cfg.Limits
 	s.globalIP, s.globalToken = newWindow("global_ip", l.GlobalIP, now), newWindow("global_token", l.GlobalToken, now)
 	s.groups = map[group][2]*window{
@@ -265,9 +277,12 @@ func newServer(cfg Config, store *Store, reg prometheus.Registerer, log *zap.Log
 		v1.Get(strings.TrimPrefix(r.Path, "/api/v1"), s.authorize, s.limitGroup(r.Group), s.handle(r))
 	}
 	v1.Post("/send-results", s.authorize, s.limitGroup(groupSendResults), s.sendResults)
+	v1.Get("/pacing", s.authorize, s.limitGroup(groupReports), s.pacingSnapshot)
+	v1.Get("/pacing/stream", s.authorize, s.pacingStream)
 	v1.Use(func(c *fiber.Ctx) error {
 		return s.writeError(c, &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "no such route; see /api/v1/openapi.json"})
 	})
+	s.mountUI()
 	return s, nil
 }
 
@@ -278,7 +293,10 @@ func (s *Server) App() *fiber.App { return s.app }
 func (s *Server) Serve(ln net.Listener) error { return s.app.Listener(ln) }
 
 // Shutdown stops accepting and waits for running requests until ctx ends.
-func (s *Server) Shutdown(ctx context.Context) error { return s.app.ShutdownWithContext(ctx) }
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.live.close() // the live streams end, or they would hold the shutdown
+	return s.app.ShutdownWithContext(ctx)
+}
 
 // handle runs a route's query with the parameters of the request.
 func (s *Server) handle(r *route) fiber.Handler {
@@ -292,6 +310,11 @@ func (s *Server) handle(r *route) fiber.Handler {
 		}
 		ctx, cancel := context.WithTimeout(c.UserContext(), s.cfg.QueryTimeout)
 		defer cancel()
+		if t := tenantOf(c); t != nil && r.Name != "error-codes" {
+			if err := s.scope(ctx, t, &q); err != nil {
+				return s.writeError(c, err)
+			}
+		}
 		res, err := r.run(ctx, s.store, q)
 		s.metrics.duration.WithLabelValues(r.Name).Observe(time.Since(start).Seconds())
 		if err != nil {
@@ -318,14 +341,14 @@ func (s *Server) authorize(c *fiber.Ctx) error {
 	h := c.Get(fiber.HeaderAuthorization)
 	scheme, token, ok := strings.Cut(h, " ")
 	if ok && strings.EqualFold(scheme, "Bearer") && token != "" {
-		d := sha256.Sum256([]byte(strings.TrimSpace(token)))
-		match := 0
-		for i := range s.tokens {
-			match |= subtle.ConstantTimeCompare(d[:], s.tokens[i][:])
-		}
-		if match == 1 {
-			c.Locals(localToken, hex.EncodeToString(d[:8]))
-			if v := s.take(c, s.globalToken, hex.EncodeToString(d[:8])); !v.ok {
+		creds := s.tokens.current(s.now(), func(err error) { s.log.Warn("tokens file not read; the tokens read before stay", zap.Error(err)) })
+		id, cred := match(creds, strings.TrimSpace(token))
+		if cred != nil {
+			c.Locals(localToken, id)
+			if cred.tenant != nil {
+				c.Locals(localTenant, cred.tenant)
+			}
+			if v := s.take(c, s.globalToken, id); !v.ok {
 				return s.refuse(c, v)
 			}
 			return c.Next()
@@ -340,6 +363,15 @@ func (s *Server) authorize(c *fiber.Ctx) error {
 // localToken is the Locals key of the request's token id (a digest prefix,
 // never the token).
 const localToken = "wahook-token"
+
+// localTenant is the Locals key of a scoped token's tenant.
+const localTenant = "wahook-tenant"
+
+// tenantOf is the request's tenant, nil for a token that sees every WABA.
+func tenantOf(c *fiber.Ctx) *tenant {
+	t, _ := c.Locals(localTenant).(*tenant)
+	return t
+}
 
 // limitGlobal applies the global limit per client IP, before the token is
 // checked, so that guessing tokens is limited too.
@@ -436,6 +468,8 @@ func routeName(c *fiber.Ctx) string {
 		return "openapi"
 	case "/api/v1/send-results":
 		return "send-results"
+	case "/api/v1/pacing", "/api/v1/pacing/stream":
+		return "pacing"
 	}
 	return "other"
 }

@@ -1,0 +1,235 @@
+package api
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/wahook/wahook/schema"
+)
+
+// PacingWatcher watches every key of the KV bucket wahook_pacing (a
+// jetstream.KeyValue is one); the command wires it.
+type PacingWatcher interface {
+	WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error)
+}
+
+// maxStreams bounds the live streams open at once.
+const maxStreams = 256
+
+// liveHeartbeat is how often an idle stream sends a comment, so that
+// proxies keep it open and a closed client is noticed.
+const liveHeartbeat = 15 * time.Second
+
+// liveHub runs the live streams of pacing signals: each a watch of
+// wahook_pacing, ended by close (at shutdown).
+type liveHub struct {
+	w       PacingWatcher
+	log     *zap.Logger
+	ctx     context.Context
+	cancel  context.CancelFunc
+	streams atomic.Int64
+}
+
+func newLiveHub(w PacingWatcher, log *zap.Logger) *liveHub {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &liveHub{w: w, log: log, ctx: ctx, cancel: cancel}
+}
+
+func (h *liveHub) close() { h.cancel() }
+
+// severity orders advice from the most urgent.
+func severity(a schema.Advice) int {
+	switch a {
+	case schema.AdviceStop:
+		return 0
+	case schema.AdvicePause:
+		return 1
+	case schema.AdviceSlowDown:
+		return 2
+	}
+	return 3
+}
+
+// Signals is the answer of /api/v1/pacing: every number's current pacing
+// signal, the most urgent advice first.
+type Signals struct {
+	Signals []schema.PacingSignal `json:"signals"`
+}
+
+var errNoPacing = &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "pacing signals are off: this API runs without NATS"}
+
+// visible reports whether the tenant t (nil: all) sees the number's signal.
+func (s *Server) visible(ctx context.Context, t *tenant, id string) bool {
+	if t == nil {
+		return true
+	}
+	nums, err := s.numbersOf(ctx, t, id)
+	return err == nil && nums[id]
+}
+
+// decodeSignal reads a KV entry; ok is false for a delete or a value that
+// is not a signal.
+func decodeSignal(e jetstream.KeyValueEntry) (schema.PacingSignal, bool) {
+	var sig schema.PacingSignal
+	if e == nil || e.Operation() != jetstream.KeyValuePut {
+		return sig, false
+	}
+	if err := json.Unmarshal(e.Value(), &sig); err != nil || sig.PhoneNumberID == "" {
+		return sig, false
+	}
+	return sig, true
+}
+
+// pacingSnapshot answers every current signal the token may see.
+func (s *Server) pacingSnapshot(c *fiber.Ctx) error {
+	if s.cfg.Pacing == nil {
+		return s.writeError(c, errNoPacing)
+	}
+	ctx, cancel := context.WithTimeout(c.UserContext(), s.cfg.QueryTimeout)
+	defer cancel()
+	w, err := s.cfg.Pacing.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			return s.sendJSON(c, Signals{Signals: []schema.PacingSignal{}})
+		}
+		s.log.Warn("pacing watch", zap.Error(err))
+		return s.writeError(c, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "NATS did not answer; retry"})
+	}
+	defer w.Stop() //nolint:errcheck // the watch ends with the request
+	out := Signals{Signals: []schema.PacingSignal{}}
+	t := tenantOf(c)
+	for {
+		select {
+		case <-ctx.Done():
+			return s.writeError(c, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "NATS did not answer; retry"})
+		case e, ok := <-w.Updates():
+			if !ok || e == nil { // nil: the current values are all given
+				sort.Slice(out.Signals, func(i, j int) bool {
+					a, b := out.Signals[i], out.Signals[j]
+					if severity(a.Advice) != severity(b.Advice) {
+						return severity(a.Advice) < severity(b.Advice)
+					}
+					return a.PhoneNumberID < b.PhoneNumberID
+				})
+				return s.sendJSON(c, out)
+			}
+			if sig, ok := decodeSignal(e); ok && s.visible(ctx, t, sig.PhoneNumberID) {
+				out.Signals = append(out.Signals, sig)
+			}
+		}
+	}
+}
+
+func (s *Server) sendJSON(c *fiber.Ctx, v any) error {
+	b, err := Encode(v)
+	if err != nil {
+		return s.writeError(c, err)
+	}
+	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSONCharsetUTF8)
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	return c.Send(b)
+}
+
+// pacingStream pushes the pacing signals the token may see as server-sent
+// events: first every current one, then each change as stage 2 writes it
+// (event "signal", data the signal's JSON); "ready" once the current ones
+// are sent.
+func (s *Server) pacingStream(c *fiber.Ctx) error {
+	if s.cfg.Pacing == nil {
+		return s.writeError(c, errNoPacing)
+	}
+	h := s.live
+	if h.streams.Add(1) > maxStreams {
+		h.streams.Add(-1)
+		return s.writeError(c, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "too many live streams; retry later"})
+	}
+	ctx, cancel := context.WithCancel(h.ctx)
+	w, err := s.cfg.Pacing.WatchAll(ctx)
+	if err != nil && errors.Is(err, jetstream.ErrBucketNotFound) {
+		err = nil // no signal yet: wait for the bucket below
+	}
+	if err != nil {
+		cancel()
+		h.streams.Add(-1)
+		s.log.Warn("pacing watch", zap.Error(err))
+		return s.writeError(c, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "NATS did not answer; retry"})
+	}
+	t := tenantOf(c)
+	c.Set(fiber.HeaderContentType, "text/event-stream")
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	c.Set("X-Accel-Buffering", "no")
+	c.Context().SetBodyStreamWriter(func(bw *bufio.Writer) {
+		defer h.streams.Add(-1)
+		defer cancel()
+		if w != nil {
+			defer w.Stop() //nolint:errcheck // the watch ends with the stream
+		}
+		send := func(event string, data []byte) bool {
+			bw.WriteString("event: " + event + "\ndata: ")
+			bw.Write(data)
+			bw.WriteString("\n\n")
+			return bw.Flush() == nil
+		}
+		if !send("hello", []byte(`{}`)) {
+			return
+		}
+		beat := time.NewTicker(liveHeartbeat)
+		defer beat.Stop()
+		retry := time.NewTicker(2 * time.Second)
+		defer retry.Stop()
+		var updates <-chan jetstream.KeyValueEntry
+		if w != nil {
+			updates = w.Updates()
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-beat.C:
+				bw.WriteString(": beat\n\n")
+				if bw.Flush() != nil {
+					return
+				}
+			case <-retry.C:
+				if w == nil { // the bucket did not exist yet
+					if nw, err := s.cfg.Pacing.WatchAll(ctx); err == nil {
+						w, updates = nw, nw.Updates()
+						defer nw.Stop() //nolint:errcheck // the watch ends with the stream
+					}
+				}
+			case e, ok := <-updates:
+				if !ok {
+					return
+				}
+				if e == nil {
+					if !send("ready", []byte(`{}`)) {
+						return
+					}
+					continue
+				}
+				if e.Operation() != jetstream.KeyValuePut {
+					continue
+				}
+				sig, ok := decodeSignal(e)
+				if !ok || !s.visible(ctx, t, sig.PhoneNumberID) {
+					continue
+				}
+				b, err := json.Marshal(sig) // one line, as an event's data must be
+				if err != nil || !send("signal", b) {
+					return
+				}
+			}
+		}
+	})
+	return nil
+}

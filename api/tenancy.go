@@ -1,0 +1,282 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// A token is written TOKEN (it sees every WABA), NAME:TOKEN, or
+// NAME:TOKEN:waba=ID,ID (it sees only those WABAs: a tenant). IDs are
+// separated by commas or '+' (the environment variable of --api-token is
+// itself comma-separated: write waba=ID+ID there). The name is for the
+// log; the token never is logged.
+type TokenSpec struct {
+	Name  string
+	Token string
+	Wabas []string // nil: every WABA
+}
+
+// ParseToken reads one token as written in the configuration.
+func ParseToken(s string) (TokenSpec, error) {
+	s = strings.TrimSpace(s)
+	parts := strings.Split(s, ":")
+	var t TokenSpec
+	switch len(parts) {
+	case 1:
+		t.Token = parts[0]
+	case 2, 3:
+		t.Name, t.Token = strings.TrimSpace(parts[0]), strings.TrimSpace(parts[1])
+		if len(parts) == 3 {
+			scope, ok := strings.CutPrefix(strings.TrimSpace(parts[2]), "waba=")
+			if !ok {
+				return t, fmt.Errorf("token %q: the third part must be waba=ID,ID", t.Name)
+			}
+			for _, id := range strings.FieldsFunc(scope, func(r rune) bool { return r == ',' || r == '+' || r == ' ' }) {
+				if !slices.Contains(t.Wabas, id) {
+					t.Wabas = append(t.Wabas, id)
+				}
+			}
+			if len(t.Wabas) == 0 {
+				return t, fmt.Errorf("token %q: waba= names no WABA id", t.Name)
+			}
+			sort.Strings(t.Wabas)
+		}
+	default:
+		return t, fmt.Errorf("a token is TOKEN, NAME:TOKEN or NAME:TOKEN:waba=ID,ID")
+	}
+	if len(t.Token) < 16 {
+		return t, fmt.Errorf("an API token is shorter than 16 characters")
+	}
+	return t, nil
+}
+
+// ReadTokensFile reads a tokens file: one token a line as ParseToken takes
+// it; blank lines and lines starting with # are skipped.
+func ReadTokensFile(path string) ([]TokenSpec, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return parseTokensFile(b)
+}
+
+func parseTokensFile(b []byte) ([]TokenSpec, error) {
+	var out []TokenSpec
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	line := 0
+	for sc.Scan() {
+		line++
+		l := strings.TrimSpace(sc.Text())
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		t, err := ParseToken(l)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %v", line, err)
+		}
+		out = append(out, t)
+	}
+	return out, sc.Err()
+}
+
+// tenant is what a request's token may see: nil for every WABA.
+type tenant struct {
+	name  string
+	wabas []string
+}
+
+// key identifies a tenant's set of WABAs (for the caches).
+func (t *tenant) key() string { return strings.Join(t.wabas, ",") }
+
+// ownsWaba reports whether the tenant sees WABA id.
+func (t *tenant) ownsWaba(id string) bool { return t == nil || slices.Contains(t.wabas, id) }
+
+// credential is one configured token, as its digest.
+type credential struct {
+	digest [sha256.Size]byte
+	tenant *tenant // nil: every WABA
+}
+
+// tokenSet is the accepted tokens: those of the flags, and those of the
+// tokens file, which is read again when it changes (checked at most once
+// a second, on a request).
+type tokenSet struct {
+	fixed []credential
+	file  string
+
+	mu      sync.Mutex
+	checked time.Time
+	stamp   string // size and modification time of the file read
+	loaded  []credential
+	lastErr string
+}
+
+func credentialsOf(specs []TokenSpec) []credential {
+	out := make([]credential, 0, len(specs))
+	for _, t := range specs {
+		c := credential{digest: sha256.Sum256([]byte(t.Token))}
+		if t.Wabas != nil {
+			c.tenant = &tenant{name: t.Name, wabas: t.Wabas}
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// current is the accepted tokens now; onErr hears of a tokens file that
+// could not be read (the tokens read before stay).
+func (ts *tokenSet) current(now time.Time, onErr func(error)) []credential {
+	if ts.file == "" {
+		return ts.fixed
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if now.Sub(ts.checked) >= time.Second || ts.checked.IsZero() {
+		ts.checked = now
+		if fi, err := os.Stat(ts.file); err != nil {
+			ts.report(err, onErr)
+		} else if stamp := fmt.Sprint(fi.Size(), fi.ModTime().UnixNano()); stamp != ts.stamp {
+			specs, err := ReadTokensFile(ts.file)
+			if err != nil {
+				ts.report(err, onErr)
+			} else {
+				ts.stamp, ts.loaded, ts.lastErr = stamp, credentialsOf(specs), ""
+			}
+		}
+	}
+	return append(append([]credential{}, ts.fixed...), ts.loaded...)
+}
+
+func (ts *tokenSet) report(err error, onErr func(error)) {
+	if err.Error() != ts.lastErr {
+		ts.lastErr = err.Error()
+		if onErr != nil {
+			onErr(err)
+		}
+	}
+}
+
+// match finds the credential of a presented token, comparing every digest
+// in constant time.
+func match(creds []credential, token string) (string, *credential) {
+	d := sha256.Sum256([]byte(token))
+	var found *credential
+	for i := range creds {
+		if subtle.ConstantTimeCompare(d[:], creds[i].digest[:]) == 1 {
+			found = &creds[i]
+		}
+	}
+	return hex.EncodeToString(d[:8]), found
+}
+
+// notFound is the answer to anything outside a tenant: the same whether it
+// exists for another tenant or not at all.
+func notFound(param string) *Error {
+	return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Parameter: param, Message: "not found"}
+}
+
+// tenantNumbers caches the phone number ids of each tenant's WABAs.
+type tenantNumbers struct {
+	mu      sync.Mutex
+	entries map[string]numbersEntry
+}
+
+type numbersEntry struct {
+	at  time.Time
+	ids map[string]bool
+}
+
+// numbersTTL is how long a tenant's numbers are kept before they are read
+// again; fresh forces a read when a number is not among them and the list
+// is older than numbersRetry.
+const (
+	numbersTTL   = 30 * time.Second
+	numbersRetry = 2 * time.Second
+)
+
+// numbersOf is the set of phone number ids of the tenant's WABAs.
+func (s *Server) numbersOf(ctx context.Context, t *tenant, want string) (map[string]bool, error) {
+	tn := s.tenantNumbers
+	tn.mu.Lock()
+	e, ok := tn.entries[t.key()]
+	tn.mu.Unlock()
+	now := time.Now()
+	if ok && now.Sub(e.at) < numbersTTL && (want == "" || e.ids[want] || now.Sub(e.at) < numbersRetry) {
+		return e.ids, nil
+	}
+	ids, err := s.store.WabaNumbers(ctx, t.wabas)
+	if err != nil {
+		return nil, err
+	}
+	set := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		set[id] = true
+	}
+	tn.mu.Lock()
+	tn.entries[t.key()] = numbersEntry{at: now, ids: set}
+	tn.mu.Unlock()
+	return set, nil
+}
+
+// scope narrows q to the tenant t: a WABA or number of q outside it is
+// not_found; without any, q gets the tenant's WABAs and numbers.
+func (s *Server) scope(ctx context.Context, t *tenant, q *Query) error {
+	for _, w := range q.WabaIDs {
+		if !t.ownsWaba(w) {
+			return notFound("waba_id")
+		}
+	}
+	nums, err := s.numbersOf(ctx, t, "")
+	if err != nil {
+		return err
+	}
+	for _, id := range q.PhoneNumberIDs {
+		if !nums[id] {
+			if nums, err = s.numbersOf(ctx, t, id); err != nil {
+				return err
+			}
+			if !nums[id] {
+				return notFound("phone_number_id")
+			}
+		}
+	}
+	q.scoped = true
+	q.scopeWabas = t.wabas
+	q.scopeNumbers = make([]string, 0, len(nums))
+	for id := range nums {
+		q.scopeNumbers = append(q.scopeNumbers, id)
+	}
+	sort.Strings(q.scopeNumbers)
+	return nil
+}
+
+// scopeCond adds to w the condition that keeps a tenant's rows: its WABAs,
+// and the rows without a WABA (send results) of its numbers.
+func scopeCond(w *where, q Query, wabaCol, numberCol string) {
+	if !q.scoped {
+		return
+	}
+	var c where
+	c.in(wabaCol, q.scopeWabas)
+	cond := "(" + c.sql()
+	args := c.args
+	if len(q.scopeNumbers) > 0 {
+		var n where
+		n.in(numberCol, q.scopeNumbers)
+		cond += " OR (" + wabaCol + " = '' AND " + n.sql() + ")"
+		args = append(args, n.args...)
+	}
+	w.add(cond+")", args...)
+}

@@ -1,0 +1,367 @@
+package api_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/wahook/wahook/api"
+	"github.com/wahook/wahook/schema"
+	"github.com/wahook/wahook/schema/schematest"
+)
+
+const (
+	tokenA = "tenant-a-token-0123456789" // waba-1: numbers 1 and 2
+	tokenB = "tenant-b-token-0123456789" // waba-2: number 3
+)
+
+// keepPublisher keeps the send-result documents it is given.
+type keepPublisher struct {
+	mu   sync.Mutex
+	docs [][]byte
+}
+
+func (p *keepPublisher) PublishRaw(_ context.Context, _ string, body []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.docs = append(p.docs, body)
+	return nil
+}
+
+func tenantConfig() api.Config {
+	cfg := api.DefaultConfig()
+	cfg.Tokens = []string{token1, "acme:" + tokenA + ":waba=waba-1", "beta:" + tokenB + ":waba=waba-2"}
+	return cfg
+}
+
+// getAs answers path for token, decoding a 200 into v; it returns the
+// status and body.
+func getAs(t *testing.T, s *api.Server, path, token string, v any) (int, []byte) {
+	t.Helper()
+	code, _, b := get(t, s.App(), path, token)
+	if code == http.StatusOK && v != nil {
+		if err := json.Unmarshal(b, v); err != nil {
+			t.Fatalf("GET %s: %v in %s", path, err, b)
+		}
+	}
+	return code, b
+}
+
+// No report answers a scoped token anything of another tenant: its rows
+// equal those of an unscoped token filtered to the tenant's WABA, its
+// answers never name another tenant's numbers or WABAs, and asking for
+// them is not_found, exactly as for a number that does not exist.
+func TestTenantsSeeOnlyTheirWABAs(t *testing.T) {
+	d := generate(300)
+	ch := load(t, d)
+	// A dead letter of tenant B's WABA, beside the dataset's bodies that
+	// are not JSON (which name no WABA: no tenant sees them).
+	if err := ch.Conn.Exec(context.Background(), fmt.Sprintf(`INSERT INTO %s.dead_letters (received_at, app, raw_seq, raw_msg_id, item, reason, error, body)
+SELECT toDateTime(?), 'default', toUInt64(99), 'dl-b', 'entry[0].changes[0]', 'bad_item', 'test', ?`, ch.Database),
+		t0.Add(10*time.Minute).Unix(), `{"object":"whatsapp_business_account","entry":[{"id":"waba-2","changes":[{"field":"messages","value":7}]}]}`); err != nil {
+		t.Fatal(err)
+	}
+	store := api.NewStore(ch.Conn, ch.Database, api.DefaultTiers())
+	pub := &keepPublisher{}
+	cfg := tenantConfig()
+	cfg.Intake = pub
+	s, err := api.New(cfg, store, nil, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1, n2, n3 := numbers[0].id, numbers[1].id, numbers[2].id
+	foreign := map[string][]string{tokenA: {n3, "waba-2"}, tokenB: {n1, n2, "waba-1"}}
+	own := map[string]string{tokenA: "waba-1", tokenB: "waba-2"}
+
+	reports := []string{
+		"/api/v1/failures?" + rangeParams("group_by=number,waba"),
+		"/api/v1/failures?" + rangeParams("group_by=code,number&step=1m"),
+		"/api/v1/funnel?" + rangeParams("by=number"),
+		"/api/v1/funnel?" + rangeParams("by=waba"),
+		"/api/v1/funnel?" + rangeParams("by=total"),
+		"/api/v1/numbers?" + rangeParams(""),
+		"/api/v1/dead-letters?" + rangeParams(""),
+	}
+	for _, tok := range []string{tokenA, tokenB} {
+		for _, path := range reports {
+			code, b := getAs(t, s, path, tok, nil)
+			if code != http.StatusOK {
+				t.Fatalf("%s as %s: %d %s", path, own[tok], code, b)
+			}
+			for _, f := range foreign[tok] {
+				if bytes.Contains(b, []byte(f)) {
+					t.Errorf("%s as tenant of %s names %s: %s", path, own[tok], f, b)
+				}
+			}
+		}
+	}
+
+	// The tenant's answer is the unscoped answer for its WABA.
+	for _, tok := range []string{tokenA, tokenB} {
+		for _, path := range []string{
+			"/api/v1/failures?" + rangeParams("group_by=code,number"),
+			"/api/v1/funnel?" + rangeParams("by=number"),
+			"/api/v1/numbers?" + rangeParams(""),
+		} {
+			var all, mine map[string]any
+			getAs(t, s, path+"&waba_id="+own[tok], token1, &all)
+			getAs(t, s, path, tok, &mine)
+			delete(all, "as_of")
+			delete(mine, "as_of")
+			if fmt.Sprint(all) != fmt.Sprint(mine) {
+				t.Errorf("%s as tenant of %s:\n%v\nwant the unscoped answer for its WABA:\n%v", path, own[tok], mine, all)
+			}
+			if rows, _ := mine["rows"].([]any); strings.Contains(path, "failures") && len(rows) == 0 {
+				t.Errorf("%s as tenant of %s: no rows; the test proves nothing", path, own[tok])
+			}
+		}
+	}
+	var fa, fb, fall api.Failures
+	getAs(t, s, "/api/v1/failures?"+rangeParams(""), tokenA, &fa)
+	getAs(t, s, "/api/v1/failures?"+rangeParams(""), tokenB, &fb)
+	getAs(t, s, "/api/v1/failures?"+rangeParams(""), token1, &fall)
+	if fa.Total == 0 || fb.Total == 0 || fa.Total+fb.Total != fall.Total {
+		t.Errorf("failures: tenant A %d + tenant B %d, want both > 0 and together the whole %d", fa.Total, fb.Total, fall.Total)
+	}
+
+	// Dead letters: B sees its WABA's one; A none; the unscoped token all.
+	var da, db, dall api.DeadLetters
+	getAs(t, s, "/api/v1/dead-letters?"+rangeParams(""), tokenA, &da)
+	getAs(t, s, "/api/v1/dead-letters?"+rangeParams(""), tokenB, &db)
+	getAs(t, s, "/api/v1/dead-letters?"+rangeParams(""), token1, &dall)
+	if da.Count != 0 || db.Count != 1 || len(db.Recent) != 1 || db.Recent[0].RawMsgID != "dl-b" || dall.Count != db.Count+uint64(len(d.badBodies)) {
+		t.Errorf("dead letters: A %d, B %d %+v, all %d", da.Count, db.Count, db.Recent, dall.Count)
+	}
+
+	// Anything of another tenant is not_found, with the very answer of a
+	// number or WABA that exists nowhere.
+	_, missing := getAs(t, s, "/api/v1/throughput?phone_number_id=999999&"+rangeParams(""), tokenB, nil)
+	for _, c := range []struct{ path, param string }{
+		{"/api/v1/throughput?phone_number_id=" + n1 + "&" + rangeParams(""), "phone_number_id"},
+		{"/api/v1/failures?phone_number_id=" + n2 + "&" + rangeParams(""), "phone_number_id"},
+		{"/api/v1/funnel?waba_id=waba-1&" + rangeParams(""), "waba_id"},
+		{"/api/v1/numbers?phone_number_id=" + n1 + "&" + rangeParams(""), "phone_number_id"},
+		{"/api/v1/failures?waba_id=waba-2,waba-1&" + rangeParams(""), "waba_id"},
+	} {
+		code, b := getAs(t, s, c.path, tokenB, nil)
+		if code != http.StatusNotFound || !bytes.Contains(b, []byte(`"code":"not_found"`)) || !bytes.Contains(b, []byte(`"parameter":"`+c.param+`"`)) {
+			t.Errorf("%s as tenant B: %d %s, want 404 not_found on %s", c.path, code, b, c.param)
+		}
+		if c.param == "phone_number_id" && !bytes.Equal(b, missing) {
+			t.Errorf("%s as tenant B: %s differs from a number that exists nowhere: %s", c.path, b, missing)
+		}
+	}
+	// Its own number's throughput answers.
+	var tp api.Throughput
+	if code, b := getAs(t, s, "/api/v1/throughput?phone_number_id="+n3+"&"+rangeParams(""), tokenB, &tp); code != 200 || tp.Outbound == 0 {
+		t.Errorf("own throughput: %d %s", code, b)
+	}
+
+	// Send results: a tenant reports for its own numbers only.
+	doc := func(id string) string {
+		return `{"results":[{"phone_number_id":"` + id + `","status":"failed","error_code":130429,"recipient":"15551230002","timestamp":1773500000}]}`
+	}
+	postAs := func(body, token string) (int, []byte) {
+		req := httptest.NewRequest(http.MethodPost, "/api/v1/send-results", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := s.App().Test(req, 30_000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	if code, b := postAs(doc(n1), tokenB); code != http.StatusNotFound || !bytes.Contains(b, []byte(`results[0].phone_number_id`)) {
+		t.Errorf("tenant B reporting for tenant A's number: %d %s", code, b)
+	}
+	if code, b := postAs(doc(n3), tokenB); code != http.StatusAccepted {
+		t.Errorf("tenant B reporting for its number: %d %s", code, b)
+	}
+	if code, b := postAs(doc(n1), token1); code != http.StatusAccepted {
+		t.Errorf("unscoped token reporting: %d %s", code, b)
+	}
+	if len(pub.docs) != 2 {
+		t.Errorf("%d documents stored, want 2", len(pub.docs))
+	}
+}
+
+// A tokens file is read again when it changes: a token added works, a
+// token removed is refused, and a scope changed applies.
+func TestTokensFileReloads(t *testing.T) {
+	d := generate(60)
+	ch := load(t, d)
+	file := filepath.Join(t.TempDir(), "tokens")
+	write := func(s string) {
+		if err := os.WriteFile(file, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("# tenants\nbeta:" + tokenB + ":waba=waba-2\n")
+	cfg := api.DefaultConfig()
+	cfg.TokensFile = file
+	s, err := api.New(cfg, api.NewStore(ch.Conn, ch.Database, api.DefaultTiers()), nil, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := "/api/v1/numbers?" + rangeParams("")
+	var ns api.Numbers
+	if code, b := getAs(t, s, path, tokenB, &ns); code != 200 || len(ns.Numbers) != 1 || ns.Numbers[0].PhoneNumberID != numbers[2].id {
+		t.Fatalf("tenant B from the file: %d %s", code, b)
+	}
+	if code, _ := getAs(t, s, path, tokenA, nil); code != http.StatusUnauthorized {
+		t.Fatalf("token not in the file: %d", code)
+	}
+	write("acme:" + tokenA + ":waba=waba-1,waba-2\n")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ns = api.Numbers{}
+		codeA, _ := getAs(t, s, path, tokenA, &ns)
+		codeB, _ := getAs(t, s, path, tokenB, nil)
+		if codeA == 200 && codeB == http.StatusUnauthorized && len(ns.Numbers) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the file changed: A %d with %d numbers, B %d", codeA, len(ns.Numbers), codeB)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// A file that became unreadable keeps the tokens read before.
+	write("not a token\n")
+	time.Sleep(1100 * time.Millisecond)
+	if code, _ := getAs(t, s, path, tokenA, nil); code != 200 {
+		t.Errorf("after a bad file: %d, want the tokens read before", code)
+	}
+}
+
+// The live signals, as a snapshot and as a stream, show a tenant its own
+// numbers only, and a change within a second.
+func TestPacingSignalsPerTenant(t *testing.T) {
+	d := generate(60)
+	ch := load(t, d)
+	js := schematest.StartJetStream(t)
+	nc, err := nats.Connect(js.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	jsc, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kv, err := jsc.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: schema.BucketPacing})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(id string, advice schema.Advice) {
+		b, _ := json.Marshal(schema.PacingSignal{Version: schema.PacingVersion, PhoneNumberID: id, UpdatedAt: time.Now().UTC(), TierMPS: 80, Advice: advice, RecommendedMPS: 40})
+		if _, err := kv.Put(ctx, schema.PacingKey(id), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n1, n3 := numbers[0].id, numbers[2].id
+	put(n1, schema.AdviceOK)
+	put(n3, schema.AdviceOK)
+	cfg := tenantConfig()
+	cfg.Pacing = kv
+	s, err := api.New(cfg, api.NewStore(ch.Conn, ch.Database, api.DefaultTiers()), nil, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sigs api.Signals
+	if code, b := getAs(t, s, "/api/v1/pacing", tokenB, &sigs); code != 200 || len(sigs.Signals) != 1 || sigs.Signals[0].PhoneNumberID != n3 {
+		t.Fatalf("tenant B's snapshot: %d %s", code, b)
+	}
+	if code, b := getAs(t, s, "/api/v1/pacing", token1, &sigs); code != 200 || len(sigs.Signals) != 2 {
+		t.Fatalf("unscoped snapshot: %d %s", code, b)
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	defer func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		if err := s.Shutdown(sctx); err != nil {
+			t.Errorf("shutdown with a live stream open: %v", err)
+		}
+		<-served
+	}()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ln.Addr().String()+"/api/v1/pacing/stream", nil)
+	req.Header.Set("Authorization", "Bearer "+tokenB)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("stream: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	events := make(chan [2]string, 16)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		var ev string
+		for sc.Scan() {
+			line := sc.Text()
+			if e, ok := strings.CutPrefix(line, "event: "); ok {
+				ev = e
+			} else if data, ok := strings.CutPrefix(line, "data: "); ok {
+				events <- [2]string{ev, data}
+			}
+		}
+		close(events)
+	}()
+	next := func(what string) [2]string {
+		select {
+		case e, ok := <-events:
+			if !ok {
+				t.Fatalf("stream ended waiting for %s", what)
+			}
+			return e
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no %s within 5 s", what)
+		}
+		return [2]string{}
+	}
+	if e := next("hello"); e[0] != "hello" {
+		t.Fatalf("first event %v", e)
+	}
+	if e := next("n3's signal"); e[0] != "signal" || !strings.Contains(e[1], n3) {
+		t.Fatalf("initial signal %v", e)
+	}
+	if e := next("ready"); e[0] != "ready" {
+		t.Fatalf("want ready, got %v (another tenant's signal?)", e)
+	}
+	put(n1, schema.AdviceStop) // tenant A's: never on B's stream
+	start := time.Now()
+	put(n3, schema.AdviceStop)
+	e := next("the change")
+	if e[0] != "signal" || !strings.Contains(e[1], n3) || !strings.Contains(e[1], `"advice":"stop"`) {
+		t.Fatalf("change: %v", e)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("the change came after %v", d)
+	}
+}
