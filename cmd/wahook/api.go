@@ -47,6 +47,7 @@ func (o *apiOptions) register(f *flags) {
 		f.StringVar(&o.cfg.Listen, "api-listen", o.cfg.Listen, "address of the query API (/api/v1/...)")
 		f.ListVar(&o.tokens, "api-token", "bearer token of the query API; repeat for several clients or to rotate (secret; at least 16 characters)")
 		f.Secret("api-token")
+		f.StringVar(&o.cfg.TokensFile, "api-tokens-file", "", "file of bearer tokens, one a line (TOKEN, NAME:TOKEN or NAME:TOKEN:waba=ID,ID), read again when it changes")
 		o.limits = map[string]*string{}
 		for _, l := range apiLimitFlags {
 			def := l.field(&o.cfg.Limits).String()
@@ -62,7 +63,7 @@ func (o *apiOptions) register(f *flags) {
 
 // enabled reports whether any token is configured: without one the API
 // would refuse everything, so serve leaves it off.
-func (o *apiOptions) enabled() bool { return len(o.tokens) > 0 }
+func (o *apiOptions) enabled() bool { return len(o.tokens) > 0 || o.cfg.TokensFile != "" }
 
 // build validates the flags into o.cfg.
 func (o *apiOptions) build() error {
@@ -131,6 +132,18 @@ func intake(nc *nats.Conn) (api.Publisher, error) {
 	return rawPublisher{js}, nil
 }
 
+// pacingBucket watches wahook_pacing for the live page, opening the bucket
+// at each watch (stage 2 creates it with its first signal).
+type pacingBucket struct{ js jetstream.JetStream }
+
+func (p pacingBucket) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	kv, err := p.js.KeyValue(ctx, schema.BucketPacing)
+	if err != nil {
+		return nil, err
+	}
+	return kv.WatchAll(ctx, opts...)
+}
+
 // apiServer is a running query API.
 type apiServer struct {
 	srv   *api.Server
@@ -147,6 +160,9 @@ func startAPI(ctx context.Context, log *zap.Logger, o *apiOptions, dsn string, r
 	store, closeStore, err := openStore(ctx, dsn, tiers)
 	if err != nil {
 		return nil, err
+	}
+	if rp, ok := o.cfg.Intake.(rawPublisher); ok && o.cfg.Pacing == nil {
+		o.cfg.Pacing = pacingBucket{rp.js} // the live page, on the same NATS
 	}
 	srv, err := api.New(o.cfg, store, reg, log.Named("api"))
 	if err != nil {
