@@ -18,7 +18,8 @@ const (
 	ClassTemplate      ErrorClass = "template"      // 132xxx, 134xxx: the template is missing, paused or malformed
 	ClassMedia         ErrorClass = "media"         // 131052, 131053
 	ClassFlow          ErrorClass = "flow"          // 132068, 132069
-	ClassPolicy        ErrorClass = "policy"        // 130497, 131031, 368: the business or number is restricted
+	ClassPolicy        ErrorClass = "policy"        // 131031, 368: the business or number is restricted
+	ClassCountry       ErrorClass = "country"       // 130497: the business may not message users in the recipient's country
 	ClassPayment       ErrorClass = "payment"       // 131042, 134011
 	ClassRequest       ErrorClass = "request"       // 100, 131008, 131009, 135000, ...: the request is wrong
 	ClassAuth          ErrorClass = "auth"          // 0, 10, 190, 200-299, 131005: token or permission
@@ -38,6 +39,10 @@ const (
 	VerdictPause         Verdict = "pause"          // pause the number briefly (maintenance)
 	VerdictStop          Verdict = "stop"           // stop sending from the number; do not retry
 	VerdictNotRateLimit  Verdict = "not_rate_limit" // a problem of this message, not of the pace
+	// VerdictSkipCountry: do not message recipients in that country from
+	// this business (a restriction of the business in one country, 130497);
+	// the number and the recipients elsewhere are fine.
+	VerdictSkipCountry Verdict = "skip_country"
 )
 
 // ErrorCode describes one Meta error code.
@@ -65,6 +70,7 @@ var classVerdict = map[ErrorClass]struct {
 	ClassMedia:         {VerdictNotRateLimit, false},
 	ClassFlow:          {VerdictNotRateLimit, false},
 	ClassPolicy:        {VerdictStop, false},
+	ClassCountry:       {VerdictSkipCountry, false},
 	ClassPayment:       {VerdictStop, false},
 	ClassRequest:       {VerdictNotRateLimit, false},
 	ClassAuth:          {VerdictStop, false},
@@ -100,7 +106,7 @@ var catalogue = []struct {
 	{131051, "Unsupported message type", ClassRequest, nil},
 	{131052, "Media download error", ClassMedia, nil},
 	{131053, "Media upload error", ClassMedia, nil},
-	{130497, "Business account restricted from messaging users in this country", ClassPolicy, nil},
+	{130497, "Business account restricted from messaging users in this country", ClassCountry, nil},
 	{131031, "Account locked", ClassPolicy, nil},
 	{368, "Temporarily blocked for policy violations", ClassPolicy, nil},
 	{131037, "Number has no approved display name", ClassPolicy, nil},
@@ -196,7 +202,7 @@ func ErrorCodes() []ErrorCode {
 // ErrorClasses lists every class, unknown last.
 func ErrorClasses() []ErrorClass {
 	return []ErrorClass{ClassThroughput, ClassPairRate, ClassMaintenance, ClassQuality, ClassEngagement,
-		ClassUndeliverable, ClassTemplate, ClassMedia, ClassFlow, ClassPolicy, ClassPayment, ClassRequest,
+		ClassUndeliverable, ClassTemplate, ClassMedia, ClassFlow, ClassPolicy, ClassCountry, ClassPayment, ClassRequest,
 		ClassAuth, ClassRegistration, ClassService, ClassUnknown}
 }
 

@@ -103,3 +103,12 @@ func TestCatalogueCoversWebhooksReference(t *testing.T) {
 		}
 	}
 }
+
+// 130497 restricts the business in one country: it must not stop the
+// number (verdict stop did), only that country's recipients.
+func TestCountryRestrictionIsNotAStop(t *testing.T) {
+	e, ok := LookupError(130497)
+	if !ok || e.Class != ClassCountry || e.Verdict != VerdictSkipCountry || e.Retryable {
+		t.Fatalf("130497: %+v", e)
+	}
+}

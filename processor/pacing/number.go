@@ -43,7 +43,7 @@ const (
 )
 
 // numClasses is len(schema.ErrorClasses()); a test keeps them equal.
-const numClasses = 16
+const numClasses = 17
 
 var classIndex = func() map[schema.ErrorClass]int {
 	m := map[schema.ErrorClass]int{}

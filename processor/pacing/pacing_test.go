@@ -337,3 +337,14 @@ func TestRecentErrorsLast60Seconds(t *testing.T) {
 		}
 	}
 }
+
+// 130497 (the business may not message users in one country) leaves the
+// number sending: its recipients elsewhere are fine.
+func TestCountryRestrictionDoesNotStop(t *testing.T) {
+	n := NewNumber("1001")
+	n.Apply(Event{At: at(5), Codes: []int32{130497}})
+	s := n.Signal(time.Unix(at(6), 0), DefaultTiers())
+	if s.Advice != schema.AdviceOK || s.RecentErrors[schema.ClassCountry] != 1 || s.StopUntil != nil {
+		t.Fatalf("after 130497: advice %s, recent %v, stop until %v", s.Advice, s.RecentErrors, s.StopUntil)
+	}
+}
