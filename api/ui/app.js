@@ -42,6 +42,8 @@ async function api(path) {
 // ---- range and parameters ----
 
 function range() {
+  const hp = hashParams().params;
+  if (hp.get("from") && hp.get("to")) return { from: Number(hp.get("from")), to: Number(hp.get("to")) };
   const p = $("#range-preset").value;
   const now = Math.floor(Date.now() / 1000);
   if (p === "custom") {
@@ -176,6 +178,8 @@ function filterState() {
 }
 function setFilters(view, f) {
   const p = new URLSearchParams();
+  const hp = hashParams().params;
+  for (const k of ["from", "to"]) if (hp.get(k)) p.set(k, hp.get(k));
   for (const [k, v] of Object.entries(f)) if (v) p.set(k, v);
   const s = p.toString();
   location.hash = view + (s ? "?" + s : "");

@@ -1,0 +1,516 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"github.com/wahook/wahook/schema"
+	"github.com/wahook/wahook/schema/schematest"
+)
+
+const (
+	uiAdminToken  = "dashboard-admin-token-0123456789"
+	uiTenantToken = "dashboard-tenant-b-token-0123456789"
+	uiSecret      = "wahook-fixture-app-secret"
+	// Two numbers of generated traffic, each in its own WABA.
+	uiNumberA, uiWabaA = "109100000000001", "109100000000900"
+	uiNumberB, uiWabaB = "109200000000001", "109200000000900"
+)
+
+// chromiumPath finds Debian's chromium; without it the test skips, or
+// fails when CI is set (scripts/test.sh installs it).
+func chromiumPath(t *testing.T) string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("no chromium on this machine: scripts/install-browser.sh installs it")
+	}
+	t.Skip("no chromium on this machine: scripts/install-browser.sh installs it")
+	return ""
+}
+
+// uiTraffic is webhook bodies of the last minutes for the two numbers:
+// sent, delivered and read statuses, failures (130429 and 131048 for A,
+// 131026 for B) and inbound messages for A.
+func uiTraffic(now time.Time) [][]byte {
+	var bodies [][]byte
+	statusBody := func(waba, number string, statuses []string) []byte {
+		return []byte(fmt.Sprintf(`{"object":"whatsapp_business_account","entry":[{"id":%q,"changes":[{"field":"messages","value":{
+"messaging_product":"whatsapp","metadata":{"display_phone_number":"1555%s","phone_number_id":%q},"statuses":[%s]}}]}]}`,
+			waba, number[len(number)-7:], number, strings.Join(statuses, ",")))
+	}
+	status := func(id, st string, at time.Time, code int, campaign string) string {
+		s := fmt.Sprintf(`{"id":%q,"status":%q,"timestamp":"%d","recipient_id":"1555123%04d"`, id, st, at.Unix(), len(id)%10000)
+		if campaign != "" {
+			s += fmt.Sprintf(`,"biz_opaque_callback_data":%q`, campaign)
+		}
+		if code != 0 {
+			s += fmt.Sprintf(`,"errors":[{"code":%d,"title":"t","message":"m"}]`, code)
+		}
+		return s + "}"
+	}
+	for _, n := range []struct {
+		waba, number string
+		codes        []int
+	}{{uiWabaA, uiNumberA, []int{130429, 130429, 130429, 131048}}, {uiWabaB, uiNumberB, []int{131026}}} {
+		var batch []string
+		for i := 0; i < 240; i++ {
+			at := now.Add(-time.Duration(40-i/6) * time.Minute)
+			id := fmt.Sprintf("wamid.UI%s%04d", n.number[len(n.number)-4:], i)
+			campaign := []string{"spring", "summer", "autumn"}[i%3]
+			if i%8 == 0 {
+				batch = append(batch, status(id, "failed", at, n.codes[(i/8)%len(n.codes)], campaign))
+			} else {
+				batch = append(batch, status(id, "sent", at, 0, campaign), status(id, "delivered", at.Add(2*time.Second), 0, campaign))
+				if i%2 == 0 {
+					batch = append(batch, status(id, "read", at.Add(20*time.Second), 0, campaign))
+				}
+			}
+			if len(batch) >= 60 {
+				bodies = append(bodies, statusBody(n.waba, n.number, batch))
+				batch = nil
+			}
+		}
+		if len(batch) > 0 {
+			bodies = append(bodies, statusBody(n.waba, n.number, batch))
+		}
+	}
+	var msgs []string
+	for i := 0; i < 60; i++ {
+		msgs = append(msgs, fmt.Sprintf(`{"from":"1555777%04d","id":"wamid.UIIN%04d","timestamp":"%d","type":"text","text":{"body":"hi"}}`, i, i, now.Add(-time.Duration(30-i/2)*time.Minute).Unix()))
+	}
+	bodies = append(bodies, []byte(fmt.Sprintf(`{"object":"whatsapp_business_account","entry":[{"id":%q,"changes":[{"field":"messages","value":{
+"messaging_product":"whatsapp","metadata":{"display_phone_number":"15550001001","phone_number_id":%q},"contacts":[{"profile":{"name":"x"},"wa_id":"15557770000"}],"messages":[%s]}}]}]}`,
+		uiWabaA, uiNumberA, strings.Join(msgs, ","))))
+	return bodies
+}
+
+// TestDashboardInBrowser drives Debian's chromium against wahook serve fed
+// with the fixtures and generated traffic: each page refuses without a
+// token and loads with one, in under a second; the values it shows are the
+// API's for the same request; the failure filters change the query; the
+// live page shows a signal change within a second of its webhook; a
+// tenant's token shows its WABA only; the console stays free of errors.
+// Screenshots go to $WAHOOK_UI_ARTIFACTS (default: a temporary directory
+// named in the log).
+func TestDashboardInBrowser(t *testing.T) {
+	browser := chromiumPath(t)
+	ch := schematest.ClickHouse(t)
+	listen, apiListen, natsListen := freeAddr(t), freeAddr(t), freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--listen", listen, "--nats-listen", natsListen, "--data-dir", t.TempDir(),
+			"--app-secret", uiSecret, "--clickhouse-dsn", ch.DSN, "--flush-interval", "100ms", "--log-level", "warn",
+			"--funnel-interval", "200ms", "--api-listen", apiListen, "--api-token", uiAdminToken,
+			"--api-token", "beta:" + uiTenantToken + ":waba=" + uiWabaB},
+			io.Discard, &stderr)
+	}()
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("serve exited %d:\n%s", code, stderr.String())
+		}
+	}()
+	base, apiBase := "http://"+listen, "http://"+apiListen
+	waitReady(t, base, &stderr)
+
+	post := func(body []byte) {
+		t.Helper()
+		resp, err := http.DefaultClient.Do(signedRequest(base+"/webhook", uiSecret, string(body)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("webhook: %d", resp.StatusCode)
+		}
+	}
+	// The fixtures, then the generated traffic.
+	var facts map[string]fixtureFacts
+	raw, err := os.ReadFile(filepath.Join(fixturesDir, "expected.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &facts); err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range facts {
+		if f.Sig == "" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(fixturesDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest(http.MethodPost, base+"/webhook", bytes.NewReader(b))
+		req.Header.Set(schema.SignatureHeader, f.Sig)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	now := time.Now()
+	for _, b := range uiTraffic(now) {
+		post(b)
+	}
+	apiGet := func(path, token string) (int, []byte) {
+		req, _ := http.NewRequest(http.MethodGet, apiBase+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	waitFor(t, "the generated traffic in the funnel", func() bool {
+		_, b := apiGet("/api/v1/funnel?by=total&phone_number_id="+uiNumberB, uiAdminToken)
+		var f struct {
+			Rows []struct{ Sent, Failed uint64 }
+		}
+		json.Unmarshal(b, &f)
+		return len(f.Rows) == 1 && f.Rows[0].Sent+f.Rows[0].Failed == 240
+	})
+	waitFor(t, "B's pacing signal", func() bool {
+		_, b := apiGet("/api/v1/pacing", uiAdminToken)
+		return bytes.Contains(b, []byte(uiNumberB))
+	})
+
+	// Every data route refuses without a token; the page itself is public.
+	for _, p := range []string{"/api/v1/failures", "/api/v1/numbers", "/api/v1/funnel", "/api/v1/dead-letters", "/api/v1/pacing", "/api/v1/pacing/stream"} {
+		if code, _ := apiGet(p, ""); code != http.StatusUnauthorized {
+			t.Errorf("%s without a token: %d", p, code)
+		}
+	}
+
+	shots := os.Getenv("WAHOOK_UI_ARTIFACTS")
+	if shots == "" {
+		shots = filepath.Join(os.TempDir(), "wahook-ui-screenshots")
+	}
+	if err := os.MkdirAll(shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshots in %s", shots)
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.NoFirstRun, chromedp.WindowSize(1400, 1000))
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx)
+	defer bcancel()
+	bctx, tcancel := context.WithTimeout(bctx, 150*time.Second)
+	defer tcancel()
+
+	var (
+		mu       sync.Mutex
+		problems []string
+	)
+	chromedp.ListenTarget(bctx, func(ev any) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch ev := ev.(type) {
+		case *runtime.EventExceptionThrown:
+			problems = append(problems, "exception: "+ev.ExceptionDetails.Error())
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.APITypeError {
+				var args []string
+				for _, a := range ev.Args {
+					args = append(args, string(a.Value))
+				}
+				problems = append(problems, "console.error: "+strings.Join(args, " "))
+			}
+		case *cdplog.EventEntryAdded:
+			if ev.Entry.Level == cdplog.LevelError {
+				problems = append(problems, "log: "+ev.Entry.Text)
+			}
+		}
+	})
+	// expected runs a step whose errors in the console are the point of it
+	// (a refused token, a page not found) and forgets them.
+	expected := func(step func()) {
+		step()
+		time.Sleep(200 * time.Millisecond)
+		mu.Lock()
+		problems = nil
+		mu.Unlock()
+	}
+	do := func(what string, actions ...chromedp.Action) {
+		t.Helper()
+		if err := chromedp.Run(bctx, actions...); err != nil {
+			t.Fatalf("%s: %v\n%s", what, err, stderr.String())
+		}
+	}
+	waitLoaded := func(view string) chromedp.Action {
+		return chromedp.Poll(fmt.Sprintf(`document.body.dataset.loaded === %q || document.body.dataset.loaded === %q`, view, view+":error"), nil, chromedp.WithPollingTimeout(20*time.Second))
+	}
+	shot := func(name string) {
+		t.Helper()
+		var png []byte
+		do("screenshot "+name, chromedp.FullScreenshot(&png, 100))
+		if err := os.WriteFile(filepath.Join(shots, name+".png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loadTimes := map[string]string{}
+	loaded := func(view string) {
+		t.Helper()
+		var state, ms string
+		do("load "+view, waitLoaded(view), chromedp.Evaluate(`document.body.dataset.loaded`, &state), chromedp.Evaluate(`document.body.dataset.loadMs`, &ms))
+		if state != view {
+			var msg string
+			chromedp.Run(bctx, chromedp.Evaluate(`(document.getElementById("view-error")||{}).textContent||""`, &msg))
+			t.Fatalf("%s: %s: %s", view, state, msg)
+		}
+		var n int
+		fmt.Sscan(ms, &n)
+		loadTimes[view] = ms + " ms"
+		if n >= 1000 {
+			t.Errorf("%s took %s ms to load and draw", view, ms)
+		}
+	}
+	// lastRequest is the page's latest API request whose path starts with prefix.
+	lastRequest := func(prefix string, contains ...string) string {
+		t.Helper()
+		var reqs []string
+		do("requests", chromedp.Evaluate(`window.wahookRequests`, &reqs))
+		for i := len(reqs) - 1; i >= 0; i-- {
+			ok := strings.HasPrefix(reqs[i], prefix)
+			for _, c := range contains {
+				ok = ok && strings.Contains(reqs[i], c)
+			}
+			if ok {
+				return reqs[i]
+			}
+		}
+		t.Fatalf("no request %s %v among %v", prefix, contains, reqs)
+		return ""
+	}
+	shown := func(sel string) string {
+		t.Helper()
+		var v string
+		do("read "+sel, chromedp.AttributeValue(sel, "data-value", &v, nil, chromedp.ByQuery))
+		return v
+	}
+	apiValue := func(path, token, field string) string {
+		t.Helper()
+		code, b := apiGet(path, token)
+		if code != 200 {
+			t.Fatalf("%s: %d %s", path, code, b)
+		}
+		var m map[string]any
+		json.Unmarshal(b, &m)
+		return fmt.Sprint(jsonPath(m, field))
+	}
+
+	// Without a token: the login form, and a wrong token is refused.
+	do("open", chromedp.Navigate(apiBase+"/"), waitLoaded("login"), chromedp.WaitVisible("#login-form", chromedp.ByQuery))
+	shot("00-login")
+	expected(func() {
+		do("wrong token", chromedp.SendKeys("#login-token", "not-the-token-0123456789", chromedp.ByQuery), chromedp.Click("#login-form button", chromedp.ByQuery),
+			chromedp.Poll(`document.getElementById("login-error").textContent.includes("refused")`, nil, chromedp.WithPollingTimeout(5*time.Second)))
+	})
+	do("nav hidden", chromedp.WaitNotVisible("#nav", chromedp.ByQuery))
+
+	// With the admin token: failures.
+	do("sign in", chromedp.SetValue("#login-token", uiAdminToken, chromedp.ByQuery), chromedp.Click("#login-form button", chromedp.ByQuery))
+	loaded("failures")
+	do("chart drawn", chromedp.WaitVisible("#failures-chart canvas", chromedp.ByQuery), chromedp.WaitVisible("#classes-chart canvas", chromedp.ByQuery))
+	shot("01-failures")
+	checkShown := func(sel, prefix, field, token string, contains ...string) {
+		t.Helper()
+		p := lastRequest(prefix, contains...)
+		if got, want := shown(sel), apiValue(p, token, field); got != want || got == "0" || got == "" {
+			t.Errorf("%s shows %q; the API answers %q for %s", sel, got, want, p)
+		}
+	}
+	checkShown("#failures-total", "/api/v1/failures?", "total", uiAdminToken, "group_by=code&")
+	// A code's row equals the API's.
+	var codeRow string
+	do("130429 row", chromedp.AttributeValue(`#failures-by-code tr[data-code="130429"] td[data-value]`, "data-value", &codeRow, nil, chromedp.ByQuery))
+	if codeRow == "" || codeRow == "0" {
+		t.Errorf("130429 row shows %q", codeRow)
+	}
+	// Filters change the query.
+	do("filter by number", chromedp.SetValue(`#failure-filters input[name=phone_number_id]`, uiNumberA, chromedp.ByQuery), chromedp.Click("#apply-filters", chromedp.ByQuery),
+		chromedp.Poll(fmt.Sprintf(`window.wahookRequests.some(r => r.includes("phone_number_id=%s"))`, uiNumberA), nil, chromedp.WithPollingTimeout(5*time.Second)))
+	loaded("failures")
+	checkShown("#failures-total", "/api/v1/failures?", "total", uiAdminToken, "group_by=code&", "phone_number_id="+uiNumberA)
+	do("filter by origin", chromedp.SetValue(`#failure-filters select[name=origin]`, "send_result", chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelector("#failure-filters select[name=origin]").dispatchEvent(new Event("change"))`, nil),
+		chromedp.Poll(`window.wahookRequests.some(r => r.includes("origin=send_result"))`, nil, chromedp.WithPollingTimeout(5*time.Second)))
+	loaded("failures")
+	shot("02-failures-filtered")
+
+	// Numbers, and a number's page.
+	do("numbers", chromedp.Navigate(apiBase+"/#numbers"))
+	loaded("numbers")
+	do("numbers rows", chromedp.WaitVisible(fmt.Sprintf(`#numbers-table tr[data-number="%s"]`, uiNumberA), chromedp.ByQuery))
+	shot("03-numbers")
+	do("number", chromedp.Navigate(apiBase+"/#number/"+uiNumberA))
+	loaded("number")
+	do("number charts", chromedp.WaitVisible("#tp-minute canvas", chromedp.ByQuery), chromedp.WaitVisible("#tp-second canvas", chromedp.ByQuery))
+	checkShown("#number-outbound", "/api/v1/throughput?", "outbound", uiAdminToken, "step=1m")
+	checkShown("#number-inbound", "/api/v1/throughput?", "inbound", uiAdminToken, "step=1m")
+	shot("04-number")
+
+	// Funnel.
+	do("funnel", chromedp.Navigate(apiBase+"/#funnel"))
+	loaded("funnel")
+	do("funnel chart", chromedp.WaitVisible("#funnel-chart canvas", chromedp.ByQuery))
+	checkShown("#funnel-sent", "/api/v1/funnel?", "rows.0.sent", uiAdminToken, "by=total")
+	checkShown("#funnel-read", "/api/v1/funnel?", "rows.0.read", uiAdminToken, "by=total")
+	shot("05-funnel")
+
+	// Dead letters (none in the fixtures: the count is the API's 0).
+	do("dead letters", chromedp.Navigate(apiBase+"/#dead-letters"))
+	loaded("dead-letters")
+	p := lastRequest("/api/v1/dead-letters?")
+	if got, want := shown("#dead-count"), apiValue(p, uiAdminToken, "count"); got != want {
+		t.Errorf("dead letters show %s, the API %s", got, want)
+	}
+	shot("06-dead-letters")
+
+	// Live: a 131048 for B turns its signal to stop within a second.
+	do("live", chromedp.Navigate(apiBase+"/#live"))
+	loaded("live")
+	do("live ready", chromedp.Poll(`document.body.dataset.live === "ready"`, nil, chromedp.WithPollingTimeout(10*time.Second)),
+		chromedp.WaitVisible(fmt.Sprintf(`#live-table tr[data-number="%s"]`, uiNumberB), chromedp.ByQuery))
+	var before string
+	do("B's advice", chromedp.AttributeValue(fmt.Sprintf(`#live-table tr[data-number="%s"]`, uiNumberB), "data-advice", &before, nil, chromedp.ByQuery))
+	if before == "stop" {
+		t.Fatalf("B is at stop before its 131048")
+	}
+	spam := []byte(fmt.Sprintf(`{"object":"whatsapp_business_account","entry":[{"id":%q,"changes":[{"field":"messages","value":{
+"messaging_product":"whatsapp","metadata":{"display_phone_number":"15550002001","phone_number_id":%q},"statuses":[
+{"id":"wamid.UISPAM","status":"failed","timestamp":"%d","recipient_id":"15551234567","errors":[{"code":131048,"title":"Spam rate limit hit"}]}]}}]}]}`,
+		uiWabaB, uiNumberB, time.Now().Unix()))
+	sent := time.Now()
+	post(spam)
+	do("B at stop", chromedp.Poll(fmt.Sprintf(`(document.querySelector('#live-table tr[data-number="%s"]')||{dataset:{}}).dataset.advice === "stop"`, uiNumberB), nil,
+		chromedp.WithPollingTimeout(10*time.Second), chromedp.WithPollingInterval(10*time.Millisecond)))
+	lag := time.Since(sent)
+	if lag > time.Second {
+		t.Errorf("the live page showed B's stop %v after the webhook was sent", lag)
+	}
+	loadTimes["live signal change after the webhook"] = lag.Round(time.Millisecond).String()
+	var top string
+	do("stop on top", chromedp.AttributeValue(`#live-table tbody tr`, "data-advice", &top, nil, chromedp.ByQuery))
+	if top != "stop" {
+		t.Errorf("the first row's advice is %q, want stop on top", top)
+	}
+	shot("07-live")
+
+	// A tenant's token: B's WABA only.
+	do("log out", chromedp.Click("#logout", chromedp.ByQuery), waitLoaded("login"))
+	do("tenant sign in", chromedp.Navigate(apiBase+"/#numbers"), waitLoaded("login"),
+		chromedp.SetValue("#login-token", uiTenantToken, chromedp.ByQuery), chromedp.Click("#login-form button", chromedp.ByQuery))
+	loaded("numbers")
+	var rows []*cdp.Node
+	do("tenant rows", chromedp.Nodes(`#numbers-table tr[data-number]`, &rows, chromedp.ByQueryAll))
+	if len(rows) != 1 || rows[0].AttributeValue("data-number") != uiNumberB {
+		var got []string
+		for _, r := range rows {
+			got = append(got, r.AttributeValue("data-number"))
+		}
+		t.Errorf("the tenant sees numbers %v, want only %s", got, uiNumberB)
+	}
+	shot("08-tenant-numbers")
+	do("tenant failures", chromedp.Navigate(apiBase+"/#failures"))
+	loaded("failures")
+	checkShown("#failures-total", "/api/v1/failures?", "total", uiTenantToken, "group_by=code&")
+	var html string
+	do("tenant page", chromedp.OuterHTML("#view", &html, chromedp.ByQuery))
+	for _, foreign := range []string{uiNumberA, uiWabaA, "130429"} {
+		if strings.Contains(html, foreign) && foreign != "130429" {
+			t.Errorf("the tenant's failures page names %s", foreign)
+		}
+	}
+	if strings.Contains(html, `data-code="130429"`) {
+		t.Errorf("the tenant's failures show A's 130429")
+	}
+	expected(func() {
+		do("tenant foreign number", chromedp.Navigate(apiBase+"/#number/"+uiNumberA), waitLoaded("number"),
+			chromedp.WaitVisible("#view-error", chromedp.ByQuery))
+	})
+	var msg string
+	do("not found", chromedp.Text("#view-error", &msg, chromedp.ByQuery))
+	if msg != "Not found." {
+		t.Errorf("another tenant's number page says %q", msg)
+	}
+	do("tenant live", chromedp.Navigate(apiBase+"/#live"))
+	loaded("live")
+	do("tenant live ready", chromedp.Poll(`document.body.dataset.live === "ready"`, nil, chromedp.WithPollingTimeout(10*time.Second)))
+	var liveRows []*cdp.Node
+	do("tenant live rows", chromedp.Nodes(`#live-table tr[data-number]`, &liveRows, chromedp.ByQueryAll))
+	for _, r := range liveRows {
+		if r.AttributeValue("data-number") != uiNumberB {
+			t.Errorf("the tenant's live page shows %s", r.AttributeValue("data-number"))
+		}
+	}
+	shot("09-tenant-live")
+
+	mu.Lock()
+	if len(problems) > 0 {
+		t.Errorf("console errors:\n%s", strings.Join(problems, "\n"))
+	}
+	mu.Unlock()
+	var names []string
+	for k, v := range loadTimes {
+		names = append(names, k+": "+v)
+	}
+	sort.Strings(names)
+	t.Logf("load times (route start to charts drawn):\n%s", strings.Join(names, "\n"))
+	bcancel()
+	acancel()
+}
+
+// jsonPath reads a dotted path (rows.0.sent) of decoded JSON.
+func jsonPath(v any, path string) any {
+	for _, k := range strings.Split(path, ".") {
+		switch x := v.(type) {
+		case map[string]any:
+			v = x[k]
+		case []any:
+			var i int
+			fmt.Sscan(k, &i)
+			if i >= len(x) {
+				return nil
+			}
+			v = x[i]
+		default:
+			return nil
+		}
+	}
+	if f, ok := v.(float64); ok {
+		return fmt.Sprintf("%.0f", f)
+	}
+	return v
+}

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs Debian's chromium for the dashboard's browser tests
+# (cmd/wahook/ui_browser_test.go drives it with chromedp). Nothing to do when
+# a chromium is already on the PATH. Needs root or sudo for apt-get.
+set -euo pipefail
+if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then
+	exit 0
+fi
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update
+$sudo apt-get install -y --no-install-recommends chromium
+chromium --version
