@@ -11,6 +11,8 @@ go version
 # The ClickHouse tests start their own clickhouse-server processes from
 # Debian's package; install it if this machine lacks it.
 scripts/clickhouse.sh install
+# The dashboard's browser tests drive Debian's chromium.
+scripts/install-browser.sh
 gofmt_out=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$gofmt_out" ]; then
 	echo "gofmt would change:"; echo "$gofmt_out"; exit 1
