@@ -13,6 +13,8 @@ go version
 scripts/clickhouse.sh install
 # The dashboard's browser tests drive Debian's chromium.
 scripts/install-browser.sh
+# The cluster suite (deploy/local/clustertest) also runs ZooKeeper.
+scripts/install-cluster-tools.sh
 gofmt_out=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$gofmt_out" ]; then
 	echo "gofmt would change:"; echo "$gofmt_out"; exit 1
