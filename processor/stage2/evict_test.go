@@ -105,3 +105,35 @@ func TestValueLevelErrorStops(t *testing.T) {
 		t.Fatalf("recent errors %v, want one quality and one throughput", s.RecentErrors)
 	}
 }
+
+// An event that changes a decision is acked only once the KV holds the
+// decision: a THROUGHPUT_UPGRADE applied while its write fails, then lost
+// with the process's memory, comes back to the next instance (it was
+// acked at once, and the upgrade was lost).
+func TestDecisionAckedAfterItsWrite(t *testing.T) {
+	h := start(t, sec(10), func(c *Config) { c.AckWait = 2 * time.Second })
+	ctx := context.Background()
+	if err := h.js.DeleteKeyValue(ctx, schema.BucketPacing); err != nil {
+		t.Fatal(err)
+	}
+	id := "ev-upgrade-lost"
+	h.publish(schema.KindNumber, "5001", id, schema.ManagementRow{
+		EventID: id, Kind: schema.KindNumber, Field: "phone_number_quality_update", EventTime: sec(5),
+		PhoneNumberID: "5001", Event: "THROUGHPUT_UPGRADE", NewValue: "TIER_UNLIMITED",
+	})
+	h.eventually("the write failed", func() (bool, string) {
+		n := metricValue(h.s.m.writeFails)
+		return n > 0, fmt.Sprint(n)
+	})
+	info, err := h.js.Consumer(ctx, schema.StreamEvents, h.cfg.Durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci := info.CachedInfo(); ci.AckFloor.Stream >= 1 && ci.NumAckPending == 0 {
+		t.Fatalf("the upgrade was acked while its write failed: %+v", ci.AckFloor)
+	}
+	// The process dies with the upgrade in memory only; the next one
+	// provisions the bucket again and gets the upgrade redelivered.
+	h.restart()
+	h.waitSignal("5001", "upgrade after the restart", func(s schema.PacingSignal) bool { return s.TierMPS == 1000 })
+}

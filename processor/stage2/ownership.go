@@ -165,4 +165,8 @@ func (s *Stage2) reown(ctx context.Context) {
 	s.m.partitions.Set(float64(s.own.count))
 	s.log.Info("partitions changed", zap.String("member", s.cfg.Member), zap.Ints("partitions", s.own.list()),
 		zap.Int("numbers_forgotten", forgot))
+	// The held numbers (stop, pause) of partitions this instance gained
+	// are seeded now, as those it owned at the start were: their holds end
+	// without another event, and the end must be written.
+	s.seedHeld(ctx)
 }

@@ -36,6 +36,9 @@ type number struct {
 	p                  *pacing.Number
 
 	dirty     bool      // changed since its last write
+	// held are the EVENTS messages applied since its last write: acked once
+	// a write of what they changed is stored.
+	held []jetstream.Msg
 	gone      bool      // forgotten: its partition moved to another instance
 	lastWrite time.Time // real clock
 	trafficAt int64     // Meta's time of its newest traffic
@@ -43,10 +46,12 @@ type number struct {
 	last      schema.PacingSignal
 }
 
-// pendingWrite is a KV write awaiting its ack.
+// pendingWrite is a KV write awaiting its ack, and the EVENTS messages
+// whose decision it carries: they are acked only once it is stored.
 type pendingWrite struct {
-	f jetstream.PubAckFuture
-	n *number
+	f    jetstream.PubAckFuture
+	n    *number
+	msgs []jetstream.Msg
 }
 
 // writer coalesces and writes the signals: a changed number is written at
@@ -58,6 +63,10 @@ type writer struct {
 	due     time.Time // the earliest due write of dirty
 	live    map[*number]struct{}
 	pending []pendingWrite
+	// holding is the message being applied: a write it causes at once (a
+	// change of advice, tier, quality, limit or maintenance) takes it, to
+	// ack it once the KV holds the decision (handle acks it otherwise).
+	holding jetstream.Msg
 	// fails counts the failed writes since failLogged, the last log line
 	// about them.
 	fails      int
@@ -206,12 +215,17 @@ func (w *writer) write(n *number, sigNow, now time.Time) {
 	if len(w.pending) >= maxPendingWrites {
 		w.reap(context.Background(), true)
 	}
+	if w.holding != nil {
+		n.held, w.holding = append(n.held, w.holding), nil
+	}
 	f, err := s.pub.PublishMsgAsync(&nats.Msg{Subject: n.kvSubject, Data: data})
 	if err != nil {
-		w.failed(n, err)
+		w.failed(n, err) // n.held waits for the next write
 		return
 	}
-	w.pending = append(w.pending, pendingWrite{f: f, n: n})
+	pw := pendingWrite{f: f, n: n, msgs: n.held}
+	n.held = nil
+	w.pending = append(w.pending, pw)
 	if err := s.js.Conn().Publish(n.subject, data); err != nil {
 		s.log.Warn("publish signal", zap.String("subject", n.subject), zap.Error(err))
 	}
@@ -227,8 +241,9 @@ func (w *writer) reap(ctx context.Context, block bool) {
 		if !block {
 			select {
 			case <-p.f.Ok():
+				w.settle(p, nil)
 			case err := <-p.f.Err():
-				w.failed(p.n, err)
+				w.settle(p, err)
 			default:
 				keep = append(keep, w.pending[i:]...)
 				clear(w.pending[len(keep):])
@@ -244,16 +259,57 @@ func (w *writer) reap(ctx context.Context, block bool) {
 		}
 		select {
 		case <-p.f.Ok():
+			w.settle(p, nil)
 		case err := <-p.f.Err():
-			w.failed(p.n, err)
+			w.settle(p, err)
 		case <-timeout:
-			w.failed(p.n, context.DeadlineExceeded)
+			w.settle(p, context.DeadlineExceeded)
 		case <-ctx.Done():
-			w.failed(p.n, ctx.Err())
+			w.settle(p, ctx.Err())
 		}
 	}
 	clear(w.pending)
 	w.pending = w.pending[:0]
+}
+
+// release takes msg back from the write, or the number n, that took it.
+func (w *writer) release(n *number, msg jetstream.Msg) {
+	if n != nil {
+		for k, m := range n.held {
+			if m == msg {
+				n.held = append(n.held[:k], n.held[k+1:]...)
+				return
+			}
+		}
+	}
+	for i := len(w.pending) - 1; i >= 0; i-- {
+		p := &w.pending[i]
+		for k, m := range p.msgs {
+			if m == msg {
+				p.msgs = append(p.msgs[:k], p.msgs[k+1:]...)
+				return
+			}
+		}
+	}
+}
+
+// settle ends a write: stored, its messages are acked; failed, its number
+// is written again and its messages come back soon (a redelivery finds
+// them applied already and acks them once the write has succeeded; after a
+// crash, it applies them again).
+func (w *writer) settle(p pendingWrite, err error) {
+	if err != nil {
+		w.failed(p.n, err)
+		for _, m := range p.msgs {
+			_ = m.NakWithDelay(cooldownRetry)
+		}
+		return
+	}
+	for _, m := range p.msgs {
+		if err := m.Ack(); err != nil {
+			w.s.log.Debug("ack after the signal's write", zap.Error(err))
+		}
+	}
 }
 
 func (w *writer) failed(n *number, err error) {

@@ -265,10 +265,28 @@ func (s *Stage2) handle(ctx context.Context, msg jetstream.Msg) {
 		}
 		return
 	default:
-		if err := s.apply(ctx, &ev); err != nil {
+		// An event that changes a decision (advice, tier, quality, limit,
+		// maintenance) is written to the KV at once; it is acked only once
+		// the KV holds it, so that a crash in between cannot lose it.
+		s.w.holding = msg
+		err := s.apply(ctx, &ev)
+		taken := s.w.holding == nil
+		s.w.holding = nil
+		if err != nil {
+			if taken {
+				s.w.release(s.nums[ev.number], msg)
+			}
 			if err := msg.NakWithDelay(cooldownRetry); err != nil && ctx.Err() == nil {
 				s.log.Warn("nak", zap.String("subject", msg.Subject()), zap.Error(err))
 			}
+			return
+		}
+		if taken {
+			return // acked when the signal's write is stored (writer.settle)
+		}
+		if n := s.nums[ev.number]; n != nil && n.dirty && !n.gone {
+			// Its change waits for the coalesced write: so does its ack.
+			n.held = append(n.held, msg)
 			return
 		}
 	}
