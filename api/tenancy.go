@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"sort"
@@ -233,18 +234,26 @@ func (s *Server) numbersOf(ctx context.Context, t *tenant, want string) (map[str
 // scope narrows q to the tenant t: a WABA or number of q outside it is
 // not_found; without any, q gets the tenant's WABAs and numbers.
 func (s *Server) scope(ctx context.Context, t *tenant, q *Query) error {
+	return scopeQuery(ctx, t, q, func(ctx context.Context, want string) (map[string]bool, error) {
+		return s.numbersOf(ctx, t, want)
+	})
+}
+
+// scopeQuery narrows q to t, with numbers the lookup of t's phone number
+// ids (want: a number the caller asks for, read again when missing).
+func scopeQuery(ctx context.Context, t *tenant, q *Query, numbers func(ctx context.Context, want string) (map[string]bool, error)) error {
 	for _, w := range q.WabaIDs {
 		if !t.ownsWaba(w) {
 			return notFound("waba_id")
 		}
 	}
-	nums, err := s.numbersOf(ctx, t, "")
+	nums, err := numbers(ctx, "")
 	if err != nil {
 		return err
 	}
 	for _, id := range q.PhoneNumberIDs {
 		if !nums[id] {
-			if nums, err = s.numbersOf(ctx, t, id); err != nil {
+			if nums, err = numbers(ctx, id); err != nil {
 				return err
 			}
 			if !nums[id] {
@@ -260,6 +269,41 @@ func (s *Server) scope(ctx context.Context, t *tenant, q *Query) error {
 	}
 	sort.Strings(q.scopeNumbers)
 	return nil
+}
+
+// RunScoped answers like Run, as a token scoped to the WABAs wabas sees it
+// (wahook report --tenant-waba): only their numbers' data, and not_found
+// for any other number or WABA. Empty wabas: as Run.
+func RunScoped(ctx context.Context, s *Store, name string, values url.Values, now time.Time, wabas []string) (any, error) {
+	if len(wabas) == 0 {
+		return Run(ctx, s, name, values, now)
+	}
+	t := &tenant{wabas: append([]string(nil), wabas...)}
+	sort.Strings(t.wabas)
+	for _, r := range routes {
+		if r.Name != name {
+			continue
+		}
+		q, err := parseQuery(r.Params, values, now)
+		if err != nil {
+			return nil, err
+		}
+		if r.Name != "error-codes" {
+			err := scopeQuery(ctx, t, &q, func(ctx context.Context, _ string) (map[string]bool, error) {
+				ids, err := s.WabaNumbers(ctx, t.wabas)
+				set := map[string]bool{}
+				for _, id := range ids {
+					set[id] = true
+				}
+				return set, err
+			})
+			if err != nil {
+				return nil, err
+			}
+		}
+		return r.run(ctx, s, q)
+	}
+	return Run(ctx, s, name, values, now) // the error naming the reports
 }
 
 // scopeCond adds to w the condition that keeps a tenant's rows: its WABAs,

@@ -56,6 +56,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	f.StringVar(&dsn, "clickhouse-dsn", "clickhouse://127.0.0.1:9000/wahook", "ClickHouse, native protocol (secret)")
 	f.Secret("clickhouse-dsn")
 	f.BoolVar(&asJSON, "json", false, "print the API's JSON instead of a table")
+	tenantWabas := f.String("tenant-waba", "", "answer as a token scoped to these WABA ids sees it (comma-separated): their numbers only, not_found for any other")
 	registerNumberTier(f, &ao.tiers)
 	if err := f.Parse(args[1:]); err != nil {
 		return err
@@ -84,7 +85,13 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	defer closeStore()
 	qctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	res, err := api.Run(qctx, store, name, q, time.Now())
+	var scope []string
+	for _, w := range strings.Split(*tenantWabas, ",") {
+		if w = strings.TrimSpace(w); w != "" {
+			scope = append(scope, w)
+		}
+	}
+	res, err := api.RunScoped(qctx, store, name, q, time.Now(), scope)
 	if err != nil {
 		var e *api.Error
 		if errors.As(err, &e) && e.Parameter != "" {
