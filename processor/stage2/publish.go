@@ -35,10 +35,10 @@ type number struct {
 	subject, kvSubject string // wahook.pacing.<id>, $KV.wahook_pacing.<id>
 	p                  *pacing.Number
 
-	dirty     bool      // changed since its last write
+	dirty bool // changed since its last write
 	// held are the EVENTS messages applied since its last write: acked once
 	// a write of what they changed is stored.
-	held []jetstream.Msg
+	held      []jetstream.Msg
 	gone      bool      // forgotten: its partition moved to another instance
 	lastWrite time.Time // real clock
 	trafficAt int64     // Meta's time of its newest traffic
