@@ -80,9 +80,16 @@ func stepDuration(step string) time.Duration {
 // failures_by_minute (every error of a failed status, of a value-level
 // errors array and of an inbound message), each occurrence once however
 // often it was inserted. The range is taken in whole minutes: from and to
-// are rounded down to the minute.
+// are rounded down to the minute, except a default end (now), which takes
+// the minute under way in.
 func (s *Store) Failures(ctx context.Context, q Query) (*Failures, error) {
 	from, to := q.From.Truncate(time.Minute), q.To.Truncate(time.Minute)
+	if q.ToNow && !to.Equal(q.To) {
+		// Without an end the range runs to now: the minute under way is
+		// in, so that an error stamped when it was received (value-level
+		// errors have no time of their own) shows at once.
+		to = to.Add(time.Minute)
+	}
 	out := &Failures{From: from, To: to, GroupBy: q.GroupBy, Step: q.Step, Rows: []FailureRow{}}
 	if !from.Before(to) {
 		return out, nil

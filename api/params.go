@@ -72,6 +72,8 @@ func classNames() []string {
 // reads what it accepts; parse refuses any parameter a route does not.
 type Query struct {
 	From, To time.Time
+	// ToNow is set when the request gave no end: it is now.
+	ToNow bool
 
 	PhoneNumberIDs []string
 	WabaIDs        []string
@@ -134,7 +136,7 @@ func parseQuery(params []param, values url.Values, now time.Time) (Query, error)
 		}
 		return out
 	}
-	q.To = now.UTC().Truncate(time.Second)
+	q.To, q.ToNow = now.UTC().Truncate(time.Second), true
 	for _, p := range params {
 		vs := get(p)
 		if p.Required && len(vs) == 0 {
@@ -158,7 +160,7 @@ func parseQuery(params []param, values url.Values, now time.Time) (Query, error)
 			if p.Name == "from" {
 				q.From = t
 			} else {
-				q.To = t
+				q.To, q.ToNow = t, false
 			}
 		case kindEnum, kindEnums:
 			for _, v := range vs {
