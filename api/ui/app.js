@@ -225,12 +225,27 @@ async function renderFailures() {
   form.querySelector("[name=origin]").onchange = apply;
   form.querySelector("[name=step]").onchange = apply;
 
-  const [overTime, byCode, byClass, classTime] = await Promise.all([
-    api("/api/v1/failures?" + qs({ ...base, group_by: "code", step })),
+  // Two queries: the ranked codes, and the codes over time; the classes
+  // are the codes' (each code has one class), summed here.
+  const [overTime, byCode] = await Promise.all([
+    api("/api/v1/failures?" + qs({ ...base, group_by: "code", step, limit: 10000 })),
     api("/api/v1/failures?" + qs({ ...base, group_by: "code" })),
-    api("/api/v1/failures?" + qs({ ...base, group_by: "class" })),
-    api("/api/v1/failures?" + qs({ ...base, group_by: "class", step })),
   ]);
+  const classOf = (row) => ({ class: row.class, verdict: row.verdict });
+  const sumClasses = (rows, withTime) => {
+    const m = new Map();
+    for (const r of rows) {
+      const k = (withTime ? r.time + "|" : "") + r.class;
+      const o = m.get(k) || { ...classOf(r), time: r.time, failures: 0 };
+      o.failures += r.failures;
+      m.set(k, o);
+    }
+    return [...m.values()];
+  };
+  const byClass = { rows: sumClasses(byCode.rows, false).sort((a, b) => b.failures - a.failures) };
+  byClass.rows.forEach((r) => (r.share = byCode.total ? r.failures / byCode.total : 0));
+  const classTime = { rows: sumClasses(overTime.rows, true) };
+  if (overTime.truncated) view().querySelector("#failures-chart").insertAdjacentHTML("beforebegin", `<p class="muted" id="failures-truncated">The chart holds the first 10,000 buckets and codes; choose a longer step for the whole range.</p>`);
   $("#failures-total").textContent = fmt(byCode.total);
   $("#failures-total").dataset.value = String(byCode.total);
   $("#failures-codes").textContent = String(byCode.rows.length);
@@ -307,14 +322,21 @@ async function renderNumber(id) {
   <div class="row"><div class="card"><h2>Recent errors by class</h2><div id="number-errors" class="chart"></div><table id="number-errors-table"><thead><tr><th>class</th><th>verdict</th><th class="num">failures</th></tr></thead><tbody></tbody></table></div>
   <div class="card"><h2>Quality and messaging-limit history</h2><table id="number-history"><thead><tr><th>time</th><th>field</th><th>event</th><th>old</th><th>new</th></tr></thead><tbody></tbody></table></div></div>`;
   const step = autoStep({ from, to: r.to });
-  const [nums, perMin, perSec, errs, errTime, sigs] = await Promise.all([
+  const [nums, perMin, perSec, errTime, sigs] = await Promise.all([
     api("/api/v1/numbers?" + qs({ phone_number_id: id, from: r.from, to: r.to, limit: 100 })),
     api("/api/v1/throughput?" + qs({ phone_number_id: id, from, to: r.to, step: "1m" })),
     api("/api/v1/throughput?" + qs({ phone_number_id: id, from: secFrom, to: r.to, step: "1s" })),
-    api("/api/v1/failures?" + qs({ phone_number_id: id, from: r.from, to: r.to, group_by: "class" })),
-    api("/api/v1/failures?" + qs({ phone_number_id: id, from: r.from, to: r.to, group_by: "class", step })),
+    api("/api/v1/failures?" + qs({ phone_number_id: id, from: r.from, to: r.to, group_by: "class", step, limit: 10000 })),
     pacingSignals(),
   ]);
+  // The totals by class are the sums of its buckets.
+  const totals = new Map();
+  for (const row of errTime.rows) {
+    const o = totals.get(row.class) || { class: row.class, verdict: row.verdict, failures: 0 };
+    o.failures += row.failures;
+    totals.set(row.class, o);
+  }
+  const errs = { rows: [...totals.values()].sort((a, b) => b.failures - a.failures) };
   const n = nums.numbers[0] || {};
   const s = (sigs || []).find((x) => x.phone_number_id === id);
   $("#number-state").innerHTML = `<span class="stat">Tier<b id="number-tier" data-value="${n.tier_mps}">${fmt(n.tier_mps)} mps</b>${esc(n.tier_source)}</span>

@@ -408,6 +408,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	if before == "stop" {
 		t.Fatalf("B is at stop before its 131048")
 	}
+	var updatedBefore string
+	do("B's update time", chromedp.AttributeValue(fmt.Sprintf(`#live-table tr[data-number="%s"]`, uiNumberB), "data-updated", &updatedBefore, nil, chromedp.ByQuery))
 	spam := []byte(fmt.Sprintf(`{"object":"whatsapp_business_account","entry":[{"id":%q,"changes":[{"field":"messages","value":{
 "messaging_product":"whatsapp","metadata":{"display_phone_number":"15550002001","phone_number_id":%q},"statuses":[
 {"id":"wamid.UISPAM","status":"failed","timestamp":"%d","recipient_id":"15551234567","errors":[{"code":131048,"title":"Spam rate limit hit"}]}]}}]}]}`,
@@ -417,6 +419,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	do("B at stop", chromedp.Poll(fmt.Sprintf(`(document.querySelector('#live-table tr[data-number="%s"]')||{dataset:{}}).dataset.advice === "stop"`, uiNumberB), nil,
 		chromedp.WithPollingTimeout(10*time.Second), chromedp.WithPollingInterval(10*time.Millisecond)))
 	lag := time.Since(sent)
+	var updatedAfter string
+	do("B's new update time", chromedp.AttributeValue(fmt.Sprintf(`#live-table tr[data-number="%s"]`, uiNumberB), "data-updated", &updatedAfter, nil, chromedp.ByQuery))
+	if after, err := time.Parse(time.RFC3339Nano, updatedAfter); err != nil || updatedAfter == updatedBefore || after.Before(sent.Add(-time.Second)) {
+		t.Errorf("B's signal shown was written at %s (before: %s; the webhook was sent at %s)", updatedAfter, updatedBefore, sent.UTC().Format(time.RFC3339Nano))
+	}
 	if lag > time.Second {
 		t.Errorf("the live page showed B's stop %v after the webhook was sent", lag)
 	}

@@ -1,0 +1,139 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"go.uber.org/zap"
+
+	"github.com/wahook/wahook/api"
+	"github.com/wahook/wahook/processor/funnel"
+	"github.com/wahook/wahook/schema/migrations"
+	"github.com/wahook/wahook/schema/schematest"
+)
+
+// TestDashboardLoadTimes times each page of the dashboard in chromium over
+// one day of WAHOOK_UI_TIMING_STATUS_EVENTS generated status events (the
+// data of BenchmarkReports; the issue's bar is a day of 10,000,000): from
+// the page's navigation to its charts drawn, each under a second. It runs
+// only when the variable is set:
+//
+//	WAHOOK_UI_TIMING_STATUS_EVENTS=10000000 go test -run DashboardLoadTimes -v ./api
+func TestDashboardLoadTimes(t *testing.T) {
+	v := os.Getenv("WAHOOK_UI_TIMING_STATUS_EVENTS")
+	if v == "" {
+		t.Skip("set WAHOOK_UI_TIMING_STATUS_EVENTS (e.g. 10000000) to time the dashboard over a day of that many status events")
+	}
+	events, err := strconv.Atoi(v)
+	if err != nil || events < 3 {
+		t.Fatalf("WAHOOK_UI_TIMING_STATUS_EVENTS=%q", v)
+	}
+	browser, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatal("no chromium: scripts/install-browser.sh installs it")
+	}
+	ctx := context.Background()
+	ch := schematest.ClickHouse(t)
+	if _, err := migrations.Apply(ctx, ch.Conn, ch.Database); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	day := start.UTC().Truncate(24*time.Hour).AddDate(0, 0, -1)
+	for _, q := range generateSQL(ch.Database, events/3, day) {
+		if err := ch.Conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%v\n%s", err, q)
+		}
+	}
+	t.Logf("generated %d status events in %v", events, time.Since(start).Round(time.Millisecond))
+	resolver := funnel.New(funnel.DefaultConfig(), ch.Conn, ch.Database, nil, zap.NewNop())
+	for range 2 {
+		if _, err := resolver.Pass(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Timed once ClickHouse has merged what was just written.
+	for quiet, deadline := 0, time.Now().Add(10*time.Minute); quiet < 10 && time.Now().Before(deadline); time.Sleep(time.Second) {
+		var merging uint64
+		if err := ch.Conn.QueryRow(ctx, "SELECT count() FROM system.merges WHERE database = ?", ch.Database).Scan(&merging); err != nil {
+			t.Fatal(err)
+		}
+		if quiet++; merging > 0 {
+			quiet = 0
+		}
+	}
+	cfg := api.DefaultConfig()
+	cfg.Tokens = []string{token1}
+	s, err := api.New(cfg, api.NewStore(ch.Conn, ch.Database, api.DefaultTiers()), nil, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	defer func() {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		s.Shutdown(sctx)
+		<-served
+	}()
+	base := "http://" + ln.Addr().String()
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.NoFirstRun, chromedp.WindowSize(1400, 1000))
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx)
+	defer bcancel()
+	bctx, tcancel := context.WithTimeout(bctx, 5*time.Minute)
+	defer tcancel()
+	if err := chromedp.Run(bctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible("#login-form", chromedp.ByQuery),
+		chromedp.SetValue("#login-token", token1, chromedp.ByQuery), chromedp.Click("#login-form button", chromedp.ByQuery),
+		chromedp.Poll(`document.body.dataset.loaded === "failures"`, nil, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		t.Fatal(err)
+	}
+	rng := fmt.Sprintf("from=%d&to=%d", day.Unix(), day.AddDate(0, 0, 1).Unix())
+	for _, page := range []struct{ view, hash string }{
+		{"failures", "#failures?" + rng},
+		{"failures", "#failures?step=1m&" + rng},
+		{"numbers", "#numbers?" + rng},
+		{"number", "#number/106540352210007?" + rng},
+		{"funnel", "#funnel?" + rng},
+		{"dead-letters", "#dead-letters?" + rng},
+	} {
+		// A full load of the page: the HTML, the script, the API's answers,
+		// the charts drawn; timed from the navigation's start.
+		var ms float64
+		var state string
+		err := chromedp.Run(bctx, chromedp.Navigate("about:blank"), chromedp.Navigate(base+"/"+page.hash),
+			chromedp.Poll(fmt.Sprintf(`document.body.dataset.loaded === %q || document.body.dataset.loaded === %q`, page.view, page.view+":error"), nil, chromedp.WithPollingTimeout(30*time.Second), chromedp.WithPollingInterval(5*time.Millisecond)),
+			chromedp.Evaluate(`document.body.dataset.loaded`, &state),
+			chromedp.Evaluate(`performance.now()`, &ms))
+		if err != nil {
+			t.Fatalf("%s: %v", page.hash, err)
+		}
+		if state != page.view {
+			t.Errorf("%s: %s", page.hash, state)
+		}
+		t.Logf("%-40s %4.0f ms from navigation to charts drawn", page.hash[:min(len(page.hash), 40)], ms)
+		if ms >= 1000 {
+			t.Errorf("%s took %.0f ms", page.hash, ms)
+		}
+		var res []string
+		chromedp.Run(bctx, chromedp.Evaluate(`performance.getEntriesByType("resource").map(e => Math.round(e.responseEnd - e.startTime) + " ms " + e.name.replace(location.origin, "").slice(0, 90))`, &res))
+		for _, r := range res {
+			t.Logf("    %s", r)
+		}
+	}
+}
