@@ -1,0 +1,498 @@
+package clustertest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wahook/wahook/schema"
+)
+
+// root is the repository's root, from this package's directory.
+const root = "../../.."
+
+// Load of every fault run: 8 numbers at 100 outbound messages/s with
+// replies make about 450 webhooks/s over both ingest instances, for
+// loadFor; the fault comes at faultAt and is undone faultFor later.
+const (
+	numbers    = "8"
+	outboundMP = "100"
+	loadFor    = 36 * time.Second
+	faultAt    = 6 * time.Second
+	faultFor   = 20 * time.Second
+	// staleBound is how long a number's stage 2 signal may go unwritten
+	// while its traffic flows: a stopped member's partitions move within
+	// about a minute, twice stage 2's 30 s ack wait (docs/architecture.md),
+	// and an active number is written every --pacing-refresh (1 s).
+	staleBound = 60 * time.Second
+)
+
+// cluster is one deploy/local/cluster.sh up DIR --with-wahook.
+type cluster struct {
+	dir, bin string
+	env      map[string]string
+}
+
+// haveTools reports whether this machine can run the cluster: without
+// ZooKeeper or clickhouse-server the tests skip, except with CI=true, where
+// they fail (scripts/install-cluster-tools.sh installs both).
+func haveTools(t *testing.T) {
+	t.Helper()
+	var missing []string
+	if _, err := exec.LookPath("java"); err != nil {
+		missing = append(missing, "java")
+	}
+	if _, err := os.Stat("/usr/share/java/zookeeper.jar"); err != nil {
+		missing = append(missing, "zookeeper")
+	}
+	if _, err := exec.LookPath("clickhouse-server"); err != nil {
+		if _, err := os.Stat("/usr/sbin/clickhouse-server"); err != nil {
+			missing = append(missing, "clickhouse-server")
+		}
+	}
+	if len(missing) == 0 {
+		return
+	}
+	msg := fmt.Sprintf("missing %v: run scripts/install-cluster-tools.sh", missing)
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	haveTools(t)
+	dir := t.TempDir()
+	bin := os.Getenv("WAHOOK_BIN")
+	if bin == "" {
+		bin = filepath.Join(dir, "bin", "wahook")
+		build := exec.Command("go", "build", "-o", bin, "./cmd/wahook")
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build ./cmd/wahook: %v\n%s", err, out)
+		}
+	}
+	c := &cluster{dir: dir, bin: bin}
+	// Registered before up, so that a half-started cluster is stopped too.
+	t.Cleanup(func() {
+		out, err := c.script("down", dir)
+		if err != nil {
+			t.Errorf("cluster.sh down: %v\n%s", err, out)
+		}
+		c.noneLeft(t)
+	})
+	t0 := time.Now()
+	out, err := c.script("up", dir, "--with-wahook")
+	if err != nil {
+		t.Fatalf("cluster.sh up: %v\n%s", err, out)
+	}
+	c.env = parseEnv(out)
+	for _, k := range []string{"NATS_URLS", "NATS_PIDS", "CLICKHOUSE_DSN", "CLICKHOUSE_PIDS", "ZOOKEEPER_PID",
+		"INGEST_URLS", "INGEST_PIDS", "PROCESS_PIDS", "API_URL", "APP_SECRET", "API_TOKEN"} {
+		if c.env[k] == "" {
+			t.Fatalf("cluster.sh up printed no %s:\n%s", k, out)
+		}
+	}
+	t.Logf("cluster up in %s: NATS %s, ClickHouse %s, ingest %s", time.Since(t0).Round(time.Millisecond),
+		c.env["NATS_URLS"], c.env["CLICKHOUSE_DSN"], c.env["INGEST_URLS"])
+	return c
+}
+
+func (c *cluster) script(args ...string) (string, error) {
+	cmd := exec.Command(filepath.Join(root, "deploy/local/cluster.sh"), args...)
+	cmd.Env = append(os.Environ(), "WAHOOK_BIN="+c.bin)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	if err != nil {
+		return out.String() + errOut.String(), err
+	}
+	return out.String(), nil
+}
+
+// noneLeft fails when a process started under the cluster's directory
+// still runs after down.
+func (c *cluster) noneLeft(t *testing.T) {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if cmd := strings.ReplaceAll(string(b), "\x00", " "); strings.Contains(cmd, c.dir) {
+			t.Errorf("still running after down: %s (%s)", filepath.Base(filepath.Dir(p)), cmd)
+		}
+	}
+}
+
+func parseEnv(out string) map[string]string {
+	env := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok && k == strings.ToUpper(k) && !strings.ContainsAny(k, " #") {
+			env[k] = v
+		}
+	}
+	return env
+}
+
+func (c *cluster) pid(t *testing.T, file string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.dir, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+func (c *cluster) kill(t *testing.T, file string) {
+	t.Helper()
+	pid := c.pid(t, file)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill %s (pid %d): %v", file, pid, err)
+	}
+	t.Logf("killed %s (pid %d)", file, pid)
+}
+
+func (c *cluster) restart(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := c.script(append(args[:1:1], append([]string{c.dir}, args[1:]...)...)...); err != nil {
+		t.Errorf("cluster.sh %v: %v\n%s", args, err, out)
+	}
+}
+
+// report is what the test reads of wahook loadtest --json.
+type report struct {
+	Sent     uint64         `json:"sent"`
+	OK       uint64         `json:"ok"`
+	Errors   uint64         `json:"errors"`
+	GaveUp   uint64         `json:"gave_up"`
+	Statuses map[string]int `json:"statuses"`
+	Timeline []struct {
+		S        int    `json:"s"`
+		Requests int64  `json:"requests"`
+		Non200   uint64 `json:"non_200"`
+		Errors   uint64 `json:"errors"`
+	} `json:"timeline"`
+	Check *struct {
+		Drained    bool    `json:"drained"`
+		WaitS      float64 `json:"wait_s"`
+		Expected   int     `json:"expected"`
+		Found      int     `json:"found"`
+		Lost       int     `json:"lost"`
+		Duplicates int     `json:"duplicates"`
+	} `json:"check"`
+}
+
+// longestGap is the longest run of seconds of the load in which no request
+// got a 200.
+func (r *report) longestGap() int {
+	gap, longest := 0, 0
+	for _, s := range r.Timeline {
+		if s.Requests-int64(s.Non200)-int64(s.Errors) > 0 {
+			gap = 0
+			continue
+		}
+		gap++
+		longest = max(longest, gap)
+	}
+	return longest
+}
+
+// stalenessWatch reads stage 2's wahook_pacing every second and keeps, for
+// each number of this run, the longest time its signal went unwritten.
+// Numbers of earlier runs, in the bucket when the watch starts, are left
+// out: without traffic a number's signal is not written again.
+type stalenessWatch struct {
+	mu      sync.Mutex
+	longest map[string]time.Duration
+	stop    func()
+}
+
+func watchStaleness(t *testing.T, js jetstream.JetStream) *stalenessWatch {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &stalenessWatch{longest: map[string]time.Duration{}}
+	before := map[string]bool{}
+	{
+		lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
+		if kv, err := js.KeyValue(lctx, schema.BucketPacing); err == nil {
+			if keys, err := kv.Keys(lctx); err == nil {
+				for _, k := range keys {
+					before[k] = true
+				}
+			}
+		}
+		lcancel()
+	}
+	done := make(chan struct{})
+	w.stop = func() { cancel(); <-done }
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+			kv, err := js.KeyValue(rctx, schema.BucketPacing)
+			if err != nil {
+				rcancel()
+				continue // the bucket's leader may be moving: the next tick reads again
+			}
+			lister, err := kv.ListKeys(rctx)
+			if err != nil {
+				rcancel()
+				continue
+			}
+			for k := range lister.Keys() {
+				if before[k] {
+					continue
+				}
+				e, err := kv.Get(rctx, k)
+				if err != nil {
+					continue
+				}
+				age := time.Since(e.Created())
+				w.mu.Lock()
+				w.longest[k] = max(w.longest[k], age)
+				w.mu.Unlock()
+			}
+			rcancel()
+		}
+	}()
+	return w
+}
+
+func (w *stalenessWatch) result() (string, time.Duration, int) {
+	w.stop()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var key string
+	var longest time.Duration
+	for k, d := range w.longest {
+		if d > longest {
+			key, longest = k, d
+		}
+	}
+	return key, longest, len(w.longest)
+}
+
+type fault struct {
+	name string
+	// inject breaks something and returns what undoes it (nil: nothing).
+	inject func(t *testing.T, c *cluster, js jetstream.JetStream) func()
+	// during runs while the fault holds, after inject.
+	during func(t *testing.T, c *cluster)
+	// after checks more once the load test has passed its check.
+	after func(t *testing.T, c *cluster)
+}
+
+// runFault puts the load on, breaks what f breaks at faultAt, undoes it
+// faultFor later, and checks the load test's ledger against ClickHouse.
+func runFault(t *testing.T, c *cluster, f fault) {
+	nc, err := nats.Connect(c.env["NATS_URLS"], nats.MaxReconnects(-1), nats.ReconnectWait(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch := watchStaleness(t, js)
+	var out, errOut bytes.Buffer
+	lt := exec.Command(c.bin, "loadtest", "--url", c.env["INGEST_URLS"], "--app-secret", c.env["APP_SECRET"],
+		"--numbers", numbers, "--outbound-mps", outboundMP, "--reply-rate", "0.3", "--statuses-per-post", "3",
+		"--duration", loadFor.String(), "--connections", "64", "--attempts", "6", "--timeout", "5s",
+		"--check-clickhouse-dsn", c.env["CLICKHOUSE_DSN"], "--check-nats-url", c.env["NATS_URLS"],
+		"--check-timeout", "240s", "--check-quiet", "5s", "--json")
+	lt.Stdout, lt.Stderr = &out, &errOut
+	if err := lt.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- lt.Wait() }()
+	defer func() {
+		if lt.ProcessState == nil {
+			_ = lt.Process.Kill()
+			<-waited
+		}
+	}()
+	start := time.Now()
+	time.Sleep(faultAt)
+	undo := f.inject(t, c, js)
+	if f.during != nil {
+		f.during(t, c)
+	}
+	time.Sleep(time.Until(start.Add(faultAt + faultFor)))
+	if undo != nil {
+		undo()
+	}
+	ltErr := <-waited
+	key, stale, keys := watch.result()
+
+	var r report
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil || r.Check == nil {
+		t.Fatalf("wahook loadtest: %v, report %v\nstdout: %.2000s\nstderr: %.4000s", ltErr, err, out.String(), errOut.String())
+	}
+	line := fmt.Sprintf("fault %q: sent %d, 200s %d, 503s %d, not sent %d, lost %d, duplicated %d, longest gap in 200s %ds, backlog drained in %.1fs, signal stale at most %s (%s, %d numbers)",
+		f.name, r.Sent, r.OK, r.Statuses["503"], r.Errors, r.Check.Lost, r.Check.Duplicates, r.longestGap(),
+		r.Check.WaitS, stale.Round(100*time.Millisecond), key, keys)
+	t.Log(line)
+	fmt.Println("cluster fault:", line)
+	if ltErr != nil || r.Check.Lost != 0 || r.Check.Duplicates != 0 || !r.Check.Drained || r.Check.Found != r.Check.Expected {
+		t.Errorf("%s: the check failed (%v): expected %d, found %d, drained %v\nstderr: %.4000s",
+			f.name, ltErr, r.Check.Expected, r.Check.Found, r.Check.Drained, errOut.String())
+	}
+	if r.OK == 0 || r.GaveUp > r.Sent/20 {
+		t.Errorf("%s: %d bodies answered 200, %d given up of %d sent", f.name, r.OK, r.GaveUp, r.Sent)
+	}
+	if keys == 0 || stale > staleBound {
+		t.Errorf("%s: stage 2's signal of %s went unwritten for %s (bound %s; %d numbers seen)", f.name, key, stale, staleBound, keys)
+	}
+	if f.after != nil {
+		f.after(t, c)
+	}
+}
+
+// sameRowsOnReplicas waits until both ClickHouse replicas hold as many rows
+// of status_events and inbound_messages: replication caught up.
+func sameRowsOnReplicas(t *testing.T, c *cluster) {
+	t.Helper()
+	dsns := strings.Split(c.env["CLICKHOUSE_DSNS"], ",")
+	var conns []clickhouse.Conn
+	for _, dsn := range dsns {
+		opts, err := clickhouse.ParseDSN(strings.Replace(dsn, "/wahook", "/default", 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := clickhouse.Open(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conns = append(conns, conn)
+	}
+	var last []uint64
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+		last = last[:0]
+		for _, conn := range conns {
+			var n uint64
+			if err := conn.QueryRow(context.Background(),
+				"SELECT (SELECT count() FROM wahook.status_events) + (SELECT count() FROM wahook.inbound_messages)").Scan(&n); err != nil {
+				t.Logf("count: %v", err)
+				n = 0
+			}
+			last = append(last, n)
+		}
+		if len(last) == 2 && last[0] == last[1] && last[0] > 0 {
+			t.Logf("both replicas hold %d rows", last[0])
+			return
+		}
+	}
+	t.Errorf("the replicas hold %v rows after 90s: replication did not catch up", last)
+}
+
+// apiAnswers asks the API for a report and wants a 200.
+func apiAnswers(t *testing.T, c *cluster) {
+	t.Helper()
+	req := exec.Command("curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "-m", "10",
+		"-H", "Authorization: Bearer "+c.env["API_TOKEN"], c.env["API_URL"]+"/api/v1/failures")
+	out, err := req.Output()
+	if err != nil || strings.TrimSpace(string(out)) != "200" {
+		t.Errorf("the API with one ClickHouse replica down: %s %v", out, err)
+	}
+}
+
+func natsNode(t *testing.T, js jetstream.JetStream, stream string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil || info.Cluster == nil || info.Cluster.Leader == "" {
+		t.Fatalf("stream %s: no leader (%v)", stream, err)
+	}
+	return info.Cluster.Leader
+}
+
+// TestClusterFaults: one cluster, one fault after the other, each under
+// load, each checked on its own.
+func TestClusterFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the cluster suite takes minutes")
+	}
+	c := startCluster(t)
+	faults := []fault{
+		{name: "one NATS node killed, restarted 20s later", inject: func(t *testing.T, c *cluster, js jetstream.JetStream) func() {
+			// A node that does not lead WAHOOK_RAW (the next fault kills the leader).
+			leader := natsNode(t, js, schema.StreamRaw)
+			node := "nats-1"
+			if leader == node {
+				node = "nats-2"
+			}
+			c.kill(t, node+"/pid")
+			return func() { c.restart(t, "restart-nats", strings.TrimPrefix(node, "nats-")) }
+		}},
+		{name: "the NATS node leading WAHOOK_RAW killed", inject: func(t *testing.T, c *cluster, js jetstream.JetStream) func() {
+			node := natsNode(t, js, schema.StreamRaw)
+			c.kill(t, node+"/pid")
+			return func() { c.restart(t, "restart-nats", strings.TrimPrefix(node, "nats-")) }
+		}},
+		{name: "one ClickHouse replica killed, restarted", inject: func(t *testing.T, c *cluster, js jetstream.JetStream) func() {
+			c.kill(t, "clickhouse-1/clickhouse-server.pid")
+			return func() { c.restart(t, "restart-clickhouse", "1") }
+		}, during: func(t *testing.T, c *cluster) {
+			time.Sleep(3 * time.Second)
+			apiAnswers(t, c)
+		}, after: sameRowsOnReplicas},
+		{name: "ZooKeeper stopped for 20s", inject: func(t *testing.T, c *cluster, js jetstream.JetStream) func() {
+			c.kill(t, "zookeeper/pid")
+			return func() { c.restart(t, "restart-zookeeper") }
+		}, after: sameRowsOnReplicas},
+		{name: "one wahook process killed", inject: func(t *testing.T, c *cluster, js jetstream.JetStream) func() {
+			c.kill(t, "wahook/process-1.pid")
+			return func() { c.restart(t, "restart-process", "1") }
+		}},
+		{name: "one wahook ingest killed", inject: func(t *testing.T, c *cluster, js jetstream.JetStream) func() {
+			c.kill(t, "wahook/ingest-2.pid")
+			return nil
+		}},
+	}
+	for _, f := range faults {
+		if !t.Run(f.name, func(t *testing.T) { runFault(t, c, f) }) {
+			// A failed fault may leave the cluster broken; the next would
+			// only report that.
+			break
+		}
+		time.Sleep(3 * time.Second)
+	}
+}
