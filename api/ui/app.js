@@ -106,19 +106,21 @@ function stacked(el, title, xs, series, opts) {
 }
 
 function bars(el, title, labels, series) {
-  const xs = labels.map((_, i) => i);
-  const data = [xs].concat(series.map((s) => s.values));
+  // Side by side: each label's slot holds one bar per series, at its own x.
+  const S = series.length, w = 0.8 / S;
+  const xs = [];
+  labels.forEach((_, i) => { for (let k = 0; k < S; k++) xs.push(i + (k - (S - 1) / 2) * w); });
+  const data = [xs].concat(series.map((s, k) => xs.map((_, j) => (j % S === k ? s.values[Math.floor(j / S)] : null))));
   const u = new uPlot({
     title, width: chartWidth(el), height: 260,
     scales: { x: { time: false, range: [-0.5, labels.length - 0.5] } },
-    series: [{ label: "", value: (u, v) => (v == null ? "" : labels[v] || "") }].concat(series.map((s, k) => ({
+    series: [{ label: "", value: (u, v) => (v == null ? "" : labels[Math.round(v)] || "") }].concat(series.map((s) => ({
       label: s.label, stroke: s.color, fill: s.color + "bb", width: 1,
-      paths: uPlot.paths.bars({ size: [0.8 / series.length, 60], align: 0, gap: 1 }),
+      paths: uPlot.paths.bars({ size: [0.95, 80], align: 0 }),
       points: { show: false },
     }))),
-    axes: [{ splits: () => xs, values: (u, v) => v.map((i) => shorten(labels[i] || "")) }, { size: 60 }],
+    axes: [{ splits: () => labels.map((_, i) => i), values: (u, v) => v.map((i) => shorten(labels[i] || "")) }, { size: 60 }],
   }, data, el);
-  // side by side: shift each series within its slot
   charts.push(u);
   el.dataset.points = String(labels.length);
   return u;
