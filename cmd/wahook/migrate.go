@@ -6,8 +6,11 @@ import (
 	"io"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/wahook/wahook/ingest"
 	"github.com/wahook/wahook/processor"
+	"github.com/wahook/wahook/schema"
 )
 
 // runMigrate creates or updates everything the product needs, then exits:
@@ -74,6 +77,11 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if _, err := processor.NewNumberMap(cctx, pub.JetStream(), io_.stream.Replicas); err != nil {
 		return err
 	}
+	// NewNumberMap keeps an existing bucket as it is: a changed replica
+	// count is applied here, as EnsureRawStream does for RAW.
+	if err := ensureStreamReplicas(cctx, pub.JetStream(), "KV_"+schema.BucketNumbers, io_.stream.Replicas); err != nil {
+		return err
+	}
 	fmt.Fprintln(stdout, "stream WAHOOK_EVENTS and bucket wahook_numbers ready")
 	if po.dsn == "" {
 		fmt.Fprintln(stdout, "clickhouse skipped (empty --clickhouse-dsn)")
@@ -86,5 +94,27 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	conn.Close()
 	fmt.Fprintf(stdout, "clickhouse database %s migrated\n", db)
+	return nil
+}
+
+// ensureStreamReplicas gives the stream name (a KV bucket's is KV_bucket)
+// replicas copies if it has another count.
+func ensureStreamReplicas(ctx context.Context, js jetstream.JetStream, name string, replicas int) error {
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", name, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", name, err)
+	}
+	if info.Config.Replicas == replicas {
+		return nil
+	}
+	cfg := info.Config
+	cfg.Replicas = replicas
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("stream %s: %d replicas: %w", name, replicas, err)
+	}
 	return nil
 }

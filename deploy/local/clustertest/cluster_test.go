@@ -75,7 +75,10 @@ func haveTools(t *testing.T) {
 	t.Skip(msg)
 }
 
-func startCluster(t *testing.T) *cluster {
+func startCluster(t *testing.T) *cluster { return startClusterWith(t, true) }
+
+// startClusterWith starts the cluster, with wahook's instances or without.
+func startClusterWith(t *testing.T, withWahook bool) *cluster {
 	t.Helper()
 	haveTools(t)
 	dir := t.TempDir()
@@ -98,13 +101,18 @@ func startCluster(t *testing.T) *cluster {
 		c.noneLeft(t)
 	})
 	t0 := time.Now()
-	out, err := c.script("up", dir, "--with-wahook")
+	up := []string{"up", dir}
+	want := []string{"NATS_URLS", "NATS_PIDS", "CLICKHOUSE_DSN", "CLICKHOUSE_DSNS", "CLICKHOUSE_PIDS", "ZOOKEEPER_PID"}
+	if withWahook {
+		up = append(up, "--with-wahook")
+		want = append(want, "INGEST_URLS", "INGEST_PIDS", "PROCESS_PIDS", "API_URL", "APP_SECRET", "API_TOKEN")
+	}
+	out, err := c.script(up...)
 	if err != nil {
 		t.Fatalf("cluster.sh up: %v\n%s", err, out)
 	}
 	c.env = parseEnv(out)
-	for _, k := range []string{"NATS_URLS", "NATS_PIDS", "CLICKHOUSE_DSN", "CLICKHOUSE_PIDS", "ZOOKEEPER_PID",
-		"INGEST_URLS", "INGEST_PIDS", "PROCESS_PIDS", "API_URL", "APP_SECRET", "API_TOKEN"} {
+	for _, k := range want {
 		if c.env[k] == "" {
 			t.Fatalf("cluster.sh up printed no %s:\n%s", k, out)
 		}
@@ -494,5 +502,133 @@ func TestClusterFaults(t *testing.T) {
 			break
 		}
 		time.Sleep(3 * time.Second)
+	}
+}
+
+// TestClusterMigrate: wahook migrate on the cluster. Streams and the numbers
+// bucket made with one replica get three when migrate runs again with
+// --raw-replicas 3 --events-replicas 3; two migrates at once, one through
+// each ClickHouse replica, with --clickhouse-cluster, leave on both replicas
+// the same replicated tables, each migration recorded, and a row written
+// through one replica is read through the other.
+func TestClusterMigrate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the cluster suite takes minutes")
+	}
+	c := startClusterWith(t, false)
+	urls := c.env["NATS_URLS"]
+	dsns := strings.Split(c.env["CLICKHOUSE_DSNS"], ",")
+	migrate := func(args ...string) error {
+		cmd := exec.Command(c.bin, append([]string{"migrate", "--nats-url", urls, "--log-level", "warn"}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("wahook migrate %v: %v\n%s", args, err, out)
+		}
+		return nil
+	}
+	if err := migrate("--clickhouse-dsn", ""); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 2)
+	for _, dsn := range dsns {
+		go func() {
+			errs <- migrate("--raw-replicas", "3", "--events-replicas", "3", "--clickhouse-dsn", dsn, "--clickhouse-cluster", "wahook")
+		}()
+	}
+	for range dsns {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+
+	nc, err := nats.Connect(urls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, name := range []string{schema.StreamRaw, "WAHOOK_EVENTS", "KV_wahook_numbers"} {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Errorf("stream %s: %v", name, err)
+			continue
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			t.Errorf("stream %s: %v", name, err)
+			continue
+		}
+		if info.Config.Replicas != 3 {
+			t.Errorf("stream %s has %d replicas after migrate with 3", name, info.Config.Replicas)
+		}
+	}
+
+	var conns []clickhouse.Conn
+	for _, dsn := range dsns {
+		opts, err := clickhouse.ParseDSN(strings.Replace(dsn, "/wahook", "/default", 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := clickhouse.Open(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conns = append(conns, conn)
+	}
+	var tables [2]string
+	for i, conn := range conns {
+		var versions, records uint64
+		if err := conn.QueryRow(ctx, "SELECT uniqExact(version), count() FROM wahook.schema_migrations").Scan(&versions, &records); err != nil {
+			t.Fatal(err)
+		}
+		if versions < 10 {
+			t.Errorf("replica %d: %d migrations recorded (%d rows), want every one", i+1, versions, records)
+		}
+		rows, err := conn.Query(ctx, "SELECT name, engine FROM system.tables WHERE database = 'wahook' ORDER BY name")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var name, engine string
+			if err := rows.Scan(&name, &engine); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(engine, "Replicated") && engine != "MaterializedView" {
+				t.Errorf("replica %d: table %s has engine %s, want a Replicated one", i+1, name, engine)
+			}
+			tables[i] += name + ":" + engine + " "
+		}
+		rows.Close()
+	}
+	if tables[0] != tables[1] || tables[0] == "" {
+		t.Errorf("the replicas hold different tables:\n%s\n%s", tables[0], tables[1])
+	}
+	batch, err := conns[0].PrepareBatch(ctx, "INSERT INTO wahook.dead_letters (raw_seq, reason)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := batch.Append(uint64(42), "cluster test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := batch.Send(); err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if err := conns[1].QueryRow(ctx, "SELECT count() FROM wahook.dead_letters WHERE raw_seq = 42").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+	}
+	if n != 1 {
+		t.Errorf("a row written through replica 1: %d copies on replica 2 after 30s", n)
 	}
 }
