@@ -157,3 +157,28 @@ func TestRenderGolden(t *testing.T) {
 		})
 	}
 }
+
+// TestOnCluster: CREATEs get ON CLUSTER and Replicated engines with their
+// arguments kept; an ALTER and an insert are left as they are.
+func TestOnCluster(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"CREATE DATABASE IF NOT EXISTS wahook", "CREATE DATABASE IF NOT EXISTS wahook ON CLUSTER c"},
+		{"-- note\nCREATE TABLE IF NOT EXISTS db.t\n(\n    a UInt8\n)\nENGINE = ReplacingMergeTree(v)\nORDER BY a",
+			"-- note\nCREATE TABLE IF NOT EXISTS db.t ON CLUSTER c\n(\n    a UInt8\n)\nENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/db.t', '{replica}', v)\nORDER BY a"},
+		{"CREATE TABLE IF NOT EXISTS db.s (a UInt8) ENGINE = SummingMergeTree((a, b)) ORDER BY a",
+			"CREATE TABLE IF NOT EXISTS db.s ON CLUSTER c (a UInt8) ENGINE = ReplicatedSummingMergeTree('/clickhouse/tables/{shard}/db.s', '{replica}', (a, b)) ORDER BY a"},
+		{"CREATE TABLE IF NOT EXISTS db.m (a UInt8) ENGINE = MergeTree ORDER BY a",
+			"CREATE TABLE IF NOT EXISTS db.m ON CLUSTER c (a UInt8) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/db.m', '{replica}') ORDER BY a"},
+		{"CREATE MATERIALIZED VIEW IF NOT EXISTS db.v TO db.t AS SELECT a FROM db.x",
+			"CREATE MATERIALIZED VIEW IF NOT EXISTS db.v ON CLUSTER c TO db.t AS SELECT a FROM db.x"},
+		{"ALTER TABLE db.t ADD COLUMN b String DEFAULT ''", "ALTER TABLE db.t ADD COLUMN b String DEFAULT ''"},
+		{"INSERT INTO db.t (a) SELECT 1", "INSERT INTO db.t (a) SELECT 1"},
+	} {
+		if got := OnCluster(tc.in, "c"); got != tc.want {
+			t.Errorf("OnCluster(%q)\n got %q\nwant %q", tc.in, got, tc.want)
+		}
+	}
+	if _, err := deadLetters(t).Statements(Data{Database: "wahook", Cluster: "bad-name"}); !errors.Is(err, ErrBadDatabase) {
+		t.Errorf("a cluster name that is no identifier: %v, want ErrBadDatabase", err)
+	}
+}
