@@ -45,11 +45,36 @@ func TestHelmTemplate(t *testing.T) {
 }
 
 // A ClickHouse cluster cannot be set until wahook has a flag for it.
-func TestHelmRefusesClickHouseCluster(t *testing.T) {
+// TestHelmClickHouseCluster: clickhouse.cluster reaches migrate and process
+// (the commands that have --clickhouse-cluster) and no other container.
+func TestHelmClickHouseCluster(t *testing.T) {
 	helm := tool(t, "helm")
 	out, err := run(t, 2*time.Minute, repoRoot, nil, helm, "template", "wahook", chartDir(), "--set", "clickhouse.cluster=wahook")
-	if err == nil || !strings.Contains(out, "clickhouse.cluster") {
-		t.Fatalf("helm template with clickhouse.cluster set: err %v, want a failure naming the value:\n%s", err, out)
+	if err != nil {
+		t.Fatalf("helm template with clickhouse.cluster set: %v\n%s", err, out)
+	}
+	// Each rendered document: its kind and name, and whether it sets the variable.
+	got := map[string]bool{}
+	for _, doc := range strings.Split(out, "\n---") {
+		if !strings.Contains(doc, "containers:") {
+			continue
+		}
+		var name string
+		for _, line := range strings.Split(doc, "\n") {
+			if v, ok := strings.CutPrefix(line, "  name: "); ok && name == "" {
+				name = strings.TrimSpace(v)
+			}
+		}
+		got[name] = strings.Contains(doc, "name: WAHOOK_CLICKHOUSE_CLUSTER\n") && strings.Contains(doc, `value: "wahook"`)
+	}
+	for name, set := range got {
+		want := strings.HasSuffix(name, "-process") || strings.HasSuffix(name, "-migrate")
+		if set != want {
+			t.Errorf("%s: WAHOOK_CLICKHOUSE_CLUSTER set %v, want %v", name, set, want)
+		}
+	}
+	if len(got) < 4 {
+		t.Errorf("found the containers of %v only", got)
 	}
 }
 

@@ -31,9 +31,6 @@ its own tag when set, for upgrades in order, else image.tag. */}}
 {{- end -}}
 
 {{- define "wahook.checkValues" -}}
-{{- if .Values.clickhouse.cluster -}}
-{{- fail "clickhouse.cluster: wahook has no flag for a ClickHouse cluster yet (its tables are not replicated); leave it empty" -}}
-{{- end -}}
 {{- if and (gt (int .Values.process.replicas) 1) (lt (int .Values.process.stage2Partitions) 1) -}}
 {{- fail "process.stage2Partitions must be at least 1 with more than one process replica" -}}
 {{- end -}}
@@ -60,6 +57,15 @@ its own tag when set, for upgrades in order, else image.tag. */}}
 - name: WAHOOK_CLICKHOUSE_DSN
   value: {{ .Values.clickhouse.dsn | quote }}
 {{- end }}
+{{- end -}}
+
+{{/* The ClickHouse cluster the schema is created on (migrate and process
+only: --clickhouse-cluster is theirs). */}}
+{{- define "wahook.env.clickhouseCluster" -}}
+{{- if .Values.clickhouse.cluster -}}
+- name: WAHOOK_CLICKHOUSE_CLUSTER
+  value: {{ .Values.clickhouse.cluster | quote }}
+{{- end -}}
 {{- end -}}
 
 {{- define "wahook.secretEnv" -}}
