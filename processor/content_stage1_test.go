@@ -213,6 +213,7 @@ func (p *pipeline) events() map[string]storedEvent {
 			Kind string `json:"kind"`
 			Row  struct {
 				EventID string `json:"event_id"`
+				Index   uint16 `json:"index"`
 				Content string `json:"content"`
 			} `json:"row"`
 		}
@@ -220,7 +221,11 @@ func (p *pipeline) events() map[string]storedEvent {
 			p.t.Fatalf("event %d: %v", seq, err)
 		}
 		id := m.Header.Get(schema.HeaderMsgID)
-		if id != doc.Row.EventID {
+		want := doc.Row.EventID
+		if doc.Kind == string(schema.KindError) { // one event per error of its owner
+			want = schema.ErrorEventID(&schema.ErrorRow{EventID: doc.Row.EventID, Index: doc.Row.Index})
+		}
+		if id != want {
 			p.t.Errorf("event %d: Nats-Msg-Id %q, event id %q", seq, id, doc.Row.EventID)
 		}
 		var all any

@@ -108,6 +108,11 @@ func TestPublishEvents(t *testing.T) {
 	for i := range rows.Management {
 		add(rows.Management[i].PhoneNumberID, rows.Management[i].Kind, rows.Management[i].EventID, &rows.Management[i])
 	}
+	for i := range rows.Errors {
+		if r := &rows.Errors[i]; r.Origin == schema.OriginValue || r.Origin == schema.OriginHistory {
+			add(r.PhoneNumberID, schema.KindError, schema.ErrorEventID(r), r)
+		}
+	}
 	if len(want) < 1000 {
 		t.Fatalf("only %d events", len(want))
 	}

@@ -345,7 +345,8 @@ func TestStage1Fixtures(t *testing.T) {
 	// Every event is on WAHOOK_EVENTS once, on its number's subject, with
 	// Nats-Msg-Id = its event id.
 	events := p.count("SELECT uniqExact(event_id) FROM {db}.status_events") + p.count("SELECT uniqExact(event_id) FROM {db}.inbound_messages") +
-		p.count("SELECT uniqExact(event_id) FROM {db}.management_events")
+		p.count("SELECT uniqExact(event_id) FROM {db}.management_events") +
+		p.count("SELECT uniqExact(event_id, error_index) FROM {db}.errors WHERE origin IN ('value', 'history')")
 	ctx := context.Background()
 	es, err := p.js.Stream(ctx, schema.StreamEvents)
 	if err != nil {
