@@ -83,6 +83,12 @@ func decodeEvent(data []byte, ev *event) error {
 	if r.PhoneNumberID == "" || r.PhoneNumberID == schema.NoNumber {
 		return errNoNumber
 	}
+	if len(r.PhoneNumberID) > schema.MaxSubjectToken {
+		// No key or subject can carry it (stage 1 refuses such ids; this is
+		// an event from elsewhere): a bad event, acked, never a state whose
+		// writes fail for ever.
+		return fmt.Errorf("decode event %s: a phone number id of %d bytes", r.EventID, len(r.PhoneNumberID))
+	}
 	*ev = event{id: r.EventID, number: r.PhoneNumberID}
 	e := &ev.e
 	e.Kind, e.At, e.Status = w.Kind, r.EventTime.Unix(), r.Status

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/wahook/wahook/processor"
@@ -101,5 +102,14 @@ func TestDecodeSendResult(t *testing.T) {
 				t.Fatalf("got id %q %+v, want %q %+v", ev.id, ev.e, c.wantID, c.want)
 			}
 		})
+	}
+}
+
+// An event whose number no subject or key can carry is bad, not a state.
+func TestDecodeRefusesImpossibleNumber(t *testing.T) {
+	var ev event
+	data := []byte(`{"kind":"status","v":1,"row":{"event_id":"x","event_time":"2026-03-14T10:00:00Z","phone_number_id":"` + strings.Repeat("7", 65) + `","status":"sent","message_id":"m"}}`)
+	if err := decodeEvent(data, &ev); err == nil || errors.Is(err, errNoNumber) {
+		t.Fatalf("decode: %v", err)
 	}
 }
