@@ -4,8 +4,8 @@
 "use strict";
 
 const TOKEN_KEY = "wahook-token";
-const VERDICTS = ["stop", "pause", "slow_down", "wait_recipient", "not_rate_limit"];
-const VERDICT_COLOR = { slow_down: "#f59e0b", wait_recipient: "#8b5cf6", pause: "#3b82f6", stop: "#dc2626", not_rate_limit: "#94a3b8", "": "#94a3b8" };
+const VERDICTS = ["stop", "skip_country", "pause", "slow_down", "wait_recipient", "not_rate_limit"];
+const VERDICT_COLOR = { slow_down: "#f59e0b", wait_recipient: "#8b5cf6", pause: "#3b82f6", stop: "#dc2626", skip_country: "#be185d", not_rate_limit: "#94a3b8", "": "#94a3b8" };
 const CLASS_VERDICT = {};
 const $ = (sel, el) => (el || document).querySelector(sel);
 const view = () => $("#view");
