@@ -27,6 +27,7 @@ var responseTypes = map[string]reflect.Type{
 	"Error":       reflect.TypeOf(errorBody{}),
 	"SendResults": reflect.TypeOf(schema.SendResults{}),
 	"Accepted":    reflect.TypeOf(SendResultsAnswer{}),
+	"Signals":     reflect.TypeOf(Signals{}),
 }
 
 var (
@@ -93,6 +94,21 @@ func buildOpenAPI() obj {
 			"503": errResp("JetStream did not take the document, or intake is off (code unavailable); retry"),
 		},
 	}}
+	live := func(id, summary string, ok obj) obj {
+		return obj{"get": obj{
+			"operationId": id, "summary": summary,
+			"security": []obj{{"bearer": []string{}}},
+			"responses": obj{
+				"200": ok,
+				"401": errResp("no bearer token, or not a configured one (code unauthorized)"),
+				"503": errResp("this API runs without NATS: pacing signals are off (code unavailable)"),
+			},
+		}}
+	}
+	paths["/api/v1/pacing"] = live("pacing", "Every number's current pacing signal (the wahook_pacing bucket), the most urgent advice first; a scoped token sees its WABAs' numbers only",
+		obj{"description": "the signals", "content": obj{"application/json": obj{"schema": obj{"$ref": "#/components/schemas/Signals"}}}})
+	paths["/api/v1/pacing/stream"] = live("pacing_stream", "The pacing signals as they change, as server-sent events (one event per signal, data: its JSON), after the current ones",
+		obj{"description": "an event stream", "content": obj{"text/event-stream": obj{}}})
 	paths["/api/v1/openapi.json"] = obj{"get": obj{
 		"operationId": "openapi", "summary": "This document", "security": []obj{},
 		"responses": obj{"200": obj{"description": "OpenAPI 3.0 document", "content": obj{"application/json": obj{}}}},
