@@ -49,6 +49,15 @@ func TestOpenAPIDocument(t *testing.T) {
 		}
 	}
 
+	for _, p := range []string{"/api/v1/pacing", "/api/v1/pacing/stream", "/api/v1/send-results"} {
+		if len(doc.Paths[p]) == 0 {
+			t.Errorf("%s missing", p)
+		}
+	}
+	if doc.Components.Schemas["Signals"] == nil {
+		t.Error("schema Signals missing")
+	}
+
 	// Answers with every optional field set: each key must be in the schema.
 	p50, code, s, yes := 1.5, int32(131026), "x", true
 	now := time.Now()
