@@ -516,6 +516,11 @@ func TestClusterMigrate(t *testing.T) {
 		t.Skip("-short: the cluster suite takes minutes")
 	}
 	c := startClusterWith(t, false)
+	// status: every process runs, and the same KEY=VALUE lines as up.
+	if out, err := c.script("status", c.dir); err != nil || parseEnv(out)["NATS_URLS"] != c.env["NATS_URLS"] ||
+		parseEnv(out)["CLICKHOUSE_DSN"] != c.env["CLICKHOUSE_DSN"] {
+		t.Errorf("cluster.sh status: %v\n%s", err, out)
+	}
 	urls := c.env["NATS_URLS"]
 	dsns := strings.Split(c.env["CLICKHOUSE_DSNS"], ",")
 	migrate := func(args ...string) error {
