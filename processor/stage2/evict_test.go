@@ -6,9 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/wahook/wahook/processor"
 	"github.com/wahook/wahook/schema"
+	"github.com/wahook/wahook/schema/schematest"
 )
 
 // Numbers that neither traffic nor a hold can change any more leave
@@ -136,4 +140,45 @@ func TestDecisionAckedAfterItsWrite(t *testing.T) {
 	// provisions the bucket again and gets the upgrade redelivered.
 	h.restart()
 	h.waitSignal("5001", "upgrade after the restart", func(s schema.PacingSignal) bool { return s.TierMPS == 1000 })
+}
+
+// Stage 2 started before the EVENTS stream exists (a cluster still
+// forming, stage 1 not there yet) waits for it instead of ending the
+// process.
+func TestRunWaitsForTheStream(t *testing.T) {
+	srv := schematest.StartJetStream(t)
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(DefaultConfig(), js, prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	time.Sleep(500 * time.Millisecond) // Run meets no stream and retries
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned without the stream: %v", err)
+	default:
+	}
+	if err := processor.EnsureEventsStream(ctx, js, processor.DefaultEventsConfig(), false); err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, js: js}
+	h.eventually("stage 2's consumer once the stream exists", func() (bool, string) {
+		_, err := js.Consumer(ctx, schema.StreamEvents, DefaultConfig().Durable)
+		return err == nil, fmt.Sprint(err)
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
 }

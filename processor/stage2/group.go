@@ -65,6 +65,10 @@ const (
 // errGroupDeleted ends Run when its consumer group is deleted.
 var errGroupDeleted = errors.New("the consumer group was deleted")
 
+// errPartitionsFixed: the group exists with another number of partitions;
+// pcgroups cannot change it, so trying again cannot help.
+var errPartitionsFixed = errors.New("the partitions of a consumer group are fixed")
+
 // groupStream is the name of the work-queue stream of the consumer group
 // group: pcgroups names it <stream>-<group>.
 func groupStream(group string) string { return schema.StreamEvents + "-" + group }
@@ -80,9 +84,9 @@ func groupKey(group string) string { return schema.StreamEvents + "." + group }
 func ensureGroup(ctx context.Context, js jetstream.JetStream, c Config) error {
 	cur, err := pcgroups.GetElasticConsumerGroupConfig(ctx, js, schema.StreamEvents, c.Durable)
 	if err == nil && cur.MaxMembers != uint(c.Partitions) {
-		return fmt.Errorf("consumer group %s on %s has %d partitions, not %d: the partitions of a group are fixed; "+
+		return fmt.Errorf("consumer group %s on %s has %d partitions, not %d: %w; "+
 			"delete it to change them (pcgroups.DeleteElastic, or `cg elastic delete %s %s`)",
-			c.Durable, schema.StreamEvents, cur.MaxMembers, c.Partitions, schema.StreamEvents, c.Durable)
+			c.Durable, schema.StreamEvents, cur.MaxMembers, c.Partitions, errPartitionsFixed, schema.StreamEvents, c.Durable)
 	}
 	filters := []pcgroups.PartitioningFilter{{Filter: groupFilter, PartitioningWildcards: []int{1}}}
 	if _, err := pcgroups.CreateElastic(ctx, js, schema.StreamEvents, c.Durable, uint(c.Partitions), filters, groupBufferedMsgs, 0); err != nil {

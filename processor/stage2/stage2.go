@@ -86,12 +86,19 @@ func New(cfg Config, js jetstream.JetStream, reg prometheus.Registerer, log *zap
 // when ctx ends, after writing the signals still pending, or the error
 // that stopped it.
 func (s *Stage2) Run(ctx context.Context) error {
-	var err error
-	if _, err = s.js.Stream(ctx, schema.StreamEvents); err != nil {
-		return fmt.Errorf("stream %s: %w", schema.StreamEvents, err)
-	}
-	if s.pacingKV, s.cooldownKV, s.keyTTL, err = ensureBuckets(ctx, s.js, s.cfg.Replicas, s.cfg.SignalTTL); err != nil {
+	// A cluster that is still forming (no responders, a leader not elected
+	// yet) or a stream stage 1 has not made yet only delays stage 2.
+	if !s.retry(ctx, "stream "+schema.StreamEvents, func() error {
+		_, err := s.js.Stream(ctx, schema.StreamEvents)
 		return err
+	}) {
+		return nil
+	}
+	if !s.retry(ctx, "pacing buckets", func() (err error) {
+		s.pacingKV, s.cooldownKV, s.keyTTL, err = ensureBuckets(ctx, s.js, s.cfg.Replicas, s.cfg.SignalTTL)
+		return err
+	}) {
+		return nil
 	}
 	if !s.keyTTL {
 		s.log.Warn("the server has no per-message TTL: cool-downs stay in their bucket for the longest cool-down; readers go by until",
@@ -104,8 +111,16 @@ func (s *Stage2) Run(ctx context.Context) error {
 		for wait := restartMin; ; wait = min(2*wait, restartMax) {
 			err := s.runGroup(ctx)
 			var ce *consumeError
-			if err == nil || !errors.As(err, &ce) {
+			if err == nil || errors.Is(err, errPartitionsFixed) {
 				return err
+			}
+			if !errors.As(err, &ce) {
+				// Joining failed (a cluster still forming): try again.
+				s.log.Warn("stage 2 could not join its group, retrying", zap.Error(err), zap.Duration("in", wait))
+				if sleepCtx(ctx, wait); ctx.Err() != nil {
+					return nil
+				}
+				continue
 			}
 			s.m.restarts.Inc()
 			s.log.Warn("stage 2 group member stopped, joining again", zap.Error(err), zap.Duration("in", wait))
@@ -114,9 +129,12 @@ func (s *Stage2) Run(ctx context.Context) error {
 			}
 		}
 	}
-	cons, err := ensureConsumer(ctx, s.js, s.cfg)
-	if err != nil {
+	var cons jetstream.Consumer
+	if !s.retry(ctx, "consumer "+s.cfg.Durable, func() (err error) {
+		cons, err = ensureConsumer(ctx, s.js, s.cfg)
 		return err
+	}) {
+		return nil
 	}
 	s.log.Info("stage 2 started", zap.String("consumer", s.cfg.Durable), zap.Strings("subjects", s.cfg.FilterSubjects))
 	s.seedHeld(ctx)
@@ -147,6 +165,24 @@ func (s *Stage2) Run(ctx context.Context) error {
 				break
 			}
 			s.log.Warn("stage 2 consumer, retrying", zap.Error(err), zap.Duration("in", wait))
+		}
+	}
+}
+
+// retry runs f until it succeeds (true) or ctx ends (false), waiting
+// restartMin doubling to restartMax between tries, each failure logged.
+func (s *Stage2) retry(ctx context.Context, what string, f func() error) bool {
+	for wait := restartMin; ; wait = min(2*wait, restartMax) {
+		err := f()
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		s.log.Warn("stage 2 start-up, retrying", zap.String("what", what), zap.Error(err), zap.Duration("in", wait))
+		if sleepCtx(ctx, wait); ctx.Err() != nil {
+			return false
 		}
 	}
 }
