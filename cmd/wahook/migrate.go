@@ -10,6 +10,7 @@ import (
 
 	"github.com/wahook/wahook/ingest"
 	"github.com/wahook/wahook/processor"
+	"github.com/wahook/wahook/processor/stage2"
 	"github.com/wahook/wahook/schema"
 )
 
@@ -30,6 +31,8 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	no.register(f, "external NATS server URLs, comma-separated (empty: the embedded store under --data-dir)")
 	eo.register(f)
 	po.registerMigrate(f)
+	var kvr kvReplicas
+	kvr.register(f, "as --raw-replicas")
 	logo.register(f)
 	if err := f.Parse(args); err != nil {
 		return err
@@ -74,15 +77,27 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := processor.EnsureEventsStream(cctx, pub.JetStream(), po.events, true); err != nil {
 		return err
 	}
-	if _, err := processor.NewNumberMap(cctx, pub.JetStream(), io_.stream.Replicas); err != nil {
+	kv := kvr.or(io_.stream.Replicas)
+	if _, err := processor.NewNumberMap(cctx, pub.JetStream(), kv); err != nil {
 		return err
 	}
-	// NewNumberMap keeps an existing bucket as it is: a changed replica
-	// count is applied here, as EnsureRawStream does for RAW.
-	if err := ensureStreamReplicas(cctx, pub.JetStream(), "KV_"+schema.BucketNumbers, io_.stream.Replicas); err != nil {
+	if err := stage2.EnsureBuckets(cctx, pub.JetStream(), kv, stage2.DefaultConfig().SignalTTL); err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, "stream WAHOOK_EVENTS and bucket wahook_numbers ready")
+	// The buckets are kept as they are when they exist: a changed replica
+	// count is applied here, as EnsureRawStream does for RAW. The lease
+	// bucket is made by the first process; if it exists, it follows too.
+	for _, b := range []string{schema.BucketNumbers, schema.BucketPacing, schema.BucketPairCooldown, schema.BucketLeases} {
+		if b == schema.BucketLeases {
+			if _, err := pub.JetStream().Stream(cctx, "KV_"+b); err != nil {
+				continue
+			}
+		}
+		if err := ensureStreamReplicas(cctx, pub.JetStream(), "KV_"+b, kv); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stdout, "stream WAHOOK_EVENTS and buckets %s, %s, %s ready (%d replicas)\n", schema.BucketNumbers, schema.BucketPacing, schema.BucketPairCooldown, kv)
 	if po.dsn == "" {
 		fmt.Fprintln(stdout, "clickhouse skipped (empty --clickhouse-dsn)")
 		return nil

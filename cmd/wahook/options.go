@@ -160,3 +160,21 @@ func durationOrAlways(s string) (d time.Duration, always bool, err error) {
 	}
 	return d, false, nil
 }
+
+// kvReplicas is --kv-replicas: the replicas of the KV buckets (the numbers
+// map, the pacing signals and cool-downs, the funnel's lease).
+type kvReplicas struct{ n int }
+
+func (k *kvReplicas) register(f *flags, fallback string) {
+	f.Section("NATS", func() {
+		f.IntVar(&k.n, "kv-replicas", 0, "replicas of the KV buckets (wahook_numbers, wahook_pacing, wahook_pair_cooldown, wahook_leases) when they are made; wahook migrate applies a changed count to existing ones (0: "+fallback+")")
+	})
+}
+
+// or is the count, or def when none was given.
+func (k kvReplicas) or(def int) int {
+	if k.n > 0 {
+		return k.n
+	}
+	return def
+}

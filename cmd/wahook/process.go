@@ -17,11 +17,13 @@ func runProcess(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		po      processOptions
 		pco     pacingOptions
 		logo    logOptions
+		kvr     kvReplicas
 		dataDir string
 	)
 	no.register(f, "NATS server URLs, comma-separated (required)")
 	po.register(f, false)
 	pco.register(f)
+	kvr.register(f, "as --replicas")
 	logo.register(f)
 	f.StringVar(&dataDir, "data-dir", "./data", "where serve keeps the phone hash key, read when --phone-hash-key is not set")
 	listen := f.String("listen", ":8082", "address of /healthz, /readyz and /metrics")
@@ -81,11 +83,11 @@ func runProcess(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	})
 	if pco.enabled(&po, log) {
 		p.add(stageTask("stage 2 stopped, last signals written", func(ctx context.Context, done chan<- error) {
-			runStage2(ctx, log, nc, &pco, po.events, *replicas, reg, done)
+			runStage2(ctx, log, nc, &pco, po.events, kvr.or(*replicas), reg, done)
 		}))
 	}
 	p.add(stageTask("stage 1 stopped, last batch written", func(ctx context.Context, done chan<- error) {
-		runStage1(ctx, log, nc, &po, dataDir, *replicas, false, reg, done)
+		runStage1(ctx, log, nc, &po, dataDir, kvr.or(*replicas), false, reg, done)
 	}))
 	// Last, so that it stops first: /readyz fails from the shutdown on.
 	p.add(part{name: "readiness failing", stop: func() error { health.stopping.Store(true); closePing(); return nil }})

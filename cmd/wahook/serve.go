@@ -22,6 +22,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		ao   apiOptions
 		pco  pacingOptions
 		logo logOptions
+		kvr  kvReplicas
 	)
 	io_.register(f)
 	ao.register(f)
@@ -29,6 +30,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	pco.register(f)
 	no.register(f, "external NATS server URLs, comma-separated (empty: the embedded server)")
 	eo.register(f)
+	kvr.register(f, "as --raw-replicas")
 	logo.register(f)
 	if err := f.Parse(args); err != nil {
 		return err
@@ -91,12 +93,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	reg := newRegistry()
 	if pco.enabled(&po, log) {
 		p.add(stageTask("stage 2 stopped, last signals written", func(ctx context.Context, done chan<- error) {
-			runStage2(ctx, log, nc, &pco, po.events, io_.stream.Replicas, reg, done)
+			runStage2(ctx, log, nc, &pco, po.events, kvr.or(io_.stream.Replicas), reg, done)
 		}))
 	}
 	if !po.disabled {
 		p.add(stageTask("stage 1 stopped, last batch written", func(ctx context.Context, done chan<- error) {
-			runStage1(ctx, log, nc, &po, eo.dataDir, io_.stream.Replicas, true, reg, done)
+			runStage1(ctx, log, nc, &po, eo.dataDir, kvr.or(io_.stream.Replicas), true, reg, done)
 		}))
 	}
 	if ao.enabled() {

@@ -109,3 +109,12 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, c Config) (jets
 	}
 	return cons, nil
 }
+
+// EnsureBuckets creates the pacing signal and pair cool-down buckets with
+// replicas copies (and the signals' TTL) when they are absent, for wahook
+// migrate; an existing bucket keeps its replica count (migrate applies a
+// changed one to the bucket's stream).
+func EnsureBuckets(ctx context.Context, js jetstream.JetStream, replicas int, signalTTL time.Duration) error {
+	_, _, _, err := ensureBuckets(ctx, js, replicas, signalTTL)
+	return err
+}

@@ -537,7 +537,7 @@ func TestClusterMigrate(t *testing.T) {
 	errs := make(chan error, 2)
 	for _, dsn := range dsns {
 		go func() {
-			errs <- migrate("--raw-replicas", "3", "--events-replicas", "3", "--clickhouse-dsn", dsn, "--clickhouse-cluster", "wahook")
+			errs <- migrate("--raw-replicas", "3", "--events-replicas", "3", "--kv-replicas", "3", "--clickhouse-dsn", dsn, "--clickhouse-cluster", "wahook")
 		}()
 	}
 	for range dsns {
@@ -557,7 +557,7 @@ func TestClusterMigrate(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for _, name := range []string{schema.StreamRaw, "WAHOOK_EVENTS", "KV_wahook_numbers"} {
+	for _, name := range []string{schema.StreamRaw, "WAHOOK_EVENTS", "KV_" + schema.BucketNumbers, "KV_" + schema.BucketPacing, "KV_" + schema.BucketPairCooldown} {
 		s, err := js.Stream(ctx, name)
 		if err != nil {
 			t.Errorf("stream %s: %v", name, err)
