@@ -51,11 +51,14 @@ export PATH="$PATH:/usr/local/go/bin"
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 TAKEN=" "
-# free_port prints a port nothing listens on and this run has not handed out.
+# free_port prints a port nothing listens on and this run has not handed out,
+# below Linux's ephemeral range (32768 and up), where the kernel's own picks,
+# for outgoing connections and for listeners on port 0, cannot take it
+# between this check and the server's bind.
 free_port() {
 	local p i
 	for ((i = 0; i < 200; i++)); do
-		p=$((20000 + RANDOM % 30000))
+		p=$((20000 + RANDOM % 12000))
 		[[ $TAKEN == *" $p "* ]] && continue
 		port_in_use "$p" && continue
 		TAKEN+="$p "

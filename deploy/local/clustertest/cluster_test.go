@@ -109,7 +109,22 @@ func startClusterWith(t *testing.T, withWahook bool) *cluster {
 	}
 	out, err := c.script(up...)
 	if err != nil {
-		t.Fatalf("cluster.sh up: %v\n%s", err, out)
+		// A port can still be taken between the script's check and a
+		// server's bind (by another test's process): once more, on others.
+		t.Logf("cluster.sh up: %v; once more, in a new directory\n%s", err, out)
+		if out, err := c.script("down", dir); err != nil {
+			t.Fatalf("cluster.sh down: %v\n%s", err, out)
+		}
+		dir = t.TempDir()
+		c.dir, up[1] = dir, dir
+		t.Cleanup(func() {
+			if out, err := c.script("down", dir); err != nil {
+				t.Errorf("cluster.sh down: %v\n%s", err, out)
+			}
+		})
+		if out, err = c.script(up...); err != nil {
+			t.Fatalf("cluster.sh up: %v\n%s", err, out)
+		}
 	}
 	c.env = parseEnv(out)
 	for _, k := range want {
