@@ -428,13 +428,17 @@ func TestHTTPEdges(t *testing.T) {
 	// 64 KiB of headers.
 	req := signedRequest(base+"/webhook", abuseSecret, statusBodyOf(12))
 	req.Header.Set("X-Padding", strings.Repeat("p", 64<<10))
+	// The server answers 431 and closes; a client still writing its
+	// headers may see the reset before the answer: refused either way.
 	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
+	switch {
+	case err != nil && !strings.Contains(err.Error(), "reset by peer") && !strings.Contains(err.Error(), "broken pipe"):
 		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
-		t.Errorf("64 KiB of headers: %d, want 431", resp.StatusCode)
+	case err == nil:
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+			t.Errorf("64 KiB of headers: %d, want 431", resp.StatusCode)
+		}
 	}
 
 	// A chunked body, written by hand in two chunks.
