@@ -5,6 +5,7 @@
 // Dependencies point one way: cmd/wahook wires everything; the stages
 // (ingest, processor, api) and the tools (loadtest, pacer) import schema,
 // never each other; schema imports nothing of wahook outside schema.
+// internal/testutil is imported by test files only.
 package layering
 
 import (
@@ -35,6 +36,10 @@ var Rules = []Rule{
 	{"internal", []string{"ingest", "processor", "api", "loadtest", "pacer", "cmd"}, "shared helpers depend on no part"},
 }
 
+// TestOnly are packages for tests: only test files import them (the
+// check sees the imports of packages' code, never of their test files).
+var TestOnly = []string{"internal/testutil"}
+
 // under reports whether pkg (a path relative to the module) is dir or
 // inside it.
 func under(pkg, dir string) bool { return pkg == dir || strings.HasPrefix(pkg, dir+"/") }
@@ -47,6 +52,17 @@ func Check(imports map[string][]string) []string {
 		rel, ok := strings.CutPrefix(pkg, Module+"/")
 		if !ok {
 			continue
+		}
+		for _, d := range deps {
+			drel, ok := strings.CutPrefix(d, Module+"/")
+			if !ok {
+				continue
+			}
+			for _, o := range TestOnly {
+				if under(drel, o) && !under(rel, o) {
+					bad = append(bad, fmt.Sprintf("%s imports %s: it is for test files only", rel, drel))
+				}
+			}
 		}
 		for _, r := range Rules {
 			if !under(rel, r.From) {

@@ -54,11 +54,14 @@ func TestCheckFindsForbiddenImports(t *testing.T) {
 		m("loadtest/simulate"):  {m("schema"), m("api")},
 		m("pacer"):              {m("schema"), m("loadtest")},
 		m("cmd/wahook"):         {m("ingest"), m("processor"), m("api"), m("loadtest")},
+		m("ingest/dedupe"):      {m("internal/testutil")},
+		m("internal/testutil"):  {"testing"},
 		"example.com/elsewhere": {m("ingest")},
 	}
 	want := []string{
 		"api imports processor/funnel",
 		"ingest imports processor",
+		"ingest/dedupe imports internal/testutil",
 		"loadtest/simulate imports api",
 		"pacer imports loadtest",
 		"processor/stage2 imports ingest",
