@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/wahook/wahook/internal/testutil"
 )
 
 // flaky returns the errors in errs from its first Accepts, then accepts
@@ -124,9 +126,7 @@ func TestBounds(t *testing.T) {
 					t.Fatal("a connection past the bound was not closed")
 				}
 			}
-			for deadline := time.Now().Add(5 * time.Second); count(tc.reason) < 2 && time.Now().Before(deadline); {
-				time.Sleep(10 * time.Millisecond)
-			}
+			testutil.Poll(5*time.Second, func() bool { return count(tc.reason) >= 2 })
 			if n := count(tc.reason); n != 2 || Open(g) != 3 {
 				t.Fatalf("refused %d, open %d", n, Open(g))
 			}
