@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
+	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/pacer"
 	"github.com/wahook/wahook/processor"
 	"github.com/wahook/wahook/processor/stage2"
@@ -96,17 +97,7 @@ func (e *env) stopStage2() {
 
 func (e *env) eventually(what string, cond func() (bool, string)) {
 	e.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("%s: not within 15s; last: %s", what, last)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Eventually(e.t, 15*time.Second, what, cond)
 }
 
 // publish publishes an event on WAHOOK_EVENTS as stage 1 does.
@@ -371,6 +362,8 @@ func TestLocalPairRule(t *testing.T) {
 	if err := p.Wait(context.Background(), id, "15550000009"); err != nil {
 		t.Errorf("another recipient: %v", err)
 	}
+	// Past the pair interval the pacer defines: the time is the subject, and
+	// another Wait to see whether it passed would itself be a send.
 	time.Sleep(time.Until(ce.Until) + 10*time.Millisecond)
 	if err := p.Wait(context.Background(), id, "15550000008"); err != nil {
 		t.Errorf("after the interval: %v", err)
