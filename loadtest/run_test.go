@@ -61,7 +61,7 @@ func TestRunSendLag(t *testing.T) {
 	// One connection to a service that takes 20 ms, asked for 100 req/s:
 	// bodies queue for the connection, and their lag grows with the queue.
 	slow := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // the slow service is the test's subject, not a wait
 	})}
 	ln2, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

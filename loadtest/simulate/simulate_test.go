@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/loadtest/simulate"
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/meta"
@@ -180,13 +181,11 @@ func TestTier(t *testing.T) {
 	if a := send(t, s, one, "15550100001", ""); a.code() != 0 {
 		t.Fatal(a.Error)
 	}
-	deadline := time.Now().Add(time.Second)
-	for s.Stats().Numbers[1].Inbound == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.Poll(time.Second, func() bool { return s.Stats().Numbers[1].Inbound != 0 })
 	if s.Stats().Numbers[1].Inbound != 1 {
 		t.Fatal("no reply")
 	}
+	// The tier's one-second bucket is the subject: the sends go at set times.
 	time.Sleep(time.Until(t0.Add(1200 * time.Millisecond)))
 	if a := send(t, s, one, "15550100002", ""); a.code() != 130429 {
 		t.Errorf("1.2 s after a send and its reply at 1 mps: %+v; want 130429 (inbound counts)", a.Error)
@@ -216,7 +215,7 @@ func TestPairRule(t *testing.T) {
 	if a := send(t, s, id, "15550100101", ""); a.code() != 0 {
 		t.Fatalf("another recipient: %+v", a.Error)
 	}
-	time.Sleep(320 * time.Millisecond)
+	time.Sleep(320 * time.Millisecond) // past the pair interval: the time window is the subject
 	if a := send(t, s, id, "15550100100", ""); a.code() != 0 {
 		t.Fatalf("after the interval: %+v", a.Error)
 	}
@@ -237,7 +236,7 @@ func TestMaintenance(t *testing.T) {
 	if a := send(t, s, n[1].PhoneNumberID, "15550100200", ""); a.code() != 0 {
 		t.Fatalf("another number: %+v", a.Error)
 	}
-	time.Sleep(450 * time.Millisecond)
+	time.Sleep(450 * time.Millisecond) // past the window: the time window is the subject
 	if a := send(t, s, n[0].PhoneNumberID, "15550100200", ""); a.code() != 0 {
 		t.Fatalf("after the window: %+v", a.Error)
 	}
@@ -281,6 +280,7 @@ func TestWebhooks(t *testing.T) {
 		}
 	}
 	tick.Stop()
+	// Past the upgrade's 300 ms maintenance window: the window is the subject.
 	time.Sleep(350 * time.Millisecond)
 	if tier := s.Tier(up); tier != simulate.UpgradedTier {
 		t.Errorf("tier after the upgrade's maintenance: %d", tier)
@@ -315,7 +315,15 @@ func TestWebhooks(t *testing.T) {
 	if err := s.Drain(context.Background(), time.Second); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	// Drained, every post has had its answer: the receiver has served each
+	// body the simulators counted as posted.
+	testutil.Eventually(t, 5*time.Second, "the receiver to have every posted body", func() (bool, string) {
+		posts := s.Stats().WebhookPosts + s2.Stats().WebhookPosts
+		rcv.mu.Lock()
+		bodies := rcv.bodies
+		rcv.mu.Unlock()
+		return int64(bodies) == posts, fmt.Sprintf("%d bodies received, %d posted", bodies, posts)
+	})
 	statuses, inbound, quality, problems := rcv.snapshot()
 	if len(problems) > 0 {
 		t.Fatalf("%d bodies with problems: %v", len(problems), problems[:min(3, len(problems))])
