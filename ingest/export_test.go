@@ -6,5 +6,19 @@ import "time"
 // before s serves.
 func SetDedupeClock(s *Server, now func() time.Time) { s.dups.setClock(now) }
 
+// ShuttingDown reports whether Shutdown has begun on s: /readyz fails from
+// then on.
+func ShuttingDown(s *Server) bool { return s.shuttingDown.Load() }
+
+// Inflight is the number of webhook requests s is serving.
+func Inflight(s *Server) int64 { return s.metrics.inflight.Load() }
+
+// BatchOpen reports whether p has a batch that a new message would join.
+func BatchOpen(p *BatchPublisher) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cur != nil
+}
+
 // DedupeGenerations is the number of generations of the duplicate index.
 const DedupeGenerations = dupGenerations

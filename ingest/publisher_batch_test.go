@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wahook/wahook/ingest"
+	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/schematest"
 )
@@ -63,7 +64,10 @@ func TestBatchPublisherDeduplicates(t *testing.T) {
 	}
 	// Once more, alone: a batch of only duplicates reports them. (Which
 	// message of a batch with stored ones was a duplicate is not known.)
-	time.Sleep(20 * time.Millisecond)
+	// The last batch has ended (its linger), so the retry starts its own.
+	testutil.Eventually(t, 5*time.Second, "the last batch to end", func() (bool, string) {
+		return !ingest.BatchOpen(pub), "a batch is open"
+	})
 	now := time.Now()
 	if dup, err := pub.Publish(schema.DefaultApp, schema.RawMsgID(body(0)), body(0), now, now.Add(5*time.Second)); err != nil || !dup {
 		t.Fatalf("a lone retry: got duplicate %v, %v; want true, nil", dup, err)
@@ -292,7 +296,7 @@ func TestBatchPublisherClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	newScriptedStream(t, nc, func(int, uint64, bool, uint64) string { return "" })
+	st := newScriptedStream(t, nc, func(int, uint64, bool, uint64) string { return "" })
 	pub, err := ingest.NewBatchPublisher(nc, 64, time.Minute, ingest.DefaultBatchOptions())
 	if err != nil {
 		t.Fatal(err)
@@ -303,7 +307,11 @@ func TestBatchPublisherClose(t *testing.T) {
 		_, err := pub.Publish(schema.DefaultApp, schema.RawMsgID(body(1)), body(1), now, now.Add(time.Minute))
 		errc <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	// The message is published and awaits its ack, which never comes.
+	testutil.Eventually(t, 5*time.Second, "the stream to receive the message", func() (bool, string) {
+		n := st.received()
+		return n == 1, fmt.Sprintf("%d messages received", n)
+	})
 	pub.Close()
 	select {
 	case err := <-errc:
@@ -398,6 +406,17 @@ func (st *scriptedStream) isCovered(id string) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.covered[id]
+}
+
+// received is the number of messages (not commits) the stream was sent.
+func (st *scriptedStream) received() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	n := 0
+	for _, ids := range st.ids {
+		n += len(ids)
+	}
+	return n
 }
 
 func (st *scriptedStream) resent() bool {

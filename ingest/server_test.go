@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/wahook/wahook/ingest"
+	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/schematest"
 )
@@ -659,32 +661,47 @@ func TestNATSOutage(t *testing.T) {
 					mu.Lock()
 					results = append(results, result{schema.RawMsgID(b), start, time.Now(), r})
 					mu.Unlock()
-					time.Sleep(2 * time.Millisecond)
+					time.Sleep(2 * time.Millisecond) // the senders' pace, not a wait
 				}
 			}()
 		}
-		time.Sleep(300 * time.Millisecond)
+		// count is the number of results so far that f accepts.
+		count := func(f func(result) bool) int {
+			mu.Lock()
+			defer mu.Unlock()
+			n := 0
+			for _, res := range results {
+				if f(res) {
+					n++
+				}
+			}
+			return n
+		}
+		// Each phase lasts until it has the 10 requests the check below
+		// wants of it.
+		atLeast10 := func(what string, f func(result) bool) {
+			t.Helper()
+			testutil.Eventually(t, 20*time.Second, what, func() (bool, string) {
+				n := count(f)
+				return n >= 10, fmt.Sprintf("%d of %d requests", n, count(func(result) bool { return true }))
+			})
+		}
+		atLeast10("10 answers of 200 before the outage", func(res result) bool { return res.r.status == 200 })
 		h.nats.Shutdown()
 		downAt := time.Now()
 		if r := h.get("/readyz"); r.status != 503 {
 			t.Errorf("readyz during the outage: got %d, want 503", r.status)
 		}
-		time.Sleep(1500 * time.Millisecond)
+		atLeast10("10 requests made and answered during the outage", func(res result) bool { return res.start.After(downAt) })
 		upAt := time.Now()
 		h.nats.Start()
 		// Wait until 200s come back, bounded.
-		deadline := time.Now().Add(20 * time.Second)
-		for {
+		testutil.Eventually(t, 20*time.Second, "a 200 once NATS is back", func() (bool, string) {
 			b := body(-1)
-			if r := h.post("/webhook", b, schema.Sign([]byte(secretA), b)); r.status == 200 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("no 200 within 20s of NATS coming back")
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		time.Sleep(300 * time.Millisecond)
+			r := h.post("/webhook", b, schema.Sign([]byte(secretA), b))
+			return r.status == 200, fmt.Sprintf("%d %v", r.status, r.err)
+		})
+		atLeast10("10 answers of 200 after the outage", func(res result) bool { return res.r.status == 200 && res.start.After(upAt) })
 		close(stop)
 		wg.Wait()
 
@@ -771,6 +788,7 @@ func TestShutdownFinishesInflight(t *testing.T) {
 		h := newHarness(t, cfg)
 		const n = 400
 		var wg sync.WaitGroup
+		var answered atomic.Int64
 		statuses := make([]response, n)
 		for i := 0; i < n; i++ {
 			wg.Add(1)
@@ -778,9 +796,14 @@ func TestShutdownFinishesInflight(t *testing.T) {
 				defer wg.Done()
 				b := body(i)
 				statuses[i] = h.post("/webhook", b, schema.Sign([]byte(secretA), b))
+				answered.Add(1)
 			}(i)
 		}
-		time.Sleep(5 * time.Millisecond)
+		// Requests have reached the server when it begins to shut down.
+		testutil.Eventually(t, 10*time.Second, "a request to reach the server", func() (bool, string) {
+			in, done := ingest.Inflight(h.srv), answered.Load()
+			return in > 0 || done > 0, fmt.Sprintf("%d in flight, %d answered", in, done)
+		})
 		shutdownErr := make(chan error, 1)
 		go func() {
 			// The product's bound (cmd/wahook shutdownTimeout): fasthttp waits
@@ -790,16 +813,13 @@ func TestShutdownFinishesInflight(t *testing.T) {
 			defer cancel()
 			shutdownErr <- h.srv.Shutdown(ctx)
 		}()
-		time.Sleep(50 * time.Millisecond)
+		testutil.Eventually(t, 10*time.Second, "the shutdown to begin", func() (bool, string) {
+			return ingest.ShuttingDown(h.srv), "not shutting down"
+		})
 		// 400 requests are connecting at this moment; a reset connection is
 		// retried, but an answer must be 503.
 		var ready response
-		for i := 0; i < 5; i++ {
-			if ready = h.get("/readyz"); ready.err == nil {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		testutil.Poll(time.Second, func() bool { ready = h.get("/readyz"); return ready.err == nil })
 		if ready.err != nil || ready.status != 503 {
 			t.Errorf("readyz during shutdown delay: got %d %v, want 503", ready.status, ready.err)
 		}
