@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -68,6 +69,23 @@ type NumberState struct {
 // Numbers lists business numbers and their state.
 type Numbers struct {
 	Numbers []NumberState `json:"numbers"`
+	// Pending are the display numbers whose number-level events (quality,
+	// limits, throughput upgrades, names) came before any message webhook
+	// paired them with a phone number id. Their events are stored, and
+	// apply to the number (tier, quality, limit, pacing) as soon as it is
+	// learned. Listed only when the query names no number.
+	Pending []PendingNumber `json:"pending"`
+}
+
+// PendingNumber is a display number whose number-level events wait for its
+// phone number id.
+type PendingNumber struct {
+	DisplayPhoneNumber string    `json:"display_phone_number"`
+	WabaID             string    `json:"waba_id,omitempty"`
+	Events             int       `json:"events"`
+	FirstChange        time.Time `json:"first_change"`
+	LastChange         time.Time `json:"last_change"`
+	RecentChanges      []Change  `json:"recent_changes"` // newest first
 }
 
 // tierAt is the number's tier at t, and its source.
@@ -187,7 +205,12 @@ LIMIT 1 BY event_id`, s.table("management_events"), mw.sql()), mw.args...)
 		return nil, queryError(ctx, err)
 	}
 
-	out := &Numbers{Numbers: []NumberState{}}
+	out := &Numbers{Numbers: []NumberState{}, Pending: []PendingNumber{}}
+	if len(q.PhoneNumberIDs) == 0 {
+		if out.Pending, err = s.pendingNumbers(ctx, q.WabaIDs, recent); err != nil {
+			return nil, err
+		}
+	}
 	for _, n := range states {
 		if len(q.WabaIDs) > 0 && !contains(q.WabaIDs, n.WabaID) {
 			continue
@@ -202,6 +225,54 @@ LIMIT 1 BY event_id`, s.table("management_events"), mw.sql()), mw.args...)
 		out.Numbers = append(out.Numbers, *n)
 	}
 	sort.Slice(out.Numbers, func(i, j int) bool { return out.Numbers[i].PhoneNumberID < out.Numbers[j].PhoneNumberID })
+	return out, nil
+}
+
+// pendingNumbers lists the display numbers (of wabas, if any) whose number
+// events have no copy with a phone number id yet, with at most recent
+// changes each.
+func (s *Store) pendingNumbers(ctx context.Context, wabas []string, recent int) ([]PendingNumber, error) {
+	var w where
+	w.add("kind = 'number' AND phone_number_id = '' AND display_phone_number != ''")
+	w.in("waba_id", wabas)
+	// The events applied since have a copy with the id (stage 1 stores it
+	// again under the same event id).
+	w.add(fmt.Sprintf("event_id NOT IN (SELECT event_id FROM %s WHERE kind = 'number' AND phone_number_id != '')", s.table("management_events")))
+	rows, err := s.conn.Query(ctx, fmt.Sprintf(`SELECT display_phone_number, waba_id, field, event, old_value, new_value, reason, event_time
+FROM %s WHERE %s
+ORDER BY display_phone_number, event_time, event_id
+LIMIT 1 BY event_id`, s.table("management_events"), w.sql()), w.args...)
+	if err != nil {
+		return nil, queryError(ctx, err)
+	}
+	defer rows.Close()
+	out := []PendingNumber{}
+	for rows.Next() {
+		var display, waba string
+		var c Change
+		if err := rows.Scan(&display, &waba, &c.Field, &c.Event, &c.OldValue, &c.NewValue, &c.Reason, &c.Time); err != nil {
+			return nil, queryError(ctx, err)
+		}
+		c.Time = c.Time.UTC()
+		if len(out) == 0 || out[len(out)-1].DisplayPhoneNumber != display {
+			out = append(out, PendingNumber{DisplayPhoneNumber: display, FirstChange: c.Time})
+		}
+		p := &out[len(out)-1]
+		if waba != "" {
+			p.WabaID = waba
+		}
+		p.Events++
+		p.LastChange = c.Time
+		p.RecentChanges = append(p.RecentChanges, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, queryError(ctx, err)
+	}
+	for i := range out {
+		c := out[i].RecentChanges
+		slices.Reverse(c)
+		out[i].RecentChanges = c[:min(len(c), recent)]
+	}
 	return out, nil
 }
 

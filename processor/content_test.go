@@ -33,7 +33,7 @@ func TestNormalizeContent(t *testing.T) {
 			"image": "", "system": "", "audio": ""},
 	}
 	h := schema.NewHasher(normKey)
-	on, off := NewNormalizer(h, memNumbers{}, WithContent(true)), NewNormalizer(h, memNumbers{})
+	on, off := NewNormalizer(h, WithContent(true)), NewNormalizer(h)
 	for path, types := range want {
 		body := readBody(t, ".", path)
 		rowsOn, rowsOff := normalizeBody(on, body, normSource(0)), normalizeBody(off, body, normSource(0))
@@ -75,7 +75,7 @@ func TestNormalizeContent(t *testing.T) {
 // a deep nest of edits (which the decoder does not follow past the first
 // anyway) ends with no content.
 func TestContentEditDepth(t *testing.T) {
-	n := NewNormalizer(schema.NewHasher(normKey), memNumbers{}, WithContent(true))
+	n := NewNormalizer(schema.NewHasher(normKey), WithContent(true))
 	for _, c := range []struct {
 		edits int
 		want  string

@@ -137,7 +137,7 @@ func TestEventJSONMatchesEncodingJSON(t *testing.T) {
 	var events int
 	for name, body := range eventJSONBodies(t) {
 		for _, opts := range [][]NormalizerOption{nil, {WithContent(true)}} {
-			rows := normalizeBody(NewNormalizer(h, memNumbers{}, opts...), body, normSource(3))
+			rows := normalizeBody(NewNormalizer(h, opts...), body, normSource(3))
 			events += len(rows.Statuses) + len(rows.Inbound) + len(rows.Management)
 			t.Run(filepath.Base(name), func(t *testing.T) { checkEventJSON(t, &rows) })
 		}

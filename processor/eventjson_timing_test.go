@@ -14,11 +14,11 @@ import (
 //	go test ./processor -run '^$' -bench EventJSON -benchmem -count 3
 func BenchmarkEventJSON(b *testing.B) {
 	h := schema.NewHasher(normKey)
-	statuses := normalizeBody(NewNormalizer(h, memNumbers{}), manyStatusesBody(1000), normSource(1))
+	statuses := normalizeBody(NewNormalizer(h), manyStatusesBody(1000), normSource(1))
 	var inbound schema.Rows
 	for _, name := range []string{"inbound_text_reply.json", "inbound_media_types.json", "inbound_interactive_replies.json",
 		"inbound_location_contacts.json", "inbound_referral_ctwa.json", "group_message_and_statuses.json"} {
-		r := normalizeBody(NewNormalizer(h, memNumbers{}, WithContent(true)), readBody(b, normFixtures, name), normSource(2))
+		r := normalizeBody(NewNormalizer(h, WithContent(true)), readBody(b, normFixtures, name), normSource(2))
 		inbound.Inbound = append(inbound.Inbound, r.Inbound...)
 	}
 	for _, c := range []struct {

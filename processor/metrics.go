@@ -22,6 +22,12 @@ type metrics struct {
 	// 1's backlog on WAHOOK_RAW as its consumer reported it last.
 	errors     *prometheus.CounterVec
 	rawPending prometheus.Gauge
+	// Display numbers (resolve.go).
+	numberLookups  *prometheus.CounterVec
+	numbersLearned prometheus.Counter
+	numbersHeld    prometheus.Counter
+	numbersApplied prometheus.Counter
+	numbersPending prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -61,11 +67,30 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		rawPending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "wahook_processor_raw_pending", Help: "Stage 1's backlog on WAHOOK_RAW: bodies not yet delivered plus delivered and not yet acked, as its consumer reported it last (every 5 s).",
 		}),
+		numberLookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wahook_processor_number_lookups_total", Help: "Display numbers of number-level events looked up by stage 1, by how the answer came: cached, bucket, miss, miss_cached (a miss a moment ago, not asked again), error (the bucket did not answer: the batch is tried again).",
+		}, []string{"result"}),
+		numbersLearned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wahook_processor_numbers_learned_total", Help: "Display number -> phone number id pairs stage 1 wrote to " + schema.BucketNumbers + " (once per number and process).",
+		}),
+		numbersHeld: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wahook_processor_number_events_held_total", Help: "Number-level events stored without a phone number id, since no message webhook had shown their display number yet, and held in " + schema.BucketNumbersPending + ".",
+		}),
+		numbersApplied: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wahook_processor_number_events_applied_total", Help: "Held number-level events applied with their phone number id once it was learned (stored again, and published to the number's EVENTS subject).",
+		}),
+		numbersPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "wahook_processor_number_events_pending", Help: "Held number-level events whose display number is still not known, as stage 1's last sweep (every 30 s) counted them.",
+		}),
+	}
+	for _, h := range []string{LookupCached, LookupBucket, LookupMiss, LookupMissCached, LookupError} {
+		m.numberLookups.WithLabelValues(h)
 	}
 	for _, c := range schema.ErrorClasses() {
 		m.errors.WithLabelValues(string(c))
 	}
-	reg.MustRegister(m.bodies, m.rows, m.batches, m.batchRows, m.flush, m.failures, m.deadLetters, m.poison, m.restarts, m.errors, m.rawPending)
+	reg.MustRegister(m.bodies, m.rows, m.batches, m.batchRows, m.flush, m.failures, m.deadLetters, m.poison, m.restarts, m.errors, m.rawPending,
+		m.numberLookups, m.numbersLearned, m.numbersHeld, m.numbersApplied, m.numbersPending)
 	return m
 }
 

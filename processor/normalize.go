@@ -13,17 +13,10 @@ import (
 	"github.com/wahook/wahook/schema/meta"
 )
 
-// NumberResolver learns and resolves display phone number -> phone number
-// id; NumberMap is the shared implementation.
-type NumberResolver interface {
-	Learn(display, phoneNumberID string)
-	Resolve(display string) string
-}
-
 // Normalizer turns decoded webhooks into rows: every status, inbound
 // message, error and management event of a body, each with its
-// deterministic id. It holds no state of its own (the NumberResolver does)
-// and is safe for concurrent use if its NumberResolver is.
+// deterministic id. It holds no state and does no I/O, and is safe for
+// concurrent use.
 //
 // What is kept of end users (docs/architecture.md, "ClickHouse"): their phone numbers
 // and BSUIDs become keyed hashes; message text is copied into a row only
@@ -48,18 +41,22 @@ type NumberResolver interface {
 // a redelivery and a replay all give the same id (only the unknown-keys row,
 // which is about the POST, has the body's id). A management event's id
 // uses the number as the event carries it (metadata phone number id, else
-// display number), not the id resolved through the NumberResolver, which
-// may be learned only later. Two copies of one event inside one body are
-// kept once.
+// display number), not the id resolved later, which may be learned only
+// later. Two copies of one event inside one body are kept once.
+//
+// Number-level webhooks (quality, limits, throughput upgrades, names) name
+// their number by display number only. The normalizer fills in the id when
+// the same body pairs that display number with an id in a message
+// webhook's metadata; every such pair is in rows.Numbers, and stage 1
+// resolves the rest against what it has learned (NumberMap).
 type Normalizer struct {
 	hash    *schema.Hasher
-	numbers NumberResolver
 	content bool // WithContent
 }
 
-// NewNormalizer returns a Normalizer; numbers may be nil (no mapping).
-func NewNormalizer(h *schema.Hasher, numbers NumberResolver, opts ...NormalizerOption) *Normalizer {
-	n := &Normalizer{hash: h, numbers: numbers}
+// NewNormalizer returns a Normalizer.
+func NewNormalizer(h *schema.Hasher, opts ...NormalizerOption) *Normalizer {
+	n := &Normalizer{hash: h}
 	for _, o := range opts {
 		o(n)
 	}
@@ -135,11 +132,10 @@ func (n *Normalizer) Normalize(body []byte, src schema.Source, rawMsgID string, 
 			Error: fmt.Sprintf("%d more bad items after the first %d, which have rows of their own", p.ProblemsDropped, meta.MaxProblems),
 		})
 	}
-	if n.numbers != nil {
-		for env := range p.Changes() {
-			if md := env.Change.Metadata; md != nil && md.DisplayPhoneNumber != "" && md.PhoneNumberID != "" {
-				n.numbers.Learn(md.DisplayPhoneNumber, md.PhoneNumberID)
-			}
+	b.numbers = len(rows.Numbers)
+	for env := range p.Changes() {
+		if md := env.Change.Metadata; md != nil && md.DisplayPhoneNumber != "" && md.PhoneNumberID != "" {
+			b.learn(md.DisplayPhoneNumber, md.PhoneNumberID)
 		}
 	}
 	b.statuses()
@@ -165,6 +161,7 @@ type run struct {
 	rawMsgID string
 	rows     *schema.Rows
 	fallback time.Time // the receive time, for events without a time of their own
+	numbers  int       // this body's pairs are rows.Numbers[numbers:]
 
 	// The ids of the events added so far, to keep a repeated one once: in
 	// few (no allocation) while there are few, then in seen.
@@ -198,6 +195,31 @@ func (b *run) fresh(id string) bool {
 	}
 	b.seen[id] = struct{}{}
 	return true
+}
+
+// learn records that the body pairs display with phone number id id, once.
+func (b *run) learn(display, id string) {
+	for _, p := range b.rows.Numbers[b.numbers:] {
+		if p.Display == display && p.PhoneNumberID == id {
+			return
+		}
+	}
+	b.rows.Numbers = append(b.rows.Numbers, schema.NumberPair{Display: display, PhoneNumberID: id})
+}
+
+// ownNumber is the phone number id that this body's metadata pairs with
+// display, or "".
+func (b *run) ownNumber(display string) string {
+	k := NumberKey(display)
+	if k == "" {
+		return ""
+	}
+	for _, p := range b.rows.Numbers[b.numbers:] {
+		if NumberKey(p.Display) == k {
+			return p.PhoneNumberID
+		}
+	}
+	return ""
 }
 
 // bodyID is the body's RAW id: the Nats-Msg-Id it came with, or the same

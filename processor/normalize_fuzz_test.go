@@ -47,7 +47,7 @@ func FuzzNormalize(f *testing.F) {
 	other := schema.Source{App: "other", ReceivedAt: time.Date(2027, 1, 2, 3, 4, 5, 0, time.UTC), RawSeq: 42}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var rows schema.Rows
-		NewNormalizer(h, memNumbers{}).Normalize(body, normSource(0), "", &rows)
+		NewNormalizer(h).Normalize(body, normSource(0), "", &rows)
 		if rows.Len() == 0 {
 			t.Fatalf("no rows and no dead letter for %q", body)
 		}
@@ -68,11 +68,11 @@ func FuzzNormalize(f *testing.F) {
 		}
 
 		var withContent schema.Rows
-		NewNormalizer(h, memNumbers{}, WithContent(true)).Normalize(body, normSource(0), "", &withContent)
+		NewNormalizer(h, WithContent(true)).Normalize(body, normSource(0), "", &withContent)
 		checkEventJSON(t, &withContent)
 
 		var again schema.Rows
-		NewNormalizer(h, memNumbers{}).Normalize(body, other, "", &again)
+		NewNormalizer(h).Normalize(body, other, "", &again)
 		if a, b := allIDs(&rows), allIDs(&again); !reflect.DeepEqual(a, b) {
 			t.Errorf("ids depend on the source:\n%v\n%v", a, b)
 		}

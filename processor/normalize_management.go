@@ -13,7 +13,8 @@ import (
 // templates, and fields not known yet) into management rows.
 
 // mgmt completes a management row (envelope columns, time, phone number id
-// resolved from the display number where the value has none, id) and adds
+// resolved from the display number where the value has none and this body
+// pairs that display number with an id, id) and adds
 // it, unless the body had it already; it returns the id and whether the row
 // was added. at is the event's own time as sent (entry.time or the
 // item's timestamp, 0 if none); tag tells items of one change apart where
@@ -33,8 +34,8 @@ func (b *run) mgmt(env meta.Envelope, k schema.Kind, at int64, tag string, r sch
 	if number == "" {
 		number = r.DisplayPhoneNumber
 	}
-	if r.PhoneNumberID == "" && r.DisplayPhoneNumber != "" && b.n.numbers != nil {
-		r.PhoneNumberID = b.n.numbers.Resolve(r.DisplayPhoneNumber)
+	if r.PhoneNumberID == "" && r.DisplayPhoneNumber != "" {
+		r.PhoneNumberID = b.ownNumber(r.DisplayPhoneNumber)
 	}
 	var sum string
 	if r.Raw != "" {

@@ -27,17 +27,6 @@ const (
 
 var normKey = []byte("normalize-test-key")
 
-// memNumbers is an in-memory NumberResolver.
-type memNumbers map[string]string
-
-func (m memNumbers) Learn(display, id string) {
-	if display != "" && id != "" {
-		m[display] = id
-	}
-}
-
-func (m memNumbers) Resolve(display string) string { return m[display] }
-
 func normSource(sec int) schema.Source {
 	return schema.Source{App: "test", ReceivedAt: time.Date(2026, 3, 14, 12, 0, sec, 0, time.UTC), RawSeq: uint64(sec + 1)}
 }
@@ -48,9 +37,9 @@ func normalizeBody(n *Normalizer, body []byte, src schema.Source) schema.Rows {
 	return rows
 }
 
-func newTestNormalizer() (*Normalizer, *schema.Hasher, memNumbers) {
-	h, m := schema.NewHasher(normKey), memNumbers{}
-	return NewNormalizer(h, m), h, m
+func newTestNormalizer() (*Normalizer, *schema.Hasher) {
+	h := schema.NewHasher(normKey)
+	return NewNormalizer(h), h
 }
 
 func readBody(t testing.TB, dir, name string) []byte {
@@ -172,7 +161,7 @@ func TestNormalizeFixtures(t *testing.T) {
 		f := facts[name]
 		t.Run(strings.TrimSuffix(name, ".json"), func(t *testing.T) {
 			body := readBody(t, normFixtures, name)
-			n, h, _ := newTestNormalizer()
+			n, h := newTestNormalizer()
 			rows := normalizeBody(n, body, normSource(0))
 			if len(rows.DeadLetters) != 0 {
 				t.Fatalf("dead letters: %+v", rows.DeadLetters)
@@ -591,7 +580,7 @@ func lastKey(path string) string {
 // at root, entry, value, status and pricing level each land where the
 // Normalizer's doc says, verbatim.
 func TestNormalizeUnknownKeys(t *testing.T) {
-	n, _, _ := newTestNormalizer()
+	n, _ := newTestNormalizer()
 	rows := normalizeBody(n, readBody(t, normFixtures, "unknown_field_and_extra_keys.json"), normSource(0))
 	var envelope map[string]json.RawMessage
 	for _, r := range rows.Management {
@@ -703,7 +692,7 @@ func TestNormalizeIDsStable(t *testing.T) {
 	facts := loadFacts(t)
 	names := sortedNames(facts)
 	idsOf := func(body []byte, src schema.Source) []string {
-		n, _, _ := newTestNormalizer()
+		n, _ := newTestNormalizer()
 		rows := normalizeBody(n, body, src)
 		ids := eventIDs(&rows)
 		for _, e := range rows.Errors {
@@ -774,7 +763,7 @@ func batchBodies(t testing.TB, bodies ...[]byte) []byte {
 // TestNormalizeGroupStatuses: the three statuses of one group message stay
 // three events; the two delivered ones share wamid and status.
 func TestNormalizeGroupStatuses(t *testing.T) {
-	n, h, _ := newTestNormalizer()
+	n, h := newTestNormalizer()
 	rows := normalizeBody(n, readBody(t, normFixtures, "group_message_and_statuses.json"), normSource(0))
 	ids := map[string]bool{}
 	byParticipant := map[string][]string{}
@@ -837,7 +826,7 @@ func boolSet(s []string) map[string]bool {
 // TestNormalizeBSUID: users known only by their BSUID are still keyed, as
 // hashes: a status to a BSUID and an inbound message from one.
 func TestNormalizeBSUID(t *testing.T) {
-	n, h, _ := newTestNormalizer()
+	n, h := newTestNormalizer()
 	rows := normalizeBody(n, readBody(t, normTestdata, "status_variants.json"), normSource(0))
 	found := false
 	for _, r := range rows.Statuses {
@@ -873,7 +862,7 @@ func TestNormalizeBSUID(t *testing.T) {
 // TestNormalizeStatusValues: legacy statuses are kept as they came, upper
 // case folded; call statuses never become status rows.
 func TestNormalizeStatusValues(t *testing.T) {
-	n, _, _ := newTestNormalizer()
+	n, _ := newTestNormalizer()
 	rows := normalizeBody(n, readBody(t, normFixtures, "status_legacy_deleted_warning.json"), normSource(0))
 	got := countOf(rows.Statuses, func(r *schema.StatusRow) (string, bool) { return r.Status, true })
 	sameCount(t, "legacy statuses", got, map[string]int{"deleted": 1, "warning": 1})
@@ -895,7 +884,7 @@ func TestNormalizeStatusValues(t *testing.T) {
 // call owned by the call's row; value-level errors under calls are value
 // errors.
 func TestNormalizeCallErrors(t *testing.T) {
-	n, _, _ := newTestNormalizer()
+	n, _ := newTestNormalizer()
 	rows := normalizeBody(n, readBody(t, normTestdata, "calls_connect.json"), normSource(0))
 	sameCount(t, "call errors", codesByOrigin(rows.Errors, originCall), map[string]int{"138006": 1})
 	sameCount(t, "value errors", codesByOrigin(rows.Errors, originValue), map[string]int{"138000": 1})
@@ -908,7 +897,7 @@ func TestNormalizeCallErrors(t *testing.T) {
 // TestNormalizeCoexistence: echoes and history are not inbound traffic;
 // history errors are errors of origin history.
 func TestNormalizeCoexistence(t *testing.T) {
-	n, _, _ := newTestNormalizer()
+	n, _ := newTestNormalizer()
 	rows := normalizeBody(n, readBody(t, normTestdata, "coexistence_fields.json"), normSource(0))
 	if len(rows.Inbound) != 0 || len(rows.Statuses) != 0 {
 		t.Errorf("coexistence fields: %d inbound and %d status rows, want none", len(rows.Inbound), len(rows.Statuses))
@@ -964,7 +953,7 @@ func TestNormalizeDecoderBodies(t *testing.T) {
 	for _, name := range testdataNames(t) {
 		t.Run(strings.TrimSuffix(name, ".json"), func(t *testing.T) {
 			body := readBody(t, normTestdata, name)
-			n, _, _ := newTestNormalizer()
+			n, _ := newTestNormalizer()
 			rows := normalizeBody(n, body, normSource(0))
 			if len(rows.DeadLetters) != 0 {
 				t.Errorf("dead letters: %+v", rows.DeadLetters)
@@ -980,34 +969,42 @@ func TestNormalizeDecoderBodies(t *testing.T) {
 }
 
 // TestNormalizeResolvesDisplayNumber: a quality event names its number by
-// display number only; once a message webhook has shown that number's id,
-// the event carries the id. Its event id does not change with it.
+// display number only. The normalizer does no I/O: it gives the pairs a
+// body's metadata shows (for stage 1 to learn, once per body) and fills in
+// the id only where the same body pairs the display number with one; its
+// event id is the same either way.
 func TestNormalizeResolvesDisplayNumber(t *testing.T) {
-	n, _, numbers := newTestNormalizer()
+	n, _ := newTestNormalizer()
 	quality := readBody(t, normFixtures, "quality_throughput_upgrade.json")
-	before := normalizeBody(n, quality, normSource(0))
-	if len(before.Management) != 1 || before.Management[0].PhoneNumberID != "" {
-		t.Fatalf("before any message webhook: %+v", before.Management)
+	alone := normalizeBody(n, quality, normSource(0))
+	if len(alone.Management) != 1 || alone.Management[0].PhoneNumberID != "" || len(alone.Numbers) != 0 {
+		t.Fatalf("alone: %+v, pairs %v", alone.Management, alone.Numbers)
 	}
-	normalizeBody(n, readBody(t, normFixtures, "status_sent_pmp_marketing.json"), normSource(1))
-	if numbers["15557810001"] != "107655290331184" {
-		t.Fatalf("learned %v", numbers)
-	}
-	after := normalizeBody(n, quality, normSource(2))
-	r := after.Management[0]
-	if r.PhoneNumberID != "107655290331184" || r.DisplayPhoneNumber != "15557810001" || r.Kind != schema.KindNumber {
-		t.Errorf("after a message webhook: number %q display %q kind %s", r.PhoneNumberID, r.DisplayPhoneNumber, r.Kind)
-	}
-	if r.EventID != before.Management[0].EventID {
-		t.Errorf("the id changed with what the map had learned: %s, then %s", before.Management[0].EventID, r.EventID)
+	status := readBody(t, normFixtures, "status_sent_pmp_marketing.json")
+	learned := normalizeBody(n, batchBodies(t, status, status), normSource(1))
+	want := []schema.NumberPair{{Display: "15557810001", PhoneNumberID: "107655290331184"}}
+	if !reflect.DeepEqual(learned.Numbers, want) {
+		t.Fatalf("pairs of a body with two statuses of one number: %v, want %v", learned.Numbers, want)
 	}
 	// A body holding both resolves within itself.
-	n2, _, _ := newTestNormalizer()
-	both := normalizeBody(n2, batchBodies(t, readBody(t, normFixtures, "status_played_voice.json"), quality), normSource(3))
+	both := normalizeBody(n, batchBodies(t, readBody(t, normFixtures, "status_played_voice.json"), quality), normSource(3))
+	found := false
 	for _, r := range both.Management {
-		if r.Event == "THROUGHPUT_UPGRADE" && r.PhoneNumberID != "107655290331184" {
-			t.Errorf("same body: number %q", r.PhoneNumberID)
+		if r.Event == "THROUGHPUT_UPGRADE" {
+			found = true
+			if r.PhoneNumberID != "107655290331184" {
+				t.Errorf("same body: number %q", r.PhoneNumberID)
+			}
+			if r.EventID != alone.Management[0].EventID {
+				t.Errorf("the id changed with the number: %s, then %s", alone.Management[0].EventID, r.EventID)
+			}
 		}
+	}
+	if !found {
+		t.Fatal("no upgrade in the body holding both")
+	}
+	if len(both.Numbers) != 1 {
+		t.Errorf("pairs: %v", both.Numbers)
 	}
 }
 
@@ -1015,7 +1012,7 @@ func TestNormalizeResolvesDisplayNumber(t *testing.T) {
 // no webhook are one dead letter each, with the decoder's reason and the
 // body as received; a bad status among good ones costs only itself.
 func TestNormalizeDeadLetters(t *testing.T) {
-	n, _, _ := newTestNormalizer()
+	n, _ := newTestNormalizer()
 	for _, c := range []struct{ body, reason string }{
 		{"this is not json", meta.ReasonNotJSON},
 		{`{"object":"whatsapp_business_account"}`, meta.ReasonNoEntry},
@@ -1064,7 +1061,7 @@ func TestNormalizeRepeatedItem(t *testing.T) {
 	st := `{"id":"wamid.r","status":"failed","timestamp":"1781514312","recipient_id":"4915155500001","errors":[{"code":131049,"title":"x"}]}`
 	body := []byte(`{"entry":[{"id":"1","changes":[{"field":"messages","value":{"metadata":{"display_phone_number":"1","phone_number_id":"2"},"statuses":[` +
 		st + `,` + st + `]}},{"field":"messages","value":{"metadata":{"display_phone_number":"1","phone_number_id":"2"},"statuses":[` + st + `]}}]}]}`)
-	n, _, _ := newTestNormalizer()
+	n, _ := newTestNormalizer()
 	rows := normalizeBody(n, body, normSource(0))
 	if len(rows.Statuses) != 1 || len(rows.Errors) != 1 {
 		t.Errorf("repeated status: %d statuses, %d errors, want 1 and 1", len(rows.Statuses), len(rows.Errors))
@@ -1083,7 +1080,7 @@ func TestNormalizeRepeatedItem(t *testing.T) {
 // event time, not a year 1970 or past ClickHouse's DateTime; the id still
 // comes from what was sent.
 func TestNormalizeTimes(t *testing.T) {
-	n, _, _ := newTestNormalizer()
+	n, _ := newTestNormalizer()
 	for _, ts := range []string{`"0"`, `"99999999999"`, `-5`} {
 		body := []byte(`{"entry":[{"id":"1","changes":[{"field":"messages","value":{"metadata":{"display_phone_number":"1","phone_number_id":"2"},"statuses":[{"id":"wamid.t","status":"sent","timestamp":` + ts + `,"recipient_id":"4915155500001"}]}}]}]}`)
 		a := normalizeBody(n, body, normSource(0))

@@ -67,7 +67,7 @@ func BenchmarkNormalize(b *testing.B) {
 		if !json.Valid(c.body) {
 			b.Fatalf("%s: not JSON", c.name)
 		}
-		n := NewNormalizer(schema.NewHasher(normKey), memNumbers{})
+		n := NewNormalizer(schema.NewHasher(normKey))
 		src := schema.Source{App: "bench", ReceivedAt: time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC), RawSeq: 1}
 		id := schema.RawMsgID(c.body)
 		var rows schema.Rows

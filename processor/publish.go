@@ -198,7 +198,7 @@ func (p *eventPublisher) send(ctx context.Context, rows *schema.Rows, from *rowM
 				p.data, err = appendManagementEvent(p.data[:0], &small)
 			}
 		}
-		if err = send(r.PhoneNumberID, r.Kind, r.EventID, err); err != nil {
+		if err = send(r.PhoneNumberID, r.Kind, schema.ManagementMsgID(r), err); err != nil {
 			return err
 		}
 	}

@@ -43,7 +43,7 @@ func publishEnv(t *testing.T, withStream bool) (*nats.Conn, jetstream.JetStream)
 func fixtureRows(t *testing.T) *schema.Rows {
 	t.Helper()
 	var all schema.Rows
-	n := NewNormalizer(schema.NewHasher(normKey), memNumbers{}, WithContent(true))
+	n := NewNormalizer(schema.NewHasher(normKey), WithContent(true))
 	for _, body := range eventJSONBodies(t) {
 		rows := normalizeBody(n, body, normSource(5))
 		all.Append(&rows)

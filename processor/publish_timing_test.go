@@ -91,7 +91,7 @@ func cpuTime() time.Duration {
 //	go test ./processor -run '^$' -bench PublishEvents -benchtime 10x -count 3
 func BenchmarkPublishEvents(b *testing.B) {
 	const batch = 50_000
-	base := normalizeBody(NewNormalizer(schema.NewHasher(normKey), memNumbers{}), manyStatusesBody(1000), normSource(1))
+	base := normalizeBody(NewNormalizer(schema.NewHasher(normKey)), manyStatusesBody(1000), normSource(1))
 	rows := &schema.Rows{}
 	for len(rows.Statuses) < batch {
 		rows.Statuses = append(rows.Statuses, base.Statuses...)

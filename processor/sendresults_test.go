@@ -18,7 +18,7 @@ const sendResultsDoc = `{"results": [
 ]}`
 
 func TestNormalizeSendResults(t *testing.T) {
-	n := NewNormalizer(schema.NewHasher(normKey), memNumbers{})
+	n := NewNormalizer(schema.NewHasher(normKey))
 	src := schema.Source{App: schema.SendResultsApp, ReceivedAt: time.Unix(1773500100, 0), RawSeq: 7}
 	var rows schema.Rows
 	n.Normalize([]byte(sendResultsDoc), src, "", &rows)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -46,17 +47,25 @@ type Stage1 struct {
 	// last batch took to write.
 	solo      *eventPublisher
 	lastWrite time.Duration
+
+	// numbers resolves display numbers and holds the events of numbers
+	// not learned yet (nil: events keep what their body says). Held
+	// events that the writer found learned are queued in applyQ for the
+	// reader to add to its batch.
+	numbers *NumberMap
+	applyMu sync.Mutex
+	applyQ  []HeldEvent
 }
 
-// NewStage1 returns a stage 1 consumer; log may be nil.
-func NewStage1(cfg Config, js jetstream.JetStream, w Writer, n BodyNormalizer, reg prometheus.Registerer, log *zap.Logger) (*Stage1, error) {
+// NewStage1 returns a stage 1 consumer; numbers and log may be nil.
+func NewStage1(cfg Config, js jetstream.JetStream, w Writer, n BodyNormalizer, numbers *NumberMap, reg prometheus.Registerer, log *zap.Logger) (*Stage1, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("processor config: %w", err)
 	}
 	if log == nil {
 		log = zap.NewNop()
 	}
-	s := &Stage1{cfg: cfg, js: js, w: w, n: n, log: log, metrics: newMetrics(reg), backoff: cfg.BackoffMin}
+	s := &Stage1{cfg: cfg, js: js, w: w, n: n, numbers: numbers, log: log, metrics: newMetrics(reg), backoff: cfg.BackoffMin}
 	if cfg.PublishEvents {
 		s.events = newEventPublisher(js.Conn(), eventsWindow)
 	}
@@ -73,6 +82,8 @@ type batch struct {
 	// the first failure to send or store them: the batch is then nak'ed.
 	sent      rowMarks
 	eventsErr error
+	// numbers is what the batch does about display numbers (resolve.go).
+	numbers numberWork
 }
 
 func (b *batch) reset() {
@@ -81,7 +92,12 @@ func (b *batch) reset() {
 	b.rows.Reset()
 	b.bytes = 0
 	b.sent, b.eventsErr = rowMarks{}, nil
+	b.numbers.reset()
 }
+
+// empty reports whether the batch has nothing to write: no body, and no
+// held event applied.
+func (b *batch) empty() bool { return len(b.msgs) == 0 && b.rows.Len() == 0 }
 
 // ConsumerConfig is the durable consumer of stage 1 on WAHOOK_RAW.
 func (s *Stage1) ConsumerConfig() jetstream.ConsumerConfig {
@@ -178,16 +194,20 @@ func (s *Stage1) Run(ctx context.Context) error {
 		return true
 	}
 	defer func() {
-		if len(b.msgs) > 0 {
+		if !b.empty() {
 			handOff(true)
 		}
 		close(full)
 		<-writerDone
 	}()
 	maxAge := s.cfg.AckWait / 4
+	var nextSweep time.Time // now: at start
 	for ctx.Err() == nil {
+		if s.numbers != nil {
+			s.applyHeld(pubCtx, b, &nextSweep)
+		}
 		wait := s.cfg.FlushInterval
-		if len(b.msgs) > 0 {
+		if !b.empty() {
 			age := time.Since(b.first)
 			if wait = s.cfg.FlushInterval - age; wait <= 0 {
 				if handOff(age >= maxAge) {
@@ -223,7 +243,7 @@ func (s *Stage1) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		s.add(b, msg)
+		s.add(pubCtx, b, msg)
 		if s.events != nil && b.eventsErr == nil {
 			b.eventsErr = s.events.send(pubCtx, &b.rows, &b.sent)
 		}
@@ -280,15 +300,21 @@ func (s *Stage1) open(ctx context.Context) jetstream.MessagesContext {
 	}
 }
 
-// add normalizes one RAW message into the batch.
-func (s *Stage1) add(b *batch, msg jetstream.Msg) {
-	if len(b.msgs) == 0 {
+// add normalizes one RAW message into the batch, and resolves its display
+// numbers; a failure to resolve them fails the batch (eventsErr), so that
+// its bodies come back rather than being stored without their numbers.
+func (s *Stage1) add(ctx context.Context, b *batch, msg jetstream.Msg) {
+	if b.empty() {
 		b.first = time.Now()
 	}
 	b.msgs = append(b.msgs, msg)
 	b.bytes += len(msg.Data())
 	src := SourceOf(msg)
+	m0, p0 := len(b.rows.Management), len(b.rows.Numbers)
 	s.n.Normalize(msg.Data(), src, msg.Headers().Get(schema.HeaderMsgID), &b.rows)
+	if s.numbers != nil && b.eventsErr == nil {
+		b.eventsErr = s.resolve(ctx, &b.rows, m0, p0, &b.numbers)
+	}
 }
 
 // SourceOf reads the source of a RAW message from its headers and metadata.
@@ -332,7 +358,7 @@ func (s *Stage1) flush(runCtx context.Context, b *batch) {
 	}
 	if err != nil {
 		s.metrics.failures.Inc()
-		if s.healthy(ctx) {
+		if !errors.Is(err, errNumbers) && s.healthy(ctx) {
 			s.log.Warn("batch not stored while both stores answer: writing its bodies one by one",
 				zap.Int("batch_bodies", len(b.msgs)), zap.Error(err))
 			s.isolate(runCtx, b.msgs, err)
@@ -348,6 +374,19 @@ func (s *Stage1) flush(runCtx context.Context, b *batch) {
 			zap.Duration("retry_in", delay), zap.Error(err))
 		b.reset()
 		sleep(runCtx, delay)
+		return
+	}
+	if err := s.settleNumbers(ctx, &b.rows, &b.numbers); err != nil {
+		// The rows are stored, and stored again harmlessly when the bodies
+		// come back: only the holding failed.
+		s.metrics.failures.Inc()
+		for _, m := range b.msgs {
+			_ = m.NakWithDelay(s.backoff)
+		}
+		s.log.Warn("batch stored, its events of numbers not learned yet not held: will retry", zap.Int("batch_bodies", len(b.msgs)),
+			zap.Duration("retry_in", s.backoff), zap.Error(err))
+		b.reset()
+		sleep(runCtx, s.backoff)
 		return
 	}
 	s.backoff = s.cfg.BackoffMin
@@ -419,11 +458,21 @@ func (s *Stage1) writeGroup(runCtx context.Context, msgs []jetstream.Msg) error 
 	defer cancel()
 	start := time.Now()
 	b := &batch{msgs: msgs}
+	var err error
 	for _, m := range msgs {
 		_ = m.InProgress() // the isolation may take a while
+		m0, p0 := len(b.rows.Management), len(b.rows.Numbers)
 		s.n.Normalize(m.Data(), SourceOf(m), m.Headers().Get(schema.HeaderMsgID), &b.rows)
+		if s.numbers != nil && err == nil {
+			err = s.resolve(ctx, &b.rows, m0, p0, &b.numbers)
+		}
 	}
-	err := s.writeAlone(ctx, &b.rows)
+	if err == nil {
+		err = s.writeAlone(ctx, &b.rows)
+	}
+	if err == nil {
+		err = s.settleNumbers(ctx, &b.rows, &b.numbers)
+	}
 	switch {
 	case err == nil:
 		for _, m := range msgs {
@@ -431,7 +480,7 @@ func (s *Stage1) writeGroup(runCtx context.Context, msgs []jetstream.Msg) error 
 		}
 		s.metrics.observe(b, time.Since(start))
 		return nil
-	case len(msgs) > 1 && !s.healthy(ctx):
+	case errors.Is(err, errNumbers) || len(msgs) > 1 && !s.healthy(ctx):
 		delay := s.backoff
 		for _, m := range msgs {
 			_ = m.NakWithDelay(delay)

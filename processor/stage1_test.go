@@ -36,6 +36,7 @@ type pipeline struct {
 	// faults, when set, stands between stage 1 and the writer.
 	faults  func(processor.Writer) processor.Writer
 	norm    *processor.Normalizer
+	numbers *processor.NumberMap
 	cancel  context.CancelFunc
 	done    chan error
 	regs    []*prometheus.Registry // one per started instance
@@ -72,7 +73,8 @@ func newPipeline(t testing.TB, db *schematest.ClickHouseDB) *pipeline {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.norm = processor.NewNormalizer(schema.NewHasher([]byte("test-key")), numbers)
+	p.numbers = numbers
+	p.norm = processor.NewNormalizer(schema.NewHasher([]byte("test-key")))
 	p.writer = chwriter.New(db.Conn, db.Database)
 	p.cfg = processor.DefaultConfig()
 	// Short flushes and waits, so that tests of outages finish quickly.
@@ -92,7 +94,7 @@ func (p *pipeline) start() {
 	if p.faults != nil {
 		w = p.faults(w)
 	}
-	s1, err := processor.NewStage1(p.cfg, p.js, w, p.norm, reg, zaptest.NewLogger(p.t))
+	s1, err := processor.NewStage1(p.cfg, p.js, w, p.norm, p.numbers, reg, zaptest.NewLogger(p.t))
 	if err != nil {
 		p.t.Fatal(err)
 	}

@@ -40,6 +40,12 @@ const (
 	// id, learned from the metadata of message webhooks, for the number-level
 	// webhooks that carry only the display number (docs/architecture.md, "Bus").
 	BucketNumbers = "wahook_numbers"
+	// BucketNumbersPending holds the number-level events (quality, limits,
+	// throughput upgrades, names) that named a display number no message
+	// webhook had paired with its id yet: key "<digits>.<event id>", value
+	// the event's ManagementRow as JSON. Stage 1 applies and deletes them once
+	// the number is learned (docs/architecture.md, "Numbers learned late").
+	BucketNumbersPending = "wahook_numbers_pending"
 	// BucketLeases holds leases with a TTL: the key "funnel" names the one
 	// instance that resolves the delivery funnel (processor/funnel).
 	BucketLeases = "wahook_leases"

@@ -275,6 +275,10 @@ type ManagementRow struct {
 	NewValue           string    `json:"new_value,omitempty"`    // current limit, new quality or category, ...
 	Reason             string    `json:"reason,omitempty"`
 	Raw                string    `json:"raw,omitempty"` // the change's value as received (JSON)
+	// Late marks an event applied after its number was learned, having
+	// been stored first without its phone number id (a display number no
+	// message webhook had shown yet). Not stored; see ManagementMsgID.
+	Late bool `json:"-"`
 }
 
 // SendResultRow is one send result a sending service reported
@@ -315,6 +319,17 @@ type Rows struct {
 	Management  []ManagementRow
 	DeadLetters []DeadLetter
 	SendResults []SendResultRow // EVENTS only; their failures are in Errors
+	// Numbers are the display numbers the bodies' metadata paired with a
+	// phone number id, once per body, for stage 1 to learn (NumberMap). They
+	// are not rows: nothing stores them as they are, and Len leaves them out.
+	Numbers []NumberPair
+}
+
+// NumberPair is a display phone number and the phone number id a message
+// webhook's metadata gave with it.
+type NumberPair struct {
+	Display       string
+	PhoneNumberID string
 }
 
 // Len is the number of rows.
@@ -330,12 +345,26 @@ func (r *Rows) Append(o *Rows) {
 	r.Management = append(r.Management, o.Management...)
 	r.DeadLetters = append(r.DeadLetters, o.DeadLetters...)
 	r.SendResults = append(r.SendResults, o.SendResults...)
+	r.Numbers = append(r.Numbers, o.Numbers...)
 }
 
 // Reset empties r, keeping its memory for reuse.
 func (r *Rows) Reset() {
 	r.Statuses, r.Errors, r.Inbound = r.Statuses[:0], r.Errors[:0], r.Inbound[:0]
 	r.Management, r.DeadLetters, r.SendResults = r.Management[:0], r.DeadLetters[:0], r.SendResults[:0]
+	r.Numbers = r.Numbers[:0]
+}
+
+// ManagementMsgID is the Nats-Msg-Id of a management event: its event id,
+// followed by "." and its phone number id when it is Late. An event
+// published first without its number (a display number not learned yet)
+// and applied later with it thus reaches EVENTS both times, on the two
+// subjects, even within the stream's duplicate window.
+func ManagementMsgID(r *ManagementRow) string {
+	if !r.Late {
+		return r.EventID
+	}
+	return r.EventID + "." + r.PhoneNumberID
 }
 
 // ErrorEventID is the Nats-Msg-Id of an error event (KindError): the owning

@@ -87,7 +87,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	// The buckets are kept as they are when they exist: a changed replica
 	// count is applied here, as EnsureRawStream does for RAW. The lease
 	// bucket is made by the first process; if it exists, it follows too.
-	for _, b := range []string{schema.BucketNumbers, schema.BucketPacing, schema.BucketPairCooldown, schema.BucketLeases} {
+	for _, b := range []string{schema.BucketNumbers, schema.BucketNumbersPending, schema.BucketPacing, schema.BucketPairCooldown, schema.BucketLeases} {
 		if b == schema.BucketLeases {
 			if _, err := pub.JetStream().Stream(cctx, "KV_"+b); err != nil {
 				continue
@@ -97,7 +97,8 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 	}
-	fmt.Fprintf(stdout, "stream WAHOOK_EVENTS and buckets %s, %s, %s ready (%d replicas)\n", schema.BucketNumbers, schema.BucketPacing, schema.BucketPairCooldown, kv)
+	fmt.Fprintf(stdout, "stream WAHOOK_EVENTS and buckets %s, %s, %s, %s ready (%d replicas)\n", schema.BucketNumbers, schema.BucketNumbersPending,
+		schema.BucketPacing, schema.BucketPairCooldown, kv)
 	if po.dsn == "" {
 		fmt.Fprintln(stdout, "clickhouse skipped (empty --clickhouse-dsn)")
 		return nil

@@ -199,10 +199,11 @@ func openClickHouse(ctx context.Context, o *processOptions, log *zap.Logger) (dr
 
 // stage1Deps are what stage 1 and replay need, set up in order.
 type stage1Deps struct {
-	js     jetstream.JetStream
-	conn   driver.Conn
-	writer *chwriter.Writer
-	norm   *processor.Normalizer
+	js      jetstream.JetStream
+	conn    driver.Conn
+	writer  *chwriter.Writer
+	norm    *processor.Normalizer
+	numbers *processor.NumberMap
 }
 
 // setupStage1 connects to ClickHouse (retrying until it answers or ctx
@@ -250,10 +251,11 @@ func setupStage1(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *process
 		return nil, err
 	}
 	return &stage1Deps{
-		js:     js,
-		conn:   conn,
-		writer: chwriter.New(conn, db),
-		norm:   processor.NewNormalizer(schema.NewHasher(key), numbers, processor.WithContent(o.storeContent)),
+		js:      js,
+		conn:    conn,
+		writer:  chwriter.New(conn, db),
+		norm:    processor.NewNormalizer(schema.NewHasher(key), processor.WithContent(o.storeContent)),
+		numbers: numbers,
 	}, nil
 }
 
@@ -265,7 +267,7 @@ func runStage1(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *processOp
 		return
 	}
 	defer deps.conn.Close()
-	s1, err := processor.NewStage1(o.cfg, deps.js, deps.writer, deps.norm, reg, log.Named("stage1"))
+	s1, err := processor.NewStage1(o.cfg, deps.js, deps.writer, deps.norm, deps.numbers, reg, log.Named("stage1"))
 	if err != nil {
 		done <- err
 		return
