@@ -224,6 +224,19 @@ func TestReportsMatchTruth(t *testing.T) {
 		if tp.TierMPS != 1000 || tp.TierSource != api.TierThroughputUpgrade {
 			t.Errorf("tier %d from %s", tp.TierMPS, tp.TierSource)
 		}
+		// Over a day: the outbound messages found by resolving every
+		// message of the months, not among the statuses of the range.
+		var day api.Throughput
+		query(t, app, "/api/v1/throughput?phone_number_id="+numbers[0].id+"&step=1m&from="+t0.Add(-12*time.Hour).Format(time.RFC3339)+"&to="+t0.Add(12*time.Hour).Format(time.RFC3339), &day)
+		checkThroughput(t, day, d, numbers[0].id, func(at time.Time) int {
+			if at.Before(d.upgradeAt) {
+				return 80
+			}
+			return 1000
+		})
+		if day.Outbound != tp.Outbound || day.Inbound != tp.Inbound || len(day.Points) != len(tp.Points) {
+			t.Errorf("over a day %d out %d in in %d points, over two hours %d, %d in %d", day.Outbound, day.Inbound, len(day.Points), tp.Outbound, tp.Inbound, len(tp.Points))
+		}
 	})
 
 	t.Run("throughput of a coexistence number per second", func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 )
 
@@ -56,16 +57,52 @@ func (s *Store) Throughput(ctx context.Context, q Query) (*Throughput, error) {
 	}
 	id := q.PhoneNumberIDs[0]
 	out := &Throughput{PhoneNumberID: id, From: from, To: to, Step: q.Step, Points: []ThroughputPoint{}}
-	nums, err := s.Numbers(ctx, Query{From: from, To: to, PhoneNumberIDs: []string{id}}, 0)
-	if err != nil {
-		return nil, err
+	sec := uint32(step / time.Second)
+	f, t := uint32(from.Unix()), uint32(to.Unix())
+
+	// The number's state and its three counts are independent queries:
+	// they run at once, so that the answer waits for the slowest of them,
+	// not for their sum (the dashboard's number page asks for two of
+	// these answers and three other reports at the same time).
+	var nums *Numbers
+	var outbound, inbound, echoes []bucketCount
+	errs := make([]error, 4)
+	var wg sync.WaitGroup
+	for i, run := range []func() error{
+		func() (err error) {
+			nums, err = s.Numbers(ctx, Query{From: from, To: to, PhoneNumberIDs: []string{id}}, 0)
+			return err
+		},
+		func() (err error) {
+			sql, args := s.outboundSQL(id, from, to, sec)
+			outbound, err = s.bucketCounts(ctx, sql, args)
+			return err
+		},
+		func() (err error) {
+			inbound, err = s.bucketCounts(ctx, s.byTimeSQL("inbound_messages", "", sec), []any{id, int64(f), int64(t)})
+			return err
+		},
+		func() (err error) {
+			echoes, err = s.bucketCounts(ctx, s.byTimeSQL("management_events", " AND field = 'smb_message_echoes'", sec), []any{id, int64(f), int64(t)})
+			return err
+		},
+	} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = run()
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
 	}
 	st := &nums.Numbers[0]
 	coexistence := st.TierSource == TierCoexistence
 	out.TierMPS, out.TierSource = st.TierMPS, st.TierSource
 
-	sec := uint32(step / time.Second)
-	f, t := uint32(from.Unix()), uint32(to.Unix())
 	buckets := map[uint32]*ThroughputPoint{}
 	bucket := func(at uint32) *ThroughputPoint {
 		p := buckets[at]
@@ -75,51 +112,17 @@ func (s *Store) Throughput(ctx context.Context, q Query) (*Throughput, error) {
 		}
 		return p
 	}
-	count := func(sql string, args []any, add func(p *ThroughputPoint, n uint64)) error {
-		rows, err := s.conn.Query(ctx, sql, args...)
-		if err != nil {
-			return queryError(ctx, err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var at uint32
-			var n uint64
-			if err := rows.Scan(&at, &n); err != nil {
-				return queryError(ctx, err)
-			}
-			add(bucket(at), n)
-		}
-		return queryError(ctx, rows.Err())
+	for _, c := range outbound {
+		bucket(c.at).Outbound += c.n
+		out.Outbound += c.n
 	}
-	outbound := fmt.Sprintf(`
-SELECT toUInt32(intDiv(first, %[1]d) * %[1]d) AS t, count()
-FROM
-(
-    SELECT message_id, %[2]s AS first
-    FROM %[3]s
-    WHERE phone_number_id = ? AND month >= toDate(?) AND month <= toDate(?)
-    GROUP BY message_id
-)
-WHERE first >= ? AND first < ?
-GROUP BY t`, sec, least(nz("minIfMerge(sent_at)"), nz("minIfMerge(delivered_at)"), nz("minIfMerge(read_at)"), nz("minIfMerge(played_at)")),
-		s.table("message_lifecycle"))
-	months := []any{id, monthStart(from).AddDate(0, -1, 0).Format("2006-01-02"), monthStart(to).Format("2006-01-02"), f, t}
-	if err := count(outbound, months, func(p *ThroughputPoint, n uint64) { p.Outbound += n; out.Outbound += n }); err != nil {
-		return nil, err
+	for _, c := range inbound {
+		bucket(c.at).Inbound += c.n
+		out.Inbound += c.n
 	}
-	byTime := func(table, cond string) string {
-		return fmt.Sprintf(`SELECT toUInt32(intDiv(toUInt32(event_time), %[1]d) * %[1]d) AS t, uniqExact(event_id)
-FROM %[2]s
-WHERE phone_number_id = ? AND event_time >= toDateTime(?) AND event_time < toDateTime(?)%[3]s
-GROUP BY t`, sec, s.table(table), cond)
-	}
-	args := []any{id, int64(f), int64(t)}
-	if err := count(byTime("inbound_messages", ""), args, func(p *ThroughputPoint, n uint64) { p.Inbound += n; out.Inbound += n }); err != nil {
-		return nil, err
-	}
-	if err := count(byTime("management_events", " AND field = 'smb_message_echoes'"), args,
-		func(p *ThroughputPoint, n uint64) { p.Outbound += n; out.Outbound += n }); err != nil {
-		return nil, err
+	for _, c := range echoes {
+		bucket(c.at).Outbound += c.n
+		out.Outbound += c.n
 	}
 
 	for _, p := range buckets {
@@ -142,4 +145,78 @@ GROUP BY t`, sec, s.table(table), cond)
 		out.AverageMPS = float64(out.Inbound+out.Outbound) / d
 	}
 	return out, nil
+}
+
+// bucketCount is the count of one bucket, by the bucket's start.
+type bucketCount struct {
+	at uint32
+	n  uint64
+}
+
+// bucketCounts runs a query of (bucket, count) rows.
+func (s *Store) bucketCounts(ctx context.Context, sql string, args []any) ([]bucketCount, error) {
+	rows, err := s.conn.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, queryError(ctx, err)
+	}
+	defer rows.Close()
+	var out []bucketCount
+	for rows.Next() {
+		var c bucketCount
+		if err := rows.Scan(&c.at, &c.n); err != nil {
+			return nil, queryError(ctx, err)
+		}
+		out = append(out, c)
+	}
+	return out, queryError(ctx, rows.Err())
+}
+
+// byTimeSQL counts the events of a table by their own time, each once.
+func (s *Store) byTimeSQL(table, cond string, sec uint32) string {
+	return fmt.Sprintf(`SELECT toUInt32(intDiv(toUInt32(event_time), %[1]d) * %[1]d) AS t, uniqExact(event_id)
+FROM %[2]s
+WHERE phone_number_id = ? AND event_time >= toDateTime(?) AND event_time < toDateTime(?)%[3]s
+GROUP BY t`, sec, s.table(table), cond)
+}
+
+// narrowRange is the longest range whose outbound messages are first found
+// among the statuses of the range (status_events, sorted by number and
+// time) and then resolved in message_lifecycle; a longer range resolves
+// every message of the number in the months around it. Both count the same
+// messages: the first status of a message counted is a status of the range.
+// Narrowing reads the range's statuses and resolves only their messages;
+// resolving all reads nothing else but every message of one to three months
+// (on one day of 10M status events, 50 numbers: 15 minutes narrowed 20 ms
+// against 65 ms, 6 hours 50 ms against 55 ms, a day 190 ms against 55 ms).
+const narrowRange = 6 * time.Hour
+
+// outboundSQL counts a number's outbound messages by the bucket of their
+// first status that shows them sent (sent, delivered, read or played).
+func (s *Store) outboundSQL(id string, from, to time.Time, sec uint32) (string, []any) {
+	months := []any{id, monthStart(from).AddDate(0, -1, 0).Format("2006-01-02"), monthStart(to).Format("2006-01-02")}
+	var narrow string
+	if to.Sub(from) <= narrowRange {
+		// Every message counted has its first such status in the range,
+		// and status_events keeps a status at least as long as
+		// message_lifecycle keeps the row it went into (their retention
+		// runs from its receipt and from its month).
+		narrow = fmt.Sprintf(`
+      AND message_id IN (SELECT message_id FROM %s
+          WHERE phone_number_id = ? AND event_time >= toDateTime(?) AND event_time < toDateTime(?)
+            AND status IN ('sent', 'delivered', 'read', 'played'))`, s.table("status_events"))
+		months = append(months, id, unix(from), unix(to))
+	}
+	sql := fmt.Sprintf(`
+SELECT toUInt32(intDiv(first, %[1]d) * %[1]d) AS t, count()
+FROM
+(
+    SELECT message_id, %[2]s AS first
+    FROM %[3]s
+    WHERE phone_number_id = ? AND month >= toDate(?) AND month <= toDate(?)%[4]s
+    GROUP BY message_id
+)
+WHERE first >= ? AND first < ?
+GROUP BY t`, sec, least(nz("minIfMerge(sent_at)"), nz("minIfMerge(delivered_at)"), nz("minIfMerge(read_at)"), nz("minIfMerge(played_at)")),
+		s.table("message_lifecycle"), narrow)
+	return sql, append(months, uint32(from.Unix()), uint32(to.Unix()))
 }
