@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
+	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/schematest"
 )
@@ -75,9 +77,12 @@ func TestProcessKilledMidBatch(t *testing.T) {
 	jsc, _ := jetstream.New(nc)
 	const n = 3000
 	var wg sync.WaitGroup
+	var published atomic.Int64
+	var finished atomic.Bool
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		defer finished.Store(true)
 		for i := 0; i < n; i++ {
 			body := []byte(fmt.Sprintf(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","changes":[{"field":"messages","value":{"messaging_product":"whatsapp","metadata":{"display_phone_number":"15557810001","phone_number_id":"107655290331184"},"statuses":[{"id":"wamid.kill-%d","status":"failed","timestamp":"%d","recipient_id":"4915155500734","errors":[{"code":131056,"title":"pair rate"}]},{"id":"wamid.kill-%d","status":"sent","timestamp":"%d","recipient_id":"4915155500734"}]}}]}]}`, i, 1781514312+i, i, 1781514311+i))
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -88,39 +93,38 @@ func TestProcessKilledMidBatch(t *testing.T) {
 				t.Errorf("publish %d: %v", i, err)
 				return
 			}
-			time.Sleep(500 * time.Microsecond)
+			published.Add(1)
+			time.Sleep(500 * time.Microsecond) // the publisher's pace, not a wait
 		}
 	}()
 	// Kill it mid-stream, once rows are being written.
-	deadline := time.Now().Add(20 * time.Second)
-	for count(t, ch, "SELECT count() FROM {db}.status_events") == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no rows within 20s:\n%s", logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, 20*time.Second, "the first rows", func() (bool, string) {
+		return count(t, ch, "SELECT count() FROM {db}.status_events") > 0, logs.String()
+	})
 	if err := proc.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	_, _ = proc.Process.Wait()
 	killedAt := count(t, ch, "SELECT uniqExact(event_id) FROM {db}.status_events")
-	time.Sleep(300 * time.Millisecond)
+	// Bodies come while it is down: the restarted process finds a backlog
+	// (unless the publisher is done already).
+	atKill := published.Load()
+	testutil.Eventually(t, 20*time.Second, "a body published while process is down", func() (bool, string) {
+		return published.Load() > atKill || finished.Load(), fmt.Sprintf("%d published", published.Load())
+	})
 	proc = startWahook(t, &logs, args...)
 	wg.Wait()
 
-	deadline = time.Now().Add(60 * time.Second)
 	// A batch is written table by table, so wait for both counts.
-	for {
+	testutil.Eventually(t, 60*time.Second, "every event once", func() (bool, string) {
 		got := count(t, ch, "SELECT uniqExact(event_id) FROM {db}.status_events")
 		failures := count(t, ch, "SELECT toUInt64(uniqExactMerge(error_keys)) FROM {db}.failures_by_minute WHERE code = 131056")
-		if got == 2*n && failures == n {
-			break
+		state := fmt.Sprintf("status events: got %d, want %d; 131056 failures: got %d, want %d\n%s", got, 2*n, failures, n, logs.String())
+		if got > 2*n || failures > n {
+			t.Fatal(state)
 		}
-		if got > 2*n || failures > n || time.Now().After(deadline) {
-			t.Fatalf("status events: got %d, want %d; 131056 failures: got %d, want %d\n%s", got, 2*n, failures, n, logs.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return got == 2*n && failures == n, state
+	})
 	// The restarted process serves its health and its stage 1 metrics.
 	waitReady(t, "http://"+health, &logs)
 	resp, err := http.Get("http://" + health + "/metrics")

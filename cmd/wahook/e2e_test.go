@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/schematest"
 )
@@ -159,15 +160,10 @@ func TestServeFixturesEndToEnd(t *testing.T) {
 	// Wait until stage 1 has written every row. Readiness does not wait for
 	// ClickHouse (webhooks are taken while it is down), so the tables may
 	// not exist yet at first.
-	deadline := time.Now().Add(30 * time.Second)
-	for count(t, ch, "SELECT uniqExact(event_id) FROM {db}.inbound_messages") != inbound ||
-		count(t, ch, "SELECT uniqExact(event_id) FROM {db}.status_events") != statuses {
-		if time.Now().After(deadline) {
-			t.Fatalf("rows did not arrive within 30s:\n%s", stderr.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	time.Sleep(300 * time.Millisecond) // the batch's later tables
+	testutil.Eventually(t, 30*time.Second, "stage 1 to write every row", func() (bool, string) {
+		in, st := count(t, ch, "SELECT uniqExact(event_id) FROM {db}.inbound_messages"), count(t, ch, "SELECT uniqExact(event_id) FROM {db}.status_events")
+		return in == inbound && st == statuses, fmt.Sprintf("%d of %d inbound messages, %d of %d status events\n%s", in, inbound, st, statuses, stderr.String())
+	})
 	checks := []struct {
 		what  string
 		query string
@@ -183,6 +179,16 @@ func TestServeFixturesEndToEnd(t *testing.T) {
 		{"inbound types", "SELECT type, uniqExact(event_id) FROM {db}.inbound_messages GROUP BY type", inboundTypes},
 		{"dead letters", "SELECT 'n', count() FROM {db}.dead_letters FINAL", map[string]uint64{"n": 0}},
 	}
+	// A batch is written table by table: wait for its later tables, then
+	// check (a check that never holds is reported below).
+	testutil.Poll(30*time.Second, func() bool {
+		for _, c := range checks {
+			if fmt.Sprint(q(c.query)) != fmt.Sprint(c.want) {
+				return false
+			}
+		}
+		return true
+	})
 	for _, c := range checks {
 		if got := q(c.query); fmt.Sprint(got) != fmt.Sprint(c.want) {
 			t.Errorf("%s: got %v, want %v", c.what, got, c.want)
@@ -247,7 +253,9 @@ func checkPacing(t *testing.T, base, apiBase, natsURL string) {
 	// The upgrade is addressed by display number: it must come after the
 	// status that maps it, so wait for the status's event first.
 	post(status)
-	waitFor(t, "the sent status on WAHOOK_EVENTS", func() bool { return onEvents(ctx, js, schema.EventsSubject(number, schema.KindStatus)) })
+	testutil.Eventually(t, 30*time.Second, "the sent status on WAHOOK_EVENTS", func() (bool, string) {
+		return onEvents(ctx, js, schema.EventsSubject(number, schema.KindStatus)), "not there"
+	})
 	post(upgrade)
 	// The cool-down of the 131056 lasts 6 s from its time: give it now.
 	ts, pairTS := time.Unix(now, 0).UTC().Format(time.RFC3339), time.Now().UTC().Format(time.RFC3339)
@@ -270,13 +278,13 @@ func checkPacing(t *testing.T, base, apiBase, natsURL string) {
 	}
 	// The cool-down expires 6 s after the 131056: look for it first.
 	var cooldowns []string
-	if !waitForOK(5*time.Second, func() bool { cooldowns = cooldownKeys(ctx, js); return len(cooldowns) > 0 }) ||
+	if !testutil.Poll(5*time.Second, func() bool { cooldowns = cooldownKeys(ctx, js); return len(cooldowns) > 0 }) ||
 		len(cooldowns) != 1 || !strings.HasPrefix(cooldowns[0], schema.PacingKey(number)+".") {
 		t.Errorf("pair-rate cool-downs: %v, want one for %s", cooldowns, number)
 	}
 	var sig schema.PacingSignal
 	var last string
-	ok := waitForOK(30*time.Second, func() bool {
+	ok := testutil.Poll(30*time.Second, func() bool {
 		kv, err := js.KeyValue(ctx, schema.BucketPacing)
 		if err != nil {
 			return false
@@ -354,25 +362,6 @@ func withoutAsOf(t *testing.T, b []byte) []byte {
 	return out
 }
 
-// waitForOK polls cond until it holds or d passes.
-func waitForOK(d time.Duration, cond func() bool) bool {
-	for deadline := time.Now().Add(d); ; time.Sleep(100 * time.Millisecond) {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-	}
-}
-
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	if !waitForOK(30*time.Second, cond) {
-		t.Fatalf("%s: not within 30s", what)
-	}
-}
-
 // checkSendResults posts send results to serve's API (twice: a client's
 // retry) and finds their failures in the API's failure distribution.
 func checkSendResults(t *testing.T, base string) {
@@ -396,8 +385,7 @@ func checkSendResults(t *testing.T, base string) {
 		}
 	}
 	want := "map[130429:2 131056:1]"
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testutil.Eventually(t, 30*time.Second, "the send-result failures "+want, func() (bool, string) {
 		req, _ := http.NewRequest(http.MethodGet, base+"/api/v1/failures?origin=send_result&from=2026-03-14&to=2026-03-15", nil)
 		req.Header.Set("Authorization", "Bearer "+e2eToken)
 		resp, err := http.DefaultClient.Do(req)
@@ -419,14 +407,8 @@ func checkSendResults(t *testing.T, base string) {
 		for _, r := range f.Rows {
 			got[r.Code] = r.Failures
 		}
-		if fmt.Sprint(got) == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("send-result failures: got %v, want %s", got, want)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return fmt.Sprint(got) == want, fmt.Sprintf("send-result failures: got %v, want %s", got, want)
+	})
 }
 
 const e2eToken = "e2e-api-token-0123456789"
@@ -488,9 +470,10 @@ FROM %s.status_events WHERE message_id != '' AND status IN ('sent', 'delivered',
 		AsOf *time.Time `json:"as_of"`
 		Rows []struct{ Messages uint64 }
 	}
-	waitFor(t, "the funnel resolver's pass over every status", func() bool {
+	testutil.Eventually(t, 30*time.Second, "the funnel resolver's pass over every status", func() (bool, string) {
 		fn.AsOf = nil
-		return json.Unmarshal(apiGet("/api/v1/funnel?by=total&from="+from+"&to="+to), &fn) == nil && fn.AsOf != nil && fn.AsOf.After(now)
+		b := apiGet("/api/v1/funnel?by=total&from=" + from + "&to=" + to)
+		return json.Unmarshal(b, &fn) == nil && fn.AsOf != nil && fn.AsOf.After(now), string(b)
 	})
 	if len(fn.Rows) != 1 || fn.Rows[0].Messages != messages || messages == 0 {
 		t.Errorf("funnel total %+v, want %d messages", fn.Rows, messages)
@@ -554,18 +537,12 @@ FROM %s.status_events WHERE message_id != '' AND status IN ('sent', 'delivered',
 
 func waitReady(t testing.TB, base string, logs *syncBuffer) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testutil.Eventually(t, 30*time.Second, base+"/readyz to answer 200", func() (bool, string) {
 		resp, err := http.Get(base + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
+		if err != nil {
+			return false, fmt.Sprintf("%v\n%s", err, logs.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not ready in 30s: %v\n%s", err, logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == 200, fmt.Sprintf("%d\n%s", resp.StatusCode, logs.String())
+	})
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/schematest"
 )
@@ -159,20 +160,7 @@ func TestServeLifecycle(t *testing.T) {
 			"--clickhouse-dsn", ch.DSN, "--flush-interval", "100ms"}, io.Discard, &stderr)
 	}()
 	base := "http://" + listen
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get(base + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve not ready in 20s: %v\n%s", err, stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitReady(t, base, &stderr)
 	b, err := os.ReadFile("../../testdata/webhooks/status_failed_131048.json")
 	if err != nil {
 		t.Fatalf("shared fixtures: %v", err)
@@ -211,18 +199,11 @@ func TestServeLifecycle(t *testing.T) {
 
 	// Stage 1 writes the fixture's failed status to ClickHouse: HTTP -> RAW
 	// -> stage 1 -> ClickHouse in one process.
-	deadline = time.Now().Add(20 * time.Second)
-	for {
+	testutil.Eventually(t, 20*time.Second, "the fixture's 131048 in ClickHouse", func() (bool, string) {
 		var n uint64
 		err := ch.Conn.QueryRow(ctx, "SELECT count() FROM "+ch.Database+".errors WHERE code = 131048 AND origin = 'status'").Scan(&n)
-		if err == nil && n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the fixture's 131048 is not in ClickHouse after 20s (%d rows, %v):\n%s", n, err, stderr.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil && n == 1, fmt.Sprintf("%d rows, %v\n%s", n, err, stderr.String())
+	})
 
 	cancel()
 	select {

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/schematest"
 )
@@ -89,11 +90,11 @@ func BenchmarkWebhookToKV(b *testing.B) {
  "messaging_product":"whatsapp","metadata":{"display_phone_number":%q,"phone_number_id":%q},
  "statuses":[{"id":"wamid.PROBE","status":"delivered","timestamp":"%d","recipient_id":"15551239999"}]}}]}]}`,
 		waba, display, number, time.Now().Unix()))
-	waitFor(b, "the probe number's status on WAHOOK_EVENTS", func() bool {
-		return onEvents(ctx, js, schema.EventsSubject(number, schema.KindStatus))
+	testutil.Eventually(b, 30*time.Second, "the probe number's status on WAHOOK_EVENTS", func() (bool, string) {
+		return onEvents(ctx, js, schema.EventsSubject(number, schema.KindStatus)), "not there"
 	})
 	var kv jetstream.KeyValue
-	waitFor(b, "bucket "+schema.BucketPacing, func() bool { kv, err = js.KeyValue(ctx, schema.BucketPacing); return err == nil })
+	testutil.EventuallyErr(b, 30*time.Second, "bucket "+schema.BucketPacing, func() (err error) { kv, err = js.KeyValue(ctx, schema.BucketPacing); return err })
 	w, err := kv.Watch(ctx, schema.PacingKey(number), jetstream.UpdatesOnly())
 	if err != nil {
 		b.Fatal(err)
@@ -155,13 +156,15 @@ func BenchmarkWebhookToKV(b *testing.B) {
 				waba, display, number, k, time.Now().Unix()))
 		}
 	}()
-	time.Sleep(3 * time.Second) // the load reaches its rate
+	// The load reaches its rate: a benchmark's warm-up, a span of steady
+	// load rather than an event to wait for.
+	time.Sleep(3 * time.Second)
 
 	lat, bus := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
 	req0, t0 := requestsOK(base), time.Now()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		time.Sleep(50*time.Millisecond + rand.N(100*time.Millisecond))
+		time.Sleep(50*time.Millisecond + rand.N(100*time.Millisecond)) // the probes' pace, not a wait
 		token := fmt.Sprintf("TIER_PROBE_%d", i)
 		pat := []byte(`"messaging_limit":"` + token + `"`)
 		select { // a late one of the last probe

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/schema/schematest"
 )
 
@@ -25,18 +27,14 @@ func TestProcessReadiness(t *testing.T) {
 		t.Helper()
 		var code int
 		var body string
-		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-			resp, err := http.Get("http://" + health + "/readyz")
-			if err != nil {
-				continue
+		testutil.Eventually(t, 20*time.Second, fmt.Sprintf("/readyz to answer %d %q", want, says), func() (bool, string) {
+			if resp, err := http.Get("http://" + health + "/readyz"); err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				code, body = resp.StatusCode, string(b)
 			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if code, body = resp.StatusCode, string(b); code == want && strings.Contains(body, says) {
-				return
-			}
-		}
-		t.Fatalf("/readyz: %d %q, want %d %q\n%s", code, body, want, says, logs.String())
+			return code == want && strings.Contains(body, says), fmt.Sprintf("/readyz: %d %q, want %d %q\n%s", code, body, want, says, logs.String())
+		})
 	}
 	ready(200, "ready")
 	chSrv.Stop()

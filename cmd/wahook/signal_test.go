@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/schematest"
 )
@@ -56,17 +58,15 @@ func TestValueLevelErrorReachesSignal(t *testing.T) {
 		t.Fatalf("post: %d", resp.StatusCode)
 	}
 	var sig schema.PacingSignal
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testutil.Eventually(t, 15*time.Second, "a stop signal for "+number, func() (bool, string) {
 		kv, err := js.KeyValue(ctx, schema.BucketPacing)
 		if err == nil {
 			if e, err := kv.Get(ctx, schema.PacingKey(number)); err == nil && json.Unmarshal(e.Value(), &sig) == nil && sig.Advice == schema.AdviceStop {
-				break
+				return true, ""
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no stop signal for %s within 15 s (last %+v):\n%s", number, sig, logs.String())
-		}
-	}
+		return false, fmt.Sprintf("last %+v\n%s", sig, logs.String())
+	})
 	t.Logf("advice %s %.0f ms after the 200; recent errors %v", sig.Advice, float64(time.Since(answered).Microseconds())/1000, sig.RecentErrors)
 	if sig.RecentErrors[schema.ClassQuality] != 1 {
 		t.Errorf("recent errors %v, want one quality error", sig.RecentErrors)
@@ -78,17 +78,13 @@ func TestValueLevelErrorReachesSignal(t *testing.T) {
 	var f struct {
 		Total uint64 `json:"total"`
 	}
-	for deadline := time.Now().Add(15 * time.Second); f.Total != 1; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("/api/v1/failures without a range: total %d, want the value-level 131048", f.Total)
-		}
+	testutil.Eventually(t, 15*time.Second, "the value-level 131048 in /api/v1/failures without a range", func() (bool, string) {
 		req, _ := http.NewRequest(http.MethodGet, "http://"+apiListen+"/api/v1/failures?code=131048", nil)
 		req.Header.Set("Authorization", "Bearer "+e2eToken)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			continue
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_ = json.NewDecoder(resp.Body).Decode(&f)
+			resp.Body.Close()
 		}
-		_ = json.NewDecoder(resp.Body).Decode(&f)
-		resp.Body.Close()
-	}
+		return f.Total == 1, fmt.Sprintf("/api/v1/failures without a range: total %d, want the value-level 131048", f.Total)
+	})
 }

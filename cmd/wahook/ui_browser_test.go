@@ -18,9 +18,11 @@ import (
 
 	"github.com/chromedp/cdproto/cdp"
 	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/schematest"
 )
@@ -189,17 +191,17 @@ func TestDashboardInBrowser(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, b
 	}
-	waitFor(t, "the generated traffic in the funnel", func() bool {
+	testutil.Eventually(t, 30*time.Second, "the generated traffic in the funnel", func() (bool, string) {
 		_, b := apiGet("/api/v1/funnel?by=total&phone_number_id="+uiNumberB, uiAdminToken)
 		var f struct {
 			Rows []struct{ Sent, Failed uint64 }
 		}
 		json.Unmarshal(b, &f)
-		return len(f.Rows) == 1 && f.Rows[0].Sent+f.Rows[0].Failed == 240
+		return len(f.Rows) == 1 && f.Rows[0].Sent+f.Rows[0].Failed == 240, string(b)
 	})
-	waitFor(t, "B's pacing signal", func() bool {
+	testutil.Eventually(t, 30*time.Second, "B's pacing signal", func() (bool, string) {
 		_, b := apiGet("/api/v1/pacing", uiAdminToken)
-		return bytes.Contains(b, []byte(uiNumberB))
+		return bytes.Contains(b, []byte(uiNumberB)), string(b)
 	})
 
 	// Every data route refuses without a token; the page itself is public.
@@ -232,6 +234,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	var (
 		mu       sync.Mutex
 		problems []string
+		// refused counts the responses over 399 the page got, logged
+		// those the browser logged as failed loads.
+		refused, logged int
 	)
 	chromedp.ListenTarget(bctx, func(ev any) {
 		mu.Lock()
@@ -250,14 +255,31 @@ func TestDashboardInBrowser(t *testing.T) {
 		case *cdplog.EventEntryAdded:
 			if ev.Entry.Level == cdplog.LevelError {
 				problems = append(problems, "log: "+ev.Entry.Text)
+				if strings.HasPrefix(ev.Entry.Text, "Failed to load resource") {
+					logged++
+				}
+			}
+		case *network.EventResponseReceived:
+			if ev.Response.Status >= 400 {
+				refused++
 			}
 		}
 	})
 	// expected runs a step whose errors in the console are the point of it
 	// (a refused token, a page not found) and forgets them.
 	expected := func(step func()) {
+		t.Helper()
+		mu.Lock()
+		refused, logged = 0, 0
+		mu.Unlock()
 		step()
-		time.Sleep(200 * time.Millisecond)
+		// The browser logs each refused response after the page saw it:
+		// wait for those logs before forgetting them.
+		testutil.Eventually(t, 10*time.Second, "the log of each refused response of the step", func() (bool, string) {
+			mu.Lock()
+			defer mu.Unlock()
+			return refused > 0 && logged >= refused, fmt.Sprintf("%d responses refused, %d logged: %q", refused, logged, problems)
+		})
 		mu.Lock()
 		problems = nil
 		mu.Unlock()
