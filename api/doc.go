@@ -10,7 +10,10 @@
 // fixed-window limits per client IP and per token (limits.go). Errors are
 // JSON with a stable code (errors.go). The routes are one table (server.go)
 // that drives the router, the command line (wahook report, through Run)
-// and the OpenAPI document served at /api/v1/openapi.json.
+// and the OpenAPI document served at /api/v1/openapi.json; the dimensions
+// the reports filter and group by (number, WABA, template, campaign, code,
+// class, origin) are another (dimensions.go), which drives their query
+// parameters, their SQL and the fields of their answers.
 //
 // The package reads ClickHouse only; it never decodes webhooks (schema/meta
 // and processor do) and is not on the webhook path.

@@ -39,16 +39,6 @@ type Failures struct {
 	Rows      []FailureRow `json:"rows"`
 }
 
-// failureDims maps group_by values to columns of failures_by_minute.
-var failureDims = map[string]string{
-	"code":     "code",
-	"number":   "phone_number_id",
-	"waba":     "waba_id",
-	"template": "template",
-	"campaign": "campaign",
-	"origin":   "origin",
-}
-
 // stepExpr is the bucket of a minute column for a step.
 func stepExpr(step, col string) string {
 	switch step {
@@ -98,25 +88,17 @@ func (s *Store) Failures(ctx context.Context, q Query) (*Failures, error) {
 	if q.Step != "" {
 		cols = append(cols, stepExpr(q.Step, "minute")+" AS t")
 	}
-	for _, d := range q.GroupBy {
-		if d == "class" {
-			cols = append(cols, classExpr("code")+" AS class")
-			continue
-		}
-		cols = append(cols, failureDims[d])
+	groups := make([]*dimension, len(q.GroupBy))
+	for i, name := range q.GroupBy {
+		groups[i] = dimensionNamed(name)
+		cols = append(cols, groups[i].groupExpr())
 	}
 	var w where
 	w.add("minute >= toDateTime(?) AND minute < toDateTime(?)", unix(from), unix(to))
-	w.in("phone_number_id", q.PhoneNumberIDs)
-	w.in("waba_id", q.WabaIDs)
-	w.in("template", q.Templates)
-	w.in("campaign", q.Campaigns)
-	w.in("origin", q.Origins)
-	if len(q.Codes) > 0 {
-		w.add("code IN (" + joinInts(q.Codes) + ")")
+	for _, d := range filterDimensions(inFailures) {
+		d.filter(&w, d.Column, q)
 	}
-	classCodes(&w, "code", q.Classes)
-	scopeCond(&w, q, "waba_id", "phone_number_id")
+	scopeCond(&w, q, (*dimension).column)
 
 	keys := make([]string, 0, len(cols))
 	for _, c := range cols {
@@ -147,29 +129,15 @@ func (s *Store) Failures(ctx context.Context, q Query) (*Failures, error) {
 	for rows.Next() {
 		var r FailureRow
 		var t time.Time
-		var code int32
-		var class, number, waba, template, campaign, origin string
 		dest := []any{}
 		if q.Step != "" {
 			dest = append(dest, &t)
 		}
-		for _, d := range q.GroupBy {
-			switch d {
-			case "code":
-				dest = append(dest, &code)
-			case "class":
-				dest = append(dest, &class)
-			case "number":
-				dest = append(dest, &number)
-			case "waba":
-				dest = append(dest, &waba)
-			case "template":
-				dest = append(dest, &template)
-			case "campaign":
-				dest = append(dest, &campaign)
-			case "origin":
-				dest = append(dest, &origin)
-			}
+		sets := make([]func(r *FailureRow), len(groups))
+		for i, d := range groups {
+			var v any
+			v, sets[i] = d.scan()
+			dest = append(dest, v)
 		}
 		dest = append(dest, &r.Failures)
 		if err := rows.Scan(dest...); err != nil {
@@ -179,27 +147,10 @@ func (s *Store) Failures(ctx context.Context, q Query) (*Failures, error) {
 			t = t.UTC()
 			r.Time = &t
 		}
-		for _, d := range q.GroupBy {
-			switch d {
-			case "code":
-				e, _ := schema.LookupError(code)
-				r.Code, r.Title, r.Class, r.Verdict, r.Retryable = &code, e.Title, e.Class, e.Verdict, &e.Retryable
-			case "class":
-				r.Class = schema.ErrorClass(class)
-				if r.Verdict == "" {
-					r.Verdict = schema.ClassVerdict(r.Class)
-				}
-			case "number":
-				r.PhoneNumberID = &number
-			case "waba":
-				r.WabaID = &waba
-			case "template":
-				r.Template = &template
-			case "campaign":
-				r.Campaign = &campaign
-			case "origin":
-				r.Origin = origin
-			}
+		// In the order of group_by: a code sets its class and verdict over
+		// a class's.
+		for _, set := range sets {
+			set(&r)
 		}
 		out.Total += r.Failures
 		bucketTotal[t] += r.Failures

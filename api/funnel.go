@@ -51,15 +51,6 @@ type Funnel struct {
 	Rows []FunnelRow `json:"rows"`
 }
 
-// funnelKeys maps by values to the columns of the inner query.
-var funnelKeys = map[string]string{
-	"campaign": "m_campaign",
-	"template": "m_template",
-	"number":   "phone_number_id",
-	"waba":     "m_waba",
-	"total":    "''",
-}
-
 // nz is a DateTime as seconds, or the largest UInt32 when it is zero (the
 // status never came), so that least() skips it.
 func nz(col string) string {
@@ -92,12 +83,11 @@ func (s *Store) Funnel(ctx context.Context, q Query) (*Funnel, error) {
 	const sums = schema.FunnelSumSeconds
 	h0, h1 := (from+sums-1)/sums*sums, to/sums*sums
 	var filters where
-	filters.in("phone_number_id", q.PhoneNumberIDs)
-	filters.in("waba_id", q.WabaIDs)
-	filters.in("template", q.Templates)
-	filters.in("campaign", q.Campaigns)
-	scopeCond(&filters, q, "waba_id", "phone_number_id")
-	key := resolvedKeys[q.By]
+	for _, d := range filterDimensions(inFunnel) {
+		d.filter(&filters, d.Column, q)
+	}
+	scopeCond(&filters, q, (*dimension).column)
+	key := dimensionNamed(q.By).Column
 	// Every row counts n times (n is -1 for a row the resolver took back),
 	// in the sums and as the weight of the quantiles: ClickHouse adds
 	// weights as UInt64, so a -1 (toUInt64: 2^64-1) wraps around and cancels
@@ -193,15 +183,6 @@ func (f *Funnel) done(ctx context.Context, err error, q Query) (*Funnel, error) 
 // unknownTable is ClickHouse's UNKNOWN_TABLE.
 const unknownTable = 60
 
-// resolvedKeys maps by values to the columns of funnel_messages.
-var resolvedKeys = map[string]string{
-	"campaign": "campaign",
-	"template": "template",
-	"number":   "phone_number_id",
-	"waba":     "waba_id",
-	"total":    "''",
-}
-
 func floats(v []int32) []float64 {
 	out := make([]float64, len(v))
 	for i, x := range v {
@@ -221,13 +202,16 @@ func (s *Store) funnelLive(ctx context.Context, q Query) (*Funnel, error) {
 	// first seen in it).
 	inner.add("month >= toDate(?) AND month <= toDate(?)", monthStart(q.From).AddDate(0, -1, 0).Format("2006-01-02"),
 		monthStart(q.To).AddDate(0, 1, 0).Format("2006-01-02"))
-	inner.in("phone_number_id", q.PhoneNumberIDs)
 	outer.add("first >= ? AND first < ?", uint32(q.From.Unix()), uint32(q.To.Unix()))
-	outer.in("m_waba", q.WabaIDs)
-	outer.in("m_template", q.Templates)
-	outer.in("m_campaign", q.Campaigns)
-	scopeCond(&outer, q, "m_waba", "phone_number_id")
-	key := funnelKeys[q.By]
+	for _, d := range filterDimensions(inFunnel) {
+		if d.LifecycleKey {
+			d.filter(&inner, d.Lifecycle, q)
+		} else {
+			d.filter(&outer, d.Lifecycle, q)
+		}
+	}
+	scopeCond(&outer, q, (*dimension).lifecycle)
+	key := dimensionNamed(q.By).Lifecycle
 	// done is whether a message reached delivered (or a later stage).
 	sql := fmt.Sprintf(`
 SELECT %[1]s AS key,

@@ -34,6 +34,11 @@ type param struct {
 	Default  string
 	Required bool
 	Min, Max int // kindInt
+
+	// set stores the parsed values (kinds other than time and int) in
+	// the Query; values is the Query's field of a filter of strings.
+	set    func(q *Query, vs []string) error
+	values func(q *Query) *[]string
 }
 
 // The parameters, shared by the routes that accept them.
@@ -41,24 +46,20 @@ var (
 	pFrom = param{Name: "from", Kind: kindTime, Doc: "start of the range, inclusive: RFC 3339, a date (UTC) or Unix seconds; default: 24 hours before `to`"}
 	pTo   = param{Name: "to", Kind: kindTime, Doc: "end of the range, exclusive; default: now"}
 
-	pNumber   = param{Name: "phone_number_id", Kind: kindStrings, Doc: "business phone number ids (repeat or comma-separate)"}
-	pWaba     = param{Name: "waba_id", Kind: kindStrings, Doc: "WhatsApp Business Account ids"}
-	pTemplate = param{Name: "template", Kind: kindStrings, Doc: "template names"}
-	pCampaign = param{Name: "campaign", Kind: kindStrings, Doc: "campaigns: the `biz_opaque_callback_data` the message was sent with"}
-	pCode     = param{Name: "code", Kind: kindInts, Doc: "Meta error codes"}
-	pClass    = param{Name: "class", Kind: kindEnums, Doc: "error classes", Enum: classNames()}
-	pOrigin   = param{Name: "origin", Kind: kindEnums, Doc: "where the error was reported: in a failed status, at the value level of a webhook, in an inbound message, or in a send result",
-		Enum: []string{schema.OriginStatus, schema.OriginValue, schema.OriginInbound, schema.OriginSendResult}}
-
-	pGroupBy = param{Name: "group_by", Kind: kindEnums, Default: "code", Doc: "dimensions of the answer",
-		Enum: []string{"code", "class", "number", "waba", "template", "campaign", "origin"}}
-	pStep   = param{Name: "step", Kind: kindEnum, Doc: "split the range into buckets of this size (empty: one bucket)", Enum: []string{"1m", "1h", "1d"}}
-	pBy     = param{Name: "by", Kind: kindEnum, Default: "campaign", Doc: "what the funnel is per", Enum: []string{"campaign", "template", "number", "waba", "total"}}
-	pTStep  = param{Name: "step", Kind: kindEnum, Default: "1m", Doc: "bucket size", Enum: []string{"1s", "1m"}}
-	pOne    = param{Name: "phone_number_id", Kind: kindString, Required: true, Doc: "the business phone number id"}
+	// The filters are the dimensions' (dimensions.go).
+	pGroupBy = param{Name: "group_by", Kind: kindEnums, Default: "code", Doc: "dimensions of the answer", Enum: groupByNames(),
+		set: func(q *Query, vs []string) error { q.GroupBy = dedupe(vs); return nil }}
+	pStep = param{Name: "step", Kind: kindEnum, Doc: "split the range into buckets of this size (empty: one bucket)", Enum: []string{"1m", "1h", "1d"}, set: setStep}
+	pBy   = param{Name: "by", Kind: kindEnum, Default: "campaign", Doc: "what the funnel is per", Enum: byNames(),
+		set: func(q *Query, vs []string) error { q.By = vs[0]; return nil }}
+	pTStep = param{Name: "step", Kind: kindEnum, Default: "1m", Doc: "bucket size", Enum: []string{"1s", "1m"}, set: setStep}
+	pOne   = param{Name: "phone_number_id", Kind: kindString, Required: true, Doc: "the business phone number id",
+		set: func(q *Query, vs []string) error { q.PhoneNumberIDs = vs; return nil }}
 	pLimit  = param{Name: "limit", Kind: kindInt, Default: "1000", Min: 1, Max: 10000, Doc: "most rows in the answer (totals and shares still cover every row)"}
 	pRecent = param{Name: "limit", Kind: kindInt, Default: "20", Min: 1, Max: 1000, Doc: "most recent items listed"}
 )
+
+func setStep(q *Query, vs []string) error { q.Step = vs[0]; return nil }
 
 func classNames() []string {
 	var out []string
@@ -168,27 +169,12 @@ func parseQuery(params []param, values url.Values, now time.Time) (Query, error)
 					return q, BadParameter(p.Name, "%q is not one of %s", v, strings.Join(p.Enum, ", "))
 				}
 			}
-			switch p.Name {
-			case "class":
-				for _, v := range vs {
-					q.Classes = append(q.Classes, schema.ErrorClass(v))
-				}
-			case "origin":
-				q.Origins = vs
-			case "group_by":
-				q.GroupBy = dedupe(vs)
-			case "step":
-				q.Step = vs[0]
-			case "by":
-				q.By = vs[0]
+			if err := p.set(&q, vs); err != nil {
+				return q, err
 			}
 		case kindInts:
-			for _, v := range vs {
-				n, err := strconv.ParseInt(v, 10, 32)
-				if err != nil {
-					return q, BadParameter(p.Name, "%q is not an integer error code", v)
-				}
-				q.Codes = append(q.Codes, int32(n))
+			if err := p.set(&q, vs); err != nil {
+				return q, err
 			}
 		case kindInt:
 			n, err := strconv.Atoi(vs[0])
@@ -202,15 +188,8 @@ func parseQuery(params []param, values url.Values, now time.Time) (Query, error)
 					return q, BadParameter(p.Name, "value longer than 256 bytes")
 				}
 			}
-			switch p.Name {
-			case "phone_number_id":
-				q.PhoneNumberIDs = vs
-			case "waba_id":
-				q.WabaIDs = vs
-			case "template":
-				q.Templates = vs
-			case "campaign":
-				q.Campaigns = vs
+			if err := p.set(&q, vs); err != nil {
+				return q, err
 			}
 		}
 	}

@@ -108,21 +108,17 @@ type route struct {
 	run     func(ctx context.Context, s *Store, q Query) (any, error)
 }
 
-func queryParams(extra ...param) []param {
-	return append([]param{pFrom, pTo, pNumber, pWaba, pTemplate, pCampaign}, extra...)
-}
-
 var routes = []route{
 	{
 		Name: "errors", Path: "/api/v1/failures", Group: groupReports, Schema: "Failures",
 		Summary: "Failure distribution: error occurrences by code, class, number, WABA, template, campaign or origin, with Meta's title, class and verdict, optionally over time",
-		Params:  queryParams(pCode, pClass, pOrigin, pGroupBy, pStep, pLimit),
+		Params:  reportParams(inFailures, pGroupBy, pStep, pLimit),
 		run:     func(ctx context.Context, s *Store, q Query) (any, error) { return s.Failures(ctx, q) },
 	},
 	{
 		Name: "funnel", Path: "/api/v1/funnel", Group: groupReports, Schema: "Funnel",
 		Summary: "Delivery funnel per campaign, template, number or WABA: sent, delivered, read, failed, and p50/p95 seconds from sent to delivered and to read",
-		Params:  queryParams(pBy, pLimit),
+		Params:  reportParams(inFunnel, pBy, pLimit),
 		run:     func(ctx context.Context, s *Store, q Query) (any, error) { return s.Funnel(ctx, q) },
 	},
 	{
@@ -134,7 +130,7 @@ var routes = []route{
 	{
 		Name: "numbers", Path: "/api/v1/numbers", Group: groupReports, Schema: "Numbers",
 		Summary: "Business numbers: tier and its source, quality, messaging limit, last throughput upgrade, maintenance window, recent changes",
-		Params:  []param{pFrom, pTo, pNumber, pWaba, pRecent},
+		Params:  reportParams(inNumbers, pRecent),
 		run: func(ctx context.Context, s *Store, q Query) (any, error) {
 			return s.Numbers(ctx, q, limitOr(q.Limit, 20))
 		},

@@ -307,11 +307,13 @@ func RunScoped(ctx context.Context, s *Store, name string, values url.Values, no
 }
 
 // scopeCond adds to w the condition that keeps a tenant's rows: its WABAs,
-// and the rows without a WABA (send results) of its numbers.
-func scopeCond(w *where, q Query, wabaCol, numberCol string) {
+// and the rows without a WABA (send results) of its numbers; col is the
+// column of a dimension in the table queried.
+func scopeCond(w *where, q Query, col func(d *dimension) string) {
 	if !q.scoped {
 		return
 	}
+	wabaCol, numberCol := scopeColumns(col)
 	var c where
 	c.in(wabaCol, q.scopeWabas)
 	cond := "(" + c.sql()
