@@ -8,7 +8,9 @@ import (
 // The polling interval starts short, so that a condition that holds at
 // once costs a millisecond, and grows to a ceiling, so that a slow one
 // (a ClickHouse query, a process's /metrics) is not asked hundreds of
-// times a second on a machine shared with other tests.
+// times a second on a machine shared with other tests. A sleep is never
+// shorter than the condition's last call took: one that takes a second
+// (a round of Prometheus queries) is asked at most every two.
 const (
 	firstInterval = time.Millisecond
 	maxInterval   = 100 * time.Millisecond
@@ -52,14 +54,16 @@ func Poll(timeout time.Duration, cond func() bool) bool {
 func poll(timeout time.Duration, cond func() (bool, string)) (bool, string) {
 	deadline := time.Now().Add(timeout)
 	for interval := firstInterval; ; interval = min(2*interval, maxInterval) {
+		start := time.Now()
 		ok, state := cond()
 		if ok {
 			return true, state
 		}
+		took := time.Since(start)
 		left := time.Until(deadline)
 		if left <= 0 {
 			return false, state
 		}
-		time.Sleep(min(interval, left))
+		time.Sleep(min(max(interval, took), left))
 	}
 }

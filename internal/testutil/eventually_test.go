@@ -115,6 +115,18 @@ func TestPoll(t *testing.T) {
 	}
 }
 
+// TestSlowConditionAskedLessOften: a condition that takes 30 ms is asked
+// after sleeps of at least as long, not every 1, 2, 4 ms.
+func TestSlowConditionAskedLessOften(t *testing.T) {
+	calls := 0
+	Poll(300*time.Millisecond, func() bool { calls++; time.Sleep(30 * time.Millisecond); return false })
+	// 30 ms of call and at least 30 ms of sleep: about 5 calls; without
+	// the rule, 7 or 8.
+	if calls > 6 {
+		t.Errorf("%d calls of a 30 ms condition in 300 ms", calls)
+	}
+}
+
 // TestIntervalGrowsToItsCeiling: the sleeps double from 1 ms and stop at
 // 100 ms, so a slow condition is not asked too often.
 func TestIntervalGrowsToItsCeiling(t *testing.T) {
