@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/schema"
 )
 
@@ -195,7 +197,51 @@ func (c *cluster) kill(t *testing.T, file string) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill %s (pid %d): %v", file, pid, err)
 	}
+	// Killed is gone: the fault holds from now on.
+	testutil.Eventually(t, 30*time.Second, fmt.Sprintf("%s (pid %d) to be gone", file, pid), func() (bool, string) {
+		return gone(pid), "still running"
+	})
 	t.Logf("killed %s (pid %d)", file, pid)
+}
+
+// gone reports whether process pid has exited (a zombie not yet reaped
+// has too).
+func gone(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && i+2 < len(s) && (s[i+2] == 'Z' || s[i+2] == 'X')
+}
+
+// settled waits until every stream of the cluster (the KV buckets are
+// streams too) has a leader and every replica is current: the cluster has
+// recovered from the last fault.
+func settled(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	testutil.Eventually(t, 2*time.Minute, "every stream led, every replica current", func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var behind []string
+		streams := js.ListStreams(ctx)
+		for info := range streams.Info() {
+			if info.Cluster == nil || info.Cluster.Leader == "" {
+				behind = append(behind, info.Config.Name+": no leader")
+				continue
+			}
+			for _, r := range info.Cluster.Replicas {
+				if !r.Current || r.Offline {
+					behind = append(behind, fmt.Sprintf("%s: %s behind by %d", info.Config.Name, r.Name, r.Lag))
+				}
+			}
+		}
+		if err := streams.Err(); err != nil {
+			return false, err.Error()
+		}
+		return len(behind) == 0, strings.Join(behind, "; ")
+	})
 }
 
 func (c *cluster) restart(t *testing.T, args ...string) {
@@ -347,6 +393,7 @@ func runFault(t *testing.T, c *cluster, f fault) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	settled(t, js)
 	watch := watchStaleness(t, js)
 	var out, errOut bytes.Buffer
 	lt := exec.Command(c.bin, "loadtest", "--url", c.env["INGEST_URLS"], "--app-secret", c.env["APP_SECRET"],
@@ -366,6 +413,8 @@ func runFault(t *testing.T, c *cluster, f fault) {
 			<-waited
 		}
 	}()
+	// The fault's schedule (faultAt into the load, for faultFor) is the
+	// subject: sleeps, not waits.
 	start := time.Now()
 	time.Sleep(faultAt)
 	undo := f.inject(t, c, js)
@@ -422,23 +471,24 @@ func sameRowsOnReplicas(t *testing.T, c *cluster) {
 		conns = append(conns, conn)
 	}
 	var last []uint64
-	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+	var lastErr error
+	if testutil.Poll(90*time.Second, func() bool {
 		last = last[:0]
 		for _, conn := range conns {
 			var n uint64
 			if err := conn.QueryRow(context.Background(),
 				"SELECT (SELECT count() FROM wahook.status_events) + (SELECT count() FROM wahook.inbound_messages)").Scan(&n); err != nil {
-				t.Logf("count: %v", err)
+				lastErr = err
 				n = 0
 			}
 			last = append(last, n)
 		}
-		if len(last) == 2 && last[0] == last[1] && last[0] > 0 {
-			t.Logf("both replicas hold %d rows", last[0])
-			return
-		}
+		return len(last) == 2 && last[0] == last[1] && last[0] > 0
+	}) {
+		t.Logf("both replicas hold %d rows", last[0])
+		return
 	}
-	t.Errorf("the replicas hold %v rows after 90s: replication did not catch up", last)
+	t.Errorf("the replicas hold %v rows after 90s: replication did not catch up (last count error: %v)", last, lastErr)
 }
 
 // apiAnswers asks the API for a report and wants a 200.
@@ -494,7 +544,16 @@ func TestClusterFaults(t *testing.T) {
 			c.kill(t, "clickhouse-1/clickhouse-server.pid")
 			return func() { c.restart(t, "restart-clickhouse", "1") }
 		}, during: func(t *testing.T, c *cluster) {
-			time.Sleep(3 * time.Second)
+			// The replica is down (kill waited for it to be gone): its port refuses.
+			addr := strings.TrimSuffix(strings.TrimPrefix(strings.Split(c.env["CLICKHOUSE_DSNS"], ",")[0], "clickhouse://"), "/wahook")
+			testutil.Eventually(t, 30*time.Second, "replica 1 ("+addr+") to refuse connections", func() (bool, string) {
+				conn, err := net.DialTimeout("tcp", addr, time.Second)
+				if err != nil {
+					return true, ""
+				}
+				conn.Close()
+				return false, "it accepts"
+			})
 			apiAnswers(t, c)
 		}, after: sameRowsOnReplicas},
 		{name: "ZooKeeper stopped for 20s", inject: func(t *testing.T, c *cluster, js jetstream.JetStream) func() {
@@ -516,7 +575,7 @@ func TestClusterFaults(t *testing.T) {
 			// only report that.
 			break
 		}
-		time.Sleep(3 * time.Second)
+		// The next fault waits for the cluster to settle (runFault).
 	}
 }
 
@@ -640,14 +699,12 @@ func TestClusterMigrate(t *testing.T) {
 		t.Fatal(err)
 	}
 	var n uint64
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+	testutil.Poll(30*time.Second, func() bool {
 		if err := conns[1].QueryRow(ctx, "SELECT count() FROM wahook.dead_letters WHERE raw_seq = 42").Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if n == 1 {
-			break
-		}
-	}
+		return n == 1
+	})
 	if n != 1 {
 		t.Errorf("a row written through replica 1: %d copies on replica 2 after 30s", n)
 	}
