@@ -24,6 +24,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/schema/schematest"
 )
 
@@ -96,23 +97,6 @@ func httpGet(ctx context.Context, u string, header map[string]string) (int, []by
 	return resp.StatusCode, b, err
 }
 
-// waitFor polls f until it returns nil or the deadline passes, then fails
-// with f's last error.
-func waitFor(t *testing.T, what string, timeout time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, timeout, err)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-}
-
 func post(t *testing.T, u string, body []byte, sig string) int {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, u, strings.NewReader(string(body)))
@@ -156,7 +140,7 @@ func TestLive(t *testing.T) {
 	}, cleanEnv([]string{"WAHOOK_APP_SECRET=" + liveSecret, "WAHOOK_API_TOKEN=" + liveToken}))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	waitFor(t, "wahook serve ready", 90*time.Second, func() error {
+	testutil.EventuallyErr(t, 90*time.Second, "wahook serve ready", func() error {
 		code, body, err := httpGet(ctx, "http://"+listen+"/readyz", nil)
 		if err != nil {
 			return err
@@ -184,7 +168,7 @@ func TestLive(t *testing.T) {
 	startProcess(t, bin, []string{"api", "--api-listen", apiAloneListen, "--clickhouse-dsn", db.DSN, "--log-format", "console"},
 		cleanEnv([]string{"WAHOOK_API_TOKEN=" + liveToken}))
 	for name, addr := range map[string]string{"process": processListen, "api": apiAloneListen} {
-		waitFor(t, "wahook "+name+" ready", 90*time.Second, func() error {
+		testutil.EventuallyErr(t, 90*time.Second, "wahook "+name+" ready", func() error {
 			for _, path := range []string{"/readyz", "/healthz", "/metrics"} {
 				code, body, err := httpGet(ctx, "http://"+addr+path, nil)
 				if err != nil {
@@ -408,7 +392,7 @@ func checkRecordingRules(t *testing.T, ctx context.Context, promListen string) {
 	if len(records) == 0 {
 		t.Fatal("no recording rules")
 	}
-	waitFor(t, "every recording rule has a series", 90*time.Second, func() error {
+	testutil.EventuallyErr(t, 90*time.Second, "every recording rule has a series", func() error {
 		var empty []string
 		for _, r := range records {
 			n, err := promQuery(ctx, promListen, r)
@@ -584,7 +568,7 @@ func checkDashboardSQL(t *testing.T, ctx context.Context, conn driver.Conn) {
 	}
 	from, to := time.Now().Add(-24*time.Hour), time.Now().Add(time.Hour)
 	// Rows arrive in batches; the funnel and the aggregates follow.
-	waitFor(t, "every dashboard query returns rows", 90*time.Second, func() error {
+	testutil.EventuallyErr(t, 90*time.Second, "every dashboard query returns rows", func() error {
 		var empty []string
 		for _, q := range queries {
 			rows, err := conn.Query(ctx, expandMacros(q.sql, from, to, time.Minute))

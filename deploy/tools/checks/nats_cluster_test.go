@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/schema/schematest"
 )
 
@@ -68,20 +69,13 @@ func TestNATSClusterFromConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testutil.EventuallyErr(t, 60*time.Second, fmt.Sprintf("a stream of %d replicas on the cluster", nodes), func() error {
 		info, err := js.AddStream(&nats.StreamConfig{Name: "DEPLOY_CHECK", Subjects: []string{"deploy.check"}, Replicas: nodes, Storage: nats.FileStorage})
-		if err == nil {
-			if info.Cluster == nil || info.Cluster.Name != "wahook" || len(info.Cluster.Replicas) != nodes-1 {
-				t.Fatalf("stream of %d replicas: cluster %+v", nodes, info.Cluster)
-			}
-			break
+		if err == nil && (info.Cluster == nil || info.Cluster.Name != "wahook" || len(info.Cluster.Replicas) != nodes-1) {
+			t.Fatalf("stream of %d replicas: cluster %+v", nodes, info.Cluster)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no stream of %d replicas on the cluster within 60 s: %v", nodes, err)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		return err
+	})
 	if _, err := js.Publish("deploy.check", []byte("stored on 3 nodes")); err != nil {
 		t.Fatalf("publish to the replicated stream: %v", err)
 	}
