@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/processor"
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/schematest"
@@ -118,14 +119,11 @@ func TestStage1PoisonBody(t *testing.T) {
 			p.publish("default", statusBody("107655290331184", "15557810001", "wamid.poison", 1781514300))
 		}
 	}
-	start := time.Now()
 	p.start()
-	for p.count("SELECT uniqExact(event_id) FROM {db}.status_events WHERE startsWith(message_id, 'wamid.good-')") != n {
-		if time.Since(start) > 10*time.Second {
-			t.Fatalf("the good bodies beside a poison body were not stored within 10 s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.Eventually(t, 10*time.Second, "the good bodies beside a poison body stored", func() (bool, string) {
+		got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events WHERE startsWith(message_id, 'wamid.good-')")
+		return got == uint64(n), fmt.Sprintf("%d of %d stored", got, n)
+	})
 	p.drained(30 * time.Second)
 	if got := p.codeCounts("SELECT reason, count() FROM {db}.dead_letters FINAL GROUP BY reason"); fmt.Sprint(got) != fmt.Sprint(map[string]uint64{processor.ReasonRetriesExhausted: 1}) {
 		t.Errorf("dead letters: %v, want one %s", got, processor.ReasonRetriesExhausted)
@@ -196,13 +194,10 @@ func TestStage1BacklogAndErrorMetrics(t *testing.T) {
 	}
 	waitFor := func(what string, ok func(float64) bool) {
 		t.Helper()
-		var v float64
-		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-			if v = p.gauge(0, "wahook_processor_raw_pending"); ok(v) {
-				return
-			}
-		}
-		t.Fatalf("%s: wahook_processor_raw_pending %v", what, v)
+		testutil.Eventually(t, 15*time.Second, "wahook_processor_raw_pending "+what, func() (bool, string) {
+			v := p.gauge(0, "wahook_processor_raw_pending")
+			return ok(v), fmt.Sprint(v)
+		})
 	}
 	waitFor("while ClickHouse is down", func(v float64) bool { return v == 20 })
 	srv.Start()

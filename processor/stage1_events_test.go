@@ -47,7 +47,7 @@ func TestStage1NATSOutage(t *testing.T) {
 	if ci.NumPending+uint64(ci.NumAckPending) == 0 {
 		t.Fatal("stage 1 was done before the outage: the test did not test an outage")
 	}
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // the outage itself: NATS stays down a while
 	p.nats.Start()
 	for i := bodies / 2; i < bodies; i++ {
 		p.publish("default", body(i))

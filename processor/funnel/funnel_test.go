@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/processor/chwriter"
 	"github.com/wahook/wahook/processor/funnel"
 	"github.com/wahook/wahook/schema"
@@ -581,13 +582,9 @@ func TestLease(t *testing.T) {
 		t.Fatal("the first instance should take and renew the lease, the second not get it")
 	}
 	// l1 goes silent: l2 gets it once the entry has expired.
-	deadline := time.Now().Add(5 * time.Second)
-	for !hold(l2) {
-		if time.Now().After(deadline) {
-			t.Fatal("the lease of a silent holder did not expire")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testutil.Eventually(t, 5*time.Second, "the lease of a silent holder to expire", func() (bool, string) {
+		return hold(l2), "the second instance does not hold it"
+	})
 	if l1.Valid() {
 		t.Error("a silent holder still believes it may write")
 	}
@@ -644,25 +641,20 @@ func TestTwoResolvers(t *testing.T) {
 				default:
 				}
 			}
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // the watcher's sampling interval
 		}
 	}()
 	defer func() { cancel(); wg.Wait() }()
 	for round := 1; round < 3; round++ {
 		post(round)
+		// Rounds spread over the passes of both instances, so that
+		// the lease changes hands between them: the pacing is the test.
 		time.Sleep(150 * time.Millisecond)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testutil.Eventually(t, 20*time.Second, "the funnel to converge", func() (bool, string) {
 		got := w.mismatches()
-		if len(got) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the funnel did not converge: %v", got)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return len(got) == 0, fmt.Sprint(got)
+	})
 	select {
 	case <-both:
 		t.Error("both instances held the lease at once")

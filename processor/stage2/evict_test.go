@@ -163,7 +163,7 @@ func TestRunWaitsForTheStream(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	time.Sleep(500 * time.Millisecond) // Run meets no stream and retries
+	time.Sleep(500 * time.Millisecond) // the test: Run goes on without the stream for a while, retrying
 	select {
 	case err := <-done:
 		t.Fatalf("Run returned without the stream: %v", err)

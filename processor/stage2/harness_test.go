@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/processor"
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/schematest"
@@ -138,17 +139,7 @@ func (h *harness) close() {
 // eventually polls cond until it holds, for up to 15 s.
 func (h *harness) eventually(what string, cond func() (bool, string)) {
 	h.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("%s: not within 15s; last: %s", what, last)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.Eventually(h.t, 15*time.Second, what, cond)
 }
 
 // publish publishes rows as stage 1 does: {"kind","v":1,"row"} on the

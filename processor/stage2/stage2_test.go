@@ -531,7 +531,8 @@ func TestRestoredStopWrittenWhenItEnds(t *testing.T) {
 		return s.UpdatedAt.Equal(sec(200)) && s.Observed.S60 == 0 && s.Advice == schema.AdviceStop
 	})
 	// Give the refresh (every second) the turns in which a number with
-	// nothing left to change leaves the live set.
+	// nothing left to change leaves the live set: the eviction is what is
+	// tested, and is seen only by the signal that follows.
 	time.Sleep(2500 * time.Millisecond)
 	h.clock.Set(sec(2000))
 	h.waitSignal("D", "ok once the stop ended", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceOK })

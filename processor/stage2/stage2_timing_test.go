@@ -105,7 +105,7 @@ func benchEventToKV(b *testing.B, rate int, coalesce time.Duration) {
 			loaded.Add(int64(per))
 		}
 	}()
-	// Let the numbers become busy.
+	// Let the numbers become busy: the load's warm-up, part of the benchmark.
 	time.Sleep(500 * time.Millisecond)
 	applied0, written0 := metricValue(h.s.m.events), metricValue(h.s.m.signals)
 	start := time.Now()
