@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/wahook/wahook/schema"
 )
 
 // ThroughputPoint is one bucket of a number's traffic. Buckets without
@@ -20,10 +23,11 @@ type ThroughputPoint struct {
 }
 
 // Throughput is a number's messages per second over time, by Meta's
-// timestamps: an outbound message once, at the first of its statuses that
-// shows it was sent (sent, delivered, read or played), and every message
-// the business sent from the Business app (echoes); an inbound message
-// once, at its timestamp. Meta counts both against the tier.
+// timestamps: an outbound message once, at its earliest evidence (an
+// accepted send result or any status of it: sent, delivered, read, played,
+// failed), as the pacing signal counts it (schema/outbound.go), and every
+// message the business sent from the Business app (echoes); an inbound
+// message once, at its timestamp. Meta counts both against the tier.
 type Throughput struct {
 	PhoneNumberID   string            `json:"phone_number_id"`
 	From            time.Time         `json:"from"`
@@ -65,8 +69,8 @@ func (s *Store) Throughput(ctx context.Context, q Query) (*Throughput, error) {
 	// not for their sum (the dashboard's number page asks for two of
 	// these answers and three other reports at the same time).
 	var nums *Numbers
-	var outbound, inbound, echoes []bucketCount
-	errs := make([]error, 4)
+	var outbound, inbound, echoes, accepted []bucketCount
+	errs := make([]error, 5)
 	var wg sync.WaitGroup
 	for i, run := range []func() error{
 		func() (err error) {
@@ -84,6 +88,10 @@ func (s *Store) Throughput(ctx context.Context, q Query) (*Throughput, error) {
 		},
 		func() (err error) {
 			echoes, err = s.bucketCounts(ctx, s.byTimeSQL("management_events", " AND field = 'smb_message_echoes'", sec), []any{id, int64(f), int64(t)})
+			return err
+		},
+		func() (err error) {
+			accepted, err = s.bucketCounts(ctx, s.acceptedSQL(sec), []any{id, int64(f), int64(t)})
 			return err
 		},
 	} {
@@ -120,7 +128,7 @@ func (s *Store) Throughput(ctx context.Context, q Query) (*Throughput, error) {
 		bucket(c.at).Inbound += c.n
 		out.Inbound += c.n
 	}
-	for _, c := range echoes {
+	for _, c := range append(echoes, accepted...) {
 		bucket(c.at).Outbound += c.n
 		out.Outbound += c.n
 	}
@@ -191,32 +199,65 @@ GROUP BY t`, sec, s.table(table), cond)
 const narrowRange = 6 * time.Hour
 
 // outboundSQL counts a number's outbound messages by the bucket of their
-// first status that shows them sent (sent, delivered, read or played).
+// earliest evidence (schema/outbound.go): any status of them (sent,
+// delivered, read, played, failed: message_lifecycle) or an accepted send
+// result (send_results), whichever came first. Accepted send results
+// without a message id count by themselves (acceptedSQL).
 func (s *Store) outboundSQL(id string, from, to time.Time, sec uint32) (string, []any) {
-	months := []any{id, monthStart(from).AddDate(0, -1, 0).Format("2006-01-02"), monthStart(to).Format("2006-01-02")}
-	var narrow string
+	lo, hi := monthStart(from).AddDate(0, -1, 0), monthStart(to).AddDate(0, 1, 0)
+	args := []any{id, lo.Format("2006-01-02"), monthStart(to).Format("2006-01-02")}
+	statuses := "'" + strings.Join(schema.OutboundStatuses, "', '") + "'"
+	var narrowLife, narrowSent string
+	var narrowArgs []any
 	if to.Sub(from) <= narrowRange {
-		// Every message counted has its first such status in the range,
-		// and status_events keeps a status at least as long as
+		// Every message counted has its earliest evidence in the range: a
+		// status of the range, or an accepted send result of it; and
+		// status_events keeps a status at least as long as
 		// message_lifecycle keeps the row it went into (their retention
 		// runs from its receipt and from its month).
-		narrow = fmt.Sprintf(`
+		narrow := fmt.Sprintf(`
       AND message_id IN (SELECT message_id FROM %s
           WHERE phone_number_id = ? AND event_time >= toDateTime(?) AND event_time < toDateTime(?)
-            AND status IN ('sent', 'delivered', 'read', 'played'))`, s.table("status_events"))
-		months = append(months, id, unix(from), unix(to))
+            AND status IN (%s)
+          UNION ALL
+          SELECT message_id FROM %s
+          WHERE phone_number_id = ? AND event_time >= toDateTime(?) AND event_time < toDateTime(?)
+            AND status = '%s' AND message_id != '')`, s.table("status_events"), statuses, s.table("send_results"), schema.SendAccepted)
+		narrowLife, narrowSent = narrow, narrow
+		narrowArgs = []any{id, unix(from), unix(to), id, unix(from), unix(to)}
 	}
+	args = append(args, narrowArgs...)
+	args = append(args, id, unix(lo), unix(hi))
+	args = append(args, narrowArgs...)
 	sql := fmt.Sprintf(`
 SELECT toUInt32(intDiv(first, %[1]d) * %[1]d) AS t, count()
 FROM
 (
-    SELECT message_id, %[2]s AS first
-    FROM %[3]s
-    WHERE phone_number_id = ? AND month >= toDate(?) AND month <= toDate(?)%[4]s
+    SELECT message_id, min(first) AS first
+    FROM
+    (
+        SELECT message_id, toUInt32(%[2]s) AS first
+        FROM %[3]s
+        WHERE phone_number_id = ? AND month >= toDate(?) AND month <= toDate(?)%[4]s
+        GROUP BY message_id
+        UNION ALL
+        SELECT message_id, toUInt32(min(event_time)) AS first
+        FROM %[5]s
+        WHERE phone_number_id = ? AND event_time >= toDateTime(?) AND event_time < toDateTime(?)
+          AND status = '%[6]s' AND message_id != ''%[7]s
+        GROUP BY message_id
+    )
     GROUP BY message_id
 )
 WHERE first >= ? AND first < ?
-GROUP BY t`, sec, least(nz("minIfMerge(sent_at)"), nz("minIfMerge(delivered_at)"), nz("minIfMerge(read_at)"), nz("minIfMerge(played_at)")),
-		s.table("message_lifecycle"), narrow)
-	return sql, append(months, uint32(from.Unix()), uint32(to.Unix()))
+GROUP BY t`, sec, least(nz("minIfMerge(sent_at)"), nz("minIfMerge(delivered_at)"), nz("minIfMerge(read_at)"),
+		nz("minIfMerge(played_at)"), nz("minIfMerge(failed_at)")),
+		s.table("message_lifecycle"), narrowLife, s.table("send_results"), schema.SendAccepted, narrowSent)
+	return sql, append(args, uint32(from.Unix()), uint32(to.Unix()))
+}
+
+// acceptedSQL counts a number's accepted send results without a message id
+// by their own time, each once: they are messages of their own.
+func (s *Store) acceptedSQL(sec uint32) string {
+	return s.byTimeSQL("send_results", fmt.Sprintf(" AND status = '%s' AND message_id = ''", schema.SendAccepted), sec)
 }

@@ -318,7 +318,7 @@ type Rows struct {
 	Inbound     []InboundRow
 	Management  []ManagementRow
 	DeadLetters []DeadLetter
-	SendResults []SendResultRow // EVENTS only; their failures are in Errors
+	SendResults []SendResultRow // table send_results; their failures are also in Errors
 	// Numbers are the display numbers the bodies' metadata paired with a
 	// phone number id, once per body, for stage 1 to learn (NumberMap). They
 	// are not rows: nothing stores them as they are, and Len leaves them out.

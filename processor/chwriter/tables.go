@@ -106,6 +106,20 @@ var managementEvents = table[schema.ManagementRow]{name: "management_events", co
 	str("raw", func(r *schema.ManagementRow) string { return r.Raw }),
 }, sourceCols(func(r *schema.ManagementRow) *schema.Source { return &r.Source })...)}
 
+var sendResults = table[schema.SendResultRow]{name: "send_results", cols: append([]column[schema.SendResultRow]{
+	str("event_id", func(r *schema.SendResultRow) string { return r.EventID }),
+	dateTime("event_time", func(r *schema.SendResultRow) time.Time { return r.EventTime }),
+	str("waba_id", func(r *schema.SendResultRow) string { return r.WabaID }),
+	str("phone_number_id", func(r *schema.SendResultRow) string { return r.PhoneNumberID }),
+	str("message_id", func(r *schema.SendResultRow) string { return r.MessageID }),
+	str("request_id", func(r *schema.SendResultRow) string { return r.RequestID }),
+	str("recipient_hash", func(r *schema.SendResultRow) string { return r.RecipientHash }),
+	str("status", func(r *schema.SendResultRow) string { return r.Status }),
+	int32Array("error_codes", func(r *schema.SendResultRow) []int32 { return r.ErrorCodes }),
+	str("campaign", func(r *schema.SendResultRow) string { return r.Campaign }),
+	str("template", func(r *schema.SendResultRow) string { return r.Template }),
+}, sourceCols(func(r *schema.SendResultRow) *schema.Source { return &r.Source })...)}
+
 var deadLetters = table[schema.DeadLetter]{name: "dead_letters", cols: append([]column[schema.DeadLetter]{
 	str("raw_msg_id", func(r *schema.DeadLetter) string { return r.RawMsgID }),
 	str("item", func(r *schema.DeadLetter) string { return r.Item }),

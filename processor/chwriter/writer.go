@@ -17,7 +17,7 @@ type Writer struct {
 	cfg  Config
 	err  error // a bad database or config, returned by every call
 
-	statuses, errors, inbound, management, deadLetters string // INSERT queries
+	statuses, errors, inbound, management, sendResults, deadLetters string // INSERT queries
 
 	scratch sync.Pool // *scratch
 }
@@ -39,12 +39,13 @@ func New(conn driver.Conn, database string, opts ...Option) *Writer {
 	w.errors = insertQuery(database, &errorEvents)
 	w.inbound = insertQuery(database, &inboundMessages)
 	w.management = insertQuery(database, &managementEvents)
+	w.sendResults = insertQuery(database, &sendResults)
 	w.deadLetters = insertQuery(database, &deadLetters)
 	return w
 }
 
 // Write inserts each table's rows of rows: status_events, errors,
-// inbound_messages, management_events and dead_letters, in that order, one
+// inbound_messages, management_events, send_results and dead_letters, in that order, one
 // INSERT per table that has rows. Empty Rows are a no-op.
 //
 // Write returns nil only when every insert succeeded. After an error, the
@@ -75,6 +76,9 @@ func (w *Writer) Write(ctx context.Context, rows *schema.Rows) error {
 		return err
 	}
 	if err := writeTable(ctx, w, w.management, &managementEvents, rows.Management, s); err != nil {
+		return err
+	}
+	if err := writeTable(ctx, w, w.sendResults, &sendResults, rows.SendResults, s); err != nil {
 		return err
 	}
 	return writeTable(ctx, w, w.deadLetters, &deadLetters, rows.DeadLetters, s)

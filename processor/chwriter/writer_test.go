@@ -124,6 +124,7 @@ func TestColumnsMatchTables(t *testing.T) {
 		{errorEvents.name, names(errorEvents.cols)},
 		{inboundMessages.name, names(inboundMessages.cols)},
 		{managementEvents.name, names(managementEvents.cols)},
+		{sendResults.name, names(sendResults.cols)},
 		{deadLetters.name, names(deadLetters.cols)},
 	} {
 		rows, err := ch.Conn.Query(context.Background(),

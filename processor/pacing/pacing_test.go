@@ -2,6 +2,7 @@ package pacing
 
 import (
 	"fmt"
+	"hash/maphash"
 	"math"
 	"math/rand"
 	"runtime"
@@ -258,9 +259,9 @@ func TestDeduper(t *testing.T) {
 }
 
 // A message key counts once across seconds, and is forgotten once its
-// second leaves the window.
+// second leaves the message memory (here as short as it gets: the window).
 func TestDeduperMessage(t *testing.T) {
-	d := NewDeduper()
+	d := NewDeduperFor(0)
 	if d.SeenMessage("m1", at(10)) || !d.SeenMessage("m1", at(11)) || !d.SeenMessage("m1", at(9)) || d.SeenMessage("m2", at(9)) {
 		t.Fatal("within the window")
 	}
@@ -273,6 +274,30 @@ func TestDeduperMessage(t *testing.T) {
 	d.SeenMessage("m4", at(80)) // the window now ends at 80: 10 left it
 	if len(d.msgs) != 1 || d.SeenMessage("m1", at(75)) || len(d.msgs) != 2 {
 		t.Fatalf("forgotten keys: %d left", len(d.msgs))
+	}
+}
+
+// With the default memory, a message is remembered past the windows: a
+// read ten seconds short of the memory after the message's sent status
+// does not count it again; once the memory has passed, the key is gone.
+func TestDeduperMessageMemory(t *testing.T) {
+	d := NewDeduper()
+	mem := int(DefaultMessageMemory / time.Second)
+	if d.SeenMessage("m1", at(10)) {
+		t.Fatal("new")
+	}
+	for s := 11; s < 10+mem; s += 7 { // traffic of other messages meanwhile
+		d.SeenMessage(fmt.Sprint("other-", s), at(s))
+	}
+	if !d.SeenMessage("m1", at(mem)) {
+		t.Fatal("a message seen within the memory counted again")
+	}
+	d.SeenMessage("late", at(10+mem+100))
+	if _, ok := d.msgs[maphash.String(d.seed, "m1")]; ok {
+		t.Fatal("a message outlived the memory")
+	}
+	if len(d.msgs) > mem/7+2 {
+		t.Errorf("%d keys held, want at most the memory's", len(d.msgs))
 	}
 }
 

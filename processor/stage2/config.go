@@ -69,6 +69,12 @@ type Config struct {
 	// bucket does not keep, and a restart reload, numbers long gone. A
 	// number with traffic is written every Refresh.
 	SignalTTL time.Duration
+	// MessageMemory is how long stage 2 remembers a message it counted
+	// (pacing.Deduper): a message counts once, at its first evidence (a
+	// send result, any status, an echo), and its statuses within
+	// MessageMemory after that do not count it again. A status later than
+	// that (a read hours after the send) would count it once more.
+	MessageMemory time.Duration
 	// Now is the clock of the signals (updated_at, the end of the windows,
 	// the expiry of cool-downs); time.Now unless a test sets it. Timers
 	// (coalescing, refreshes) use the real clock.
@@ -87,6 +93,7 @@ func DefaultConfig() Config {
 		AckWait:        30 * time.Second,
 		Replicas:       1,
 		SignalTTL:      30 * 24 * time.Hour,
+		MessageMemory:  pacing.DefaultMessageMemory,
 		Now:            time.Now,
 	}
 }
@@ -118,6 +125,8 @@ func (c Config) Validate() error {
 		return errors.New("refresh interval must not be shorter than the coalesce interval")
 	case c.MaxAckPending < 1:
 		return errors.New("max ack pending must be positive")
+	case c.MessageMemory < 0:
+		return errors.New("message memory must not be negative")
 	case c.AckWait < time.Second:
 		return errors.New("ack wait must be at least 1s")
 	case c.SignalTTL < time.Hour:

@@ -42,13 +42,15 @@ type wireEvent struct {
 
 // event is one decoded EVENTS message.
 type event struct {
-	// id is the key that makes the event count once: the event id, or for
-	// a message sent its message id (byMessage), so that the message counts
-	// once whether its send result or its sent status comes first.
-	id        string
-	byMessage bool
-	number    string // phone number id
-	e         pacing.Event
+	// id is the event id: the event counts once (its errors, an inbound
+	// message, an echo).
+	id string
+	// msg is the message id of an event that is evidence of an outbound
+	// message (a send result accepted, any status): the message counts
+	// once in the traffic, at the first of its evidence stage 2 sees.
+	msg    string
+	number string // phone number id
+	e      pacing.Event
 }
 
 // countable reports whether the event adds to counts (traffic, errors), so
@@ -59,9 +61,11 @@ var errNoNumber = errors.New("no phone number id")
 
 // decodeEvent maps an EVENTS message to what pacing needs:
 //
-//   - outbound: a status "sent", a send result "accepted" (once per message
-//     id between them), or an echo of a message sent from the Business app
-//     (field smb_message_echoes); an echo also marks coexistence;
+//   - outbound: the first evidence of a message, whichever comes first: a
+//     send result "accepted" or any status of it (sent, delivered, read,
+//     played, failed; Meta can skip "sent"), once per message id (see
+//     Config.MessageMemory); or an echo of a message sent from the Business
+//     app (field smb_message_echoes), which also marks coexistence;
 //   - inbound: an event of kind inbound;
 //   - codes: the error codes of a failed status or a failed send result
 //     (130429, 131056 and 131057 mostly come that way), with the recipient
@@ -94,11 +98,10 @@ func decodeEvent(data []byte, ev *event) error {
 	e.Kind, e.At, e.Status = w.Kind, r.EventTime.Unix(), r.Status
 	switch w.Kind {
 	case schema.KindStatus:
-		switch r.Status {
-		case "sent":
-			e.Outbound = true
-			ev.sentOnce(r.MessageID)
-		case "failed":
+		if schema.OutboundEvidence(r.Status) && r.MessageID != "" {
+			e.Outbound, ev.msg = true, r.MessageID
+		}
+		if r.Status == "failed" {
 			e.Codes = r.ErrorCodes
 			e.Recipient = r.RecipientHash
 		}
@@ -106,7 +109,7 @@ func decodeEvent(data []byte, ev *event) error {
 		switch r.Status {
 		case schema.SendAccepted:
 			e.Outbound = true
-			ev.sentOnce(r.MessageID)
+			ev.msg = r.MessageID
 		case schema.SendFailed:
 			e.Codes = r.ErrorCodes
 			e.Recipient = r.RecipientHash
@@ -134,17 +137,20 @@ func decodeEvent(data []byte, ev *event) error {
 	return nil
 }
 
-// sentOnce keys an outbound event by its message id, when it has one.
-func (ev *event) sentOnce(messageID string) {
-	if messageID != "" {
-		ev.id, ev.byMessage = messageID, true
-	}
-}
-
-// seen reports whether the event counted before, and remembers it.
+// seen reports whether the event counted before, and remembers it. An
+// event that is only evidence of a message (no errors) is that message:
+// it counted before if any evidence of the message did. Another is itself
+// (its errors count once); its evidence of a message then counts in the
+// traffic only if none came before.
 func (ev *event) seen(d *pacing.Deduper) bool {
-	if ev.byMessage {
-		return d.SeenMessage(ev.id, ev.e.At)
+	if ev.msg != "" && len(ev.e.Codes) == 0 {
+		return d.SeenMessage(ev.msg, ev.e.At)
 	}
-	return d.Seen(ev.id, ev.e.At)
+	if d.Seen(ev.id, ev.e.At) {
+		return true
+	}
+	if ev.msg != "" && d.SeenMessage(ev.msg, ev.e.At) {
+		ev.e.Outbound = false
+	}
+	return false
 }

@@ -21,12 +21,18 @@ func TestDecodeEvent(t *testing.T) {
 		want pacing.Event
 		err  error
 	}{
-		{"sent", schema.KindStatus, schema.StatusRow{EventID: "a", EventTime: t0, PhoneNumberID: "1", Status: "sent", RecipientHash: "r"},
+		{"sent", schema.KindStatus, schema.StatusRow{EventID: "a", EventTime: t0, PhoneNumberID: "1", MessageID: "wamid.1", Status: "sent", RecipientHash: "r"},
 			pacing.Event{Kind: schema.KindStatus, At: at, Status: "sent", Outbound: true}, nil},
-		{"delivered is no traffic", schema.KindStatus, schema.StatusRow{EventID: "a", EventTime: t0, PhoneNumberID: "1", Status: "delivered"},
+		{"delivered is evidence of its message too", schema.KindStatus, schema.StatusRow{EventID: "a", EventTime: t0, PhoneNumberID: "1", MessageID: "wamid.1", Status: "delivered"},
+			pacing.Event{Kind: schema.KindStatus, At: at, Status: "delivered", Outbound: true}, nil},
+		{"read", schema.KindStatus, schema.StatusRow{EventID: "a", EventTime: t0, PhoneNumberID: "1", MessageID: "wamid.1", Status: "read"},
+			pacing.Event{Kind: schema.KindStatus, At: at, Status: "read", Outbound: true}, nil},
+		{"a status without a message id is no message", schema.KindStatus, schema.StatusRow{EventID: "a", EventTime: t0, PhoneNumberID: "1", Status: "delivered"},
 			pacing.Event{Kind: schema.KindStatus, At: at, Status: "delivered"}, nil},
-		{"failed", schema.KindStatus, schema.StatusRow{EventID: "a", EventTime: t0, PhoneNumberID: "1", Status: "failed", RecipientHash: "r", ErrorCodes: []int32{131056}},
-			pacing.Event{Kind: schema.KindStatus, At: at, Status: "failed", Codes: []int32{131056}, Recipient: "r"}, nil},
+		{"deleted is a user's message", schema.KindStatus, schema.StatusRow{EventID: "a", EventTime: t0, PhoneNumberID: "1", MessageID: "wamid.1", Status: "deleted"},
+			pacing.Event{Kind: schema.KindStatus, At: at, Status: "deleted"}, nil},
+		{"failed", schema.KindStatus, schema.StatusRow{EventID: "a", EventTime: t0, PhoneNumberID: "1", MessageID: "wamid.1", Status: "failed", RecipientHash: "r", ErrorCodes: []int32{131056}},
+			pacing.Event{Kind: schema.KindStatus, At: at, Status: "failed", Outbound: true, Codes: []int32{131056}, Recipient: "r"}, nil},
 		{"inbound", schema.KindInbound, schema.InboundRow{EventID: "a", EventTime: t0, PhoneNumberID: "1", ErrorCodes: []int32{131051}},
 			pacing.Event{Kind: schema.KindInbound, At: at, Inbound: true}, nil},
 		{"echo is outbound", schema.KindOther, schema.ManagementRow{EventID: "a", Kind: schema.KindOther, Field: "smb_message_echoes", EventTime: t0, PhoneNumberID: "1", Event: "text"},
@@ -67,26 +73,28 @@ func TestDecodeEvent(t *testing.T) {
 	}
 }
 
-// A message counts once as outbound whether its send result or its sent
-// status comes first: both are keyed by its message id. A failed send
-// result carries its codes and recipient, keyed by its event id.
+// A message counts once as outbound whether its send result or a status
+// comes first: each is evidence of it under its message id. A failed send
+// result carries its codes and recipient, keyed by its event id, and is
+// no evidence that the message went out.
 func TestDecodeSendResult(t *testing.T) {
 	at := t0.Unix()
 	cases := []struct {
-		name   string
-		kind   schema.Kind
-		row    any
-		wantID string
-		want   pacing.Event
+		name    string
+		kind    schema.Kind
+		row     any
+		wantID  string
+		wantMsg string
+		want    pacing.Event
 	}{
 		{"sent status", schema.KindStatus, schema.StatusRow{EventID: "a", EventTime: t0, PhoneNumberID: "1", MessageID: "wamid.1", Status: "sent"},
-			"wamid.1", pacing.Event{Kind: schema.KindStatus, At: at, Status: "sent", Outbound: true}},
+			"a", "wamid.1", pacing.Event{Kind: schema.KindStatus, At: at, Status: "sent", Outbound: true}},
 		{"accepted", schema.KindSendResult, schema.SendResultRow{EventID: "b", EventTime: t0, PhoneNumberID: "1", MessageID: "wamid.1", Status: schema.SendAccepted, RecipientHash: "r"},
-			"wamid.1", pacing.Event{Kind: schema.KindSendResult, At: at, Status: "accepted", Outbound: true}},
+			"b", "wamid.1", pacing.Event{Kind: schema.KindSendResult, At: at, Status: "accepted", Outbound: true}},
 		{"accepted without message id", schema.KindSendResult, schema.SendResultRow{EventID: "b", EventTime: t0, PhoneNumberID: "1", Status: schema.SendAccepted},
-			"b", pacing.Event{Kind: schema.KindSendResult, At: at, Status: "accepted", Outbound: true}},
-		{"failed", schema.KindSendResult, schema.SendResultRow{EventID: "c", EventTime: t0, PhoneNumberID: "1", Status: schema.SendFailed, RecipientHash: "r", ErrorCodes: []int32{130429}},
-			"c", pacing.Event{Kind: schema.KindSendResult, At: at, Status: "failed", Codes: []int32{130429}, Recipient: "r"}},
+			"b", "", pacing.Event{Kind: schema.KindSendResult, At: at, Status: "accepted", Outbound: true}},
+		{"failed", schema.KindSendResult, schema.SendResultRow{EventID: "c", EventTime: t0, PhoneNumberID: "1", MessageID: "wamid.1", Status: schema.SendFailed, RecipientHash: "r", ErrorCodes: []int32{130429}},
+			"c", "", pacing.Event{Kind: schema.KindSendResult, At: at, Status: "failed", Codes: []int32{130429}, Recipient: "r"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -98,8 +106,8 @@ func TestDecodeSendResult(t *testing.T) {
 			if err := decodeEvent(data, &ev); err != nil {
 				t.Fatal(err)
 			}
-			if ev.id != c.wantID || ev.number != "1" || !reflect.DeepEqual(ev.e, c.want) {
-				t.Fatalf("got id %q %+v, want %q %+v", ev.id, ev.e, c.wantID, c.want)
+			if ev.id != c.wantID || ev.msg != c.wantMsg || ev.number != "1" || !reflect.DeepEqual(ev.e, c.want) {
+				t.Fatalf("got id %q message %q %+v, want %q %q %+v", ev.id, ev.msg, ev.e, c.wantID, c.wantMsg, c.want)
 			}
 		})
 	}

@@ -220,26 +220,38 @@ func (h *harness) sent1(number, id string, at time.Time) {
 	h.publish(schema.KindStatus, number, id, schema.StatusRow{EventID: id, EventTime: at, PhoneNumberID: number, MessageID: "wamid." + id, Status: "sent", RecipientHash: "r"})
 }
 
-func (h *harness) delivered(number, id string, at time.Time) {
-	h.publish(schema.KindStatus, number, id, schema.StatusRow{EventID: id, EventTime: at, PhoneNumberID: number, MessageID: "wamid." + id, Status: "delivered", RecipientHash: "r"})
+// delivered publishes the delivered status of the message that sent1 sent
+// as event sentID.
+func (h *harness) delivered(number, sentID string, at time.Time) {
+	id := sentID + "-d"
+	h.publish(schema.KindStatus, number, id, schema.StatusRow{EventID: id, EventTime: at, PhoneNumberID: number, MessageID: "wamid." + sentID, Status: "delivered", RecipientHash: "r"})
 }
 
 func (h *harness) inbound(number, id string, at time.Time) {
 	h.publish(schema.KindInbound, number, id, schema.InboundRow{EventID: id, EventTime: at, PhoneNumberID: number, MessageID: "wamid." + id, Type: "text", FromHash: "u"})
 }
 
+// failed publishes a failed status of a message of its own (its first
+// evidence: it counts as outbound).
 func (h *harness) failed(number, id, recipient string, at time.Time, codes ...int32) {
-	h.publish(schema.KindStatus, number, id, schema.StatusRow{EventID: id, EventTime: at, PhoneNumberID: number, MessageID: "wamid." + id, Status: "failed", RecipientHash: recipient, ErrorCodes: codes})
+	h.failedOf(number, id, id, recipient, at, codes...)
 }
 
-// traffic publishes out sent statuses (each with a delivered status, which
-// is not traffic) and in inbound messages per second of [from, to).
+// failedOf publishes a failed status, event id, of the message that sent1
+// sent as event sentID.
+func (h *harness) failedOf(number, id, sentID, recipient string, at time.Time, codes ...int32) {
+	h.publish(schema.KindStatus, number, id, schema.StatusRow{EventID: id, EventTime: at, PhoneNumberID: number, MessageID: "wamid." + sentID, Status: "failed", RecipientHash: recipient, ErrorCodes: codes})
+}
+
+// traffic publishes out sent statuses (each with its message's delivered
+// status a second later, which does not count the message again) and in
+// inbound messages per second of [from, to).
 func (h *harness) traffic(number string, from, to, out, in int) {
 	for s := from; s < to; s++ {
 		for k := 0; k < out; k++ {
 			id := fmt.Sprintf("%s-o-%d-%d", number, s, k)
 			h.sent1(number, id, sec(s))
-			h.delivered(number, id+"-d", sec(s+1))
+			h.delivered(number, id, sec(s+1))
 		}
 		for k := 0; k < in; k++ {
 			h.inbound(number, fmt.Sprintf("%s-i-%d-%d", number, s, k), sec(s))

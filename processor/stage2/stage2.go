@@ -74,7 +74,7 @@ func New(cfg Config, js jetstream.JetStream, reg prometheus.Registerer, log *zap
 	}
 	s := &Stage2{
 		js: js, pub: pub, cfg: cfg, log: log.Named("stage2"), m: newMetrics(reg),
-		nums: map[string]*number{}, dedupe: pacing.NewDeduper(), cooldownRetry: map[string]struct{}{},
+		nums: map[string]*number{}, dedupe: pacing.NewDeduperFor(cfg.MessageMemory), cooldownRetry: map[string]struct{}{},
 	}
 	s.w = writer{s: s, live: map[*number]struct{}{}}
 	return s, nil
@@ -355,6 +355,7 @@ func (s *Stage2) apply(ctx context.Context, ev *event) error {
 				s.m.events.WithLabelValues(resultDuplicate).Inc()
 				return nil
 			}
+			e.Outbound = ev.e.Outbound // not if its message counted before
 		} else {
 			// Older than the windows: its traffic cannot count any more,
 			// nor can a repeat be told apart, but an error's advice (a

@@ -85,8 +85,8 @@ func TestThrottleThenStop(t *testing.T) {
 	if before.Advice != schema.AdviceOK || before.RecommendedMPS != 75 {
 		t.Fatalf("before: %+v", before)
 	}
-	for k := 0; k < 30; k++ {
-		h.failed("3001", fmt.Sprintf("thr-%d", k), fmt.Sprintf("r%d", k), sec(19), 130429)
+	for k := 0; k < 30; k++ { // of messages sent at 19 s: no more traffic
+		h.failedOf("3001", fmt.Sprintf("thr-%d", k), fmt.Sprintf("3001-o-19-%d", k), fmt.Sprintf("r%d", k), sec(19), 130429)
 	}
 	h.flushed()
 	s := h.waitSignal("3001", "slow_down", func(s schema.PacingSignal) bool {
@@ -180,7 +180,7 @@ func TestReplayCountsOnce(t *testing.T) {
 		for s := 0; s < 20; s++ {
 			for k := 0; k < 20; k++ {
 				id := fmt.Sprintf("o-%d-%d", s, k)
-				h.publish(schema.KindStatus, "5001", id+suffix, schema.StatusRow{EventID: id, EventTime: sec(s), PhoneNumberID: "5001", Status: "sent"})
+				h.publish(schema.KindStatus, "5001", id+suffix, schema.StatusRow{EventID: id, EventTime: sec(s), PhoneNumberID: "5001", MessageID: "wamid." + id, Status: "sent"})
 			}
 			id := fmt.Sprintf("i-%d", s)
 			h.publish(schema.KindInbound, "5001", id+suffix, schema.InboundRow{EventID: id, EventTime: sec(s), PhoneNumberID: "5001"})
