@@ -4,6 +4,8 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+
+	"github.com/wahook/wahook/schema"
 )
 
 // EventKind is the kind of an event in the ledger.
@@ -51,6 +53,10 @@ type Ledger struct {
 	// Per number and message sequence: bits 0-3 the statuses acked, bits
 	// 4-7 the statuses posted.
 	out [][]uint8
+	// Per number and message sequence: the second (Meta's) of the
+	// message's earliest acked status, 0 before one: where the pacing
+	// signal counts the message (schema/outbound.go).
+	first [][]int64
 	// Per number and sequence: bit 0 acked, bit 1 posted.
 	in, echo [][]uint8
 	// Number events by (number, event, time): bit 0 acked, bit 1 posted.
@@ -67,18 +73,18 @@ type numberEventKey struct {
 // NewLedger returns an empty ledger for the numbers of g.
 func NewLedger(g *Traffic) *Ledger {
 	n := len(g.fleet.numbers)
-	return &Ledger{fleet: g.fleet, out: make([][]uint8, n), in: make([][]uint8, n), echo: make([][]uint8, n),
+	return &Ledger{fleet: g.fleet, out: make([][]uint8, n), first: make([][]int64, n), in: make([][]uint8, n), echo: make([][]uint8, n),
 		number: map[numberEventKey]uint8{}, tally: map[TallyKey]uint64{}}
 }
 
 // Numbers are the run's business numbers.
 func (l *Ledger) Numbers() []Number { return l.fleet.numbers }
 
-// slot returns the ledger byte of a message, growing its slice.
-func slot(s [][]uint8, n int32, seq uint32) *uint8 {
+// slot returns the ledger entry of a message, growing its slice.
+func slot[T uint8 | int64](s [][]T, n int32, seq uint32) *T {
 	row := s[n]
 	if int(seq) >= len(row) {
-		grown := make([]uint8, int(seq)+1, max(2*len(row), int(seq)+1, 64))
+		grown := make([]T, int(seq)+1, max(2*len(row), int(seq)+1, 64))
 		copy(grown, row)
 		row = grown[:cap(grown)]
 		s[n] = row
@@ -110,6 +116,11 @@ func (l *Ledger) mark(p *Post, acked bool) {
 				key.Code = it.code
 			}
 			fresh = setBit(slot(l.out, it.number, it.seq), bit)
+			if acked {
+				if f := slot(l.first, it.number, it.seq); *f == 0 || it.at < *f {
+					*f = it.at
+				}
+			}
 		case itemInbound, itemEcho:
 			s := l.in
 			key.Kind = KindInbound
@@ -332,4 +343,50 @@ func (l *Ledger) acked(fn func(ackedEvent)) {
 			fn(ackedEvent{kind: kind, number: k.number, event: k.event, at: k.at})
 		}
 	}
+}
+
+// Observed is what the pacing signal of number n (an index into Numbers)
+// must show when its windows end with second last
+// (schema.PacingLastSecond): the acked messages per second of the last 1,
+// 10 and 60 seconds, inbound and outbound, an outbound message once at its
+// earliest acked status and an echo at its own time
+// (schema/outbound.go). Events posted without a 200 are not in the
+// ledger; if the service stored them, it counts them too.
+func (l *Ledger) Observed(n int, last int64) schema.ObservedMPS {
+	var in, out [60]uint64 // by seconds before last
+	add := func(counts *[60]uint64, at int64, k uint64) {
+		if d := last - at; d >= 0 && d < 60 {
+			counts[d] += k
+		}
+	}
+	l.mu.Lock()
+	for _, at := range l.first[n] {
+		if at != 0 {
+			add(&out, at, 1)
+		}
+	}
+	for k, c := range l.tally {
+		if k.Number != n {
+			continue
+		}
+		switch k.Kind {
+		case KindInbound:
+			add(&in, k.Second, c)
+		case KindEcho:
+			add(&out, k.Second, c)
+		}
+	}
+	l.mu.Unlock()
+	rate := func(c *[60]uint64, span int) float64 {
+		var sum uint64
+		for _, v := range c[:span] {
+			sum += v
+		}
+		return float64(sum) / float64(span)
+	}
+	// As stage 2 adds them up: each direction's rate, then their sum.
+	in1, out1 := rate(&in, 1), rate(&out, 1)
+	in10, out10 := rate(&in, 10), rate(&out, 10)
+	in60, out60 := rate(&in, 60), rate(&out, 60)
+	return schema.ObservedMPS{S1: in1 + out1, S10: in10 + out10, S60: in60 + out60, Inbound10: in10, Outbound10: out10}
 }

@@ -48,6 +48,8 @@ type Summary struct {
 	Timeline []Second `json:"timeline,omitempty"`
 	// Check is the end-to-end check, when one ran.
 	Check *CheckResult `json:"check,omitempty"`
+	// Pacing compares the pacing signals with the ledger, when asked.
+	Pacing *PacingResult `json:"pacing_check,omitempty"`
 }
 
 // TrafficSummary is the model of a run, what it posted and what got a 200.
@@ -191,6 +193,13 @@ func (s Summary) WriteText(w io.Writer) {
 			t.Acked.Events, t.EventsPerS, sortedCounts64(t.Acked.ByKind))
 		if len(t.Acked.Failures) > 0 {
 			fmt.Fprintf(w, "  failures by code: %s\n", sortedCounts64(t.Acked.Failures))
+		}
+	}
+	if p := s.Pacing; p != nil {
+		fmt.Fprintf(w, "pacing check: %d of %d numbers' signals equal to the ledger (1, 10 and 60 s rates, inbound and outbound), after %.1fs; %d events posted without a 200\n",
+			p.Exact, p.Numbers, p.WaitS, p.PostedUnacked)
+		for _, d := range p.Differences {
+			fmt.Fprintf(w, "  %s\n", d)
 		}
 	}
 	if c := s.Check; c != nil {

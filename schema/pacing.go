@@ -5,6 +5,16 @@ import (
 	"time"
 )
 
+// PacingSettle is how far behind a signal's updated_at its windows end: a
+// message's webhook comes a moment after its timestamp, so the newest
+// seconds are not complete yet. The windows end with the last whole second
+// before updated_at - PacingSettle (PacingLastSecond).
+const PacingSettle = 2 * time.Second
+
+// PacingLastSecond is the newest second (Unix) that the windows of a signal
+// written at updatedAt count.
+func PacingLastSecond(updatedAt time.Time) int64 { return updatedAt.Add(-PacingSettle).Unix() - 1 }
+
 // PacingVersion is the version of the pacing signal's JSON. A change that
 // removes or redefines a field raises it; new fields do not.
 const PacingVersion = 1

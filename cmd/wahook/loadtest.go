@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/wahook/wahook/loadtest"
 	"github.com/wahook/wahook/processor"
+	"github.com/wahook/wahook/processor/stage2"
 	"github.com/wahook/wahook/schema"
 )
 
@@ -55,7 +57,8 @@ func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	f.StringVar(&dsn, "check-clickhouse-dsn", "", "after the run, wait for the service to drain and check that ClickHouse holds every event that got a 200 exactly once (needs --numbers)")
 	f.DurationVar(&check.Timeout, "check-timeout", check.Timeout, "longest wait for the service to drain before the check")
 	f.DurationVar(&check.Quiet, "check-quiet", check.Quiet, "stop waiting once the counts in ClickHouse have not changed for this long (and, with --check-nats-url, stage 1 has nothing pending)")
-	var checkNATS string
+	var checkNATS, pacingNATS string
+	f.StringVar(&pacingNATS, "check-pacing-nats-url", "", "after the run, wait until the service has applied every event, then compare each number's pacing signal in "+schema.BucketPacing+" with the ledger: its 1, 10 and 60 s rates must be exact (needs --numbers; run it within a minute of the end)")
 	f.StringVar(&checkNATS, "check-nats-url", "", "NATS of the service under test: the check waits until stage 1's consumer has nothing pending, however long the counts stand still (a crash's redelivery waits out --ack-wait)")
 	f.StringVar(&capacityOut, "capacity-out", "", "write the per-core capacity this run measured (and ClickHouse bytes per row, with the check) to this JSON file, for wahook sizing --capacity")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
@@ -103,6 +106,12 @@ func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return err
 		}
 	}
+	if pacingNATS != "" {
+		// First: the signals' windows are the last minute.
+		if s.Pacing, err = checkPacingSignals(ctx, pacingNATS, res.Ledger, check.Timeout); err != nil {
+			return fmt.Errorf("pacing check: %w", err)
+		}
+	}
 	if dsn != "" {
 		fmt.Fprintf(stderr, "loadtest: %d events got a 200; waiting for ClickHouse to hold them (up to %v)\n",
 			s.Traffic.Acked.Events, check.Timeout)
@@ -142,6 +151,9 @@ func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if err := loadtest.WriteCapacity(capacityOut, capacity); err != nil {
 			return err
 		}
+	}
+	if s.Pacing != nil && !s.Pacing.OK() {
+		return fmt.Errorf("pacing check failed: %d of %d numbers' signals differ from the ledger", s.Pacing.Numbers-s.Pacing.Exact, s.Pacing.Numbers)
 	}
 	if s.Check != nil && !s.Check.OK() {
 		return fmt.Errorf("end-to-end check failed: lost %d, duplicates %d, failure distribution matches: %v",
@@ -258,6 +270,52 @@ func parseDelays(v string, d *loadtest.Delays) error {
 
 // stage1Backlog reads what stage 1 has yet to take from RAW: its durable
 // consumer's pending and unacked messages.
+// checkPacingSignals runs loadtest.CheckPacing against the service's NATS at url.
+func checkPacingSignals(ctx context.Context, url string, l *loadtest.Ledger, timeout time.Duration) (*loadtest.PacingResult, error) {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	stage1 := stage1Backlog(nc)
+	cfg := loadtest.PacingCheckConfig{
+		Timeout: timeout,
+		Backlog: func(ctx context.Context) (uint64, error) {
+			n, err := stage1(ctx)
+			if err != nil {
+				return 0, err
+			}
+			cons, err := js.Consumer(ctx, schema.StreamEvents, stage2.DefaultConfig().Durable)
+			if err != nil {
+				return 0, fmt.Errorf("stage 2's consumer (a consumer group is not checked): %w", err)
+			}
+			info, err := cons.Info(ctx)
+			if err != nil {
+				return 0, err
+			}
+			return n + info.NumPending + uint64(info.NumAckPending), nil
+		},
+		Signal: func(ctx context.Context, id string) (schema.PacingSignal, error) {
+			var sig schema.PacingSignal
+			kv, err := js.KeyValue(ctx, schema.BucketPacing)
+			if err != nil {
+				return sig, err
+			}
+			e, err := kv.Get(ctx, schema.PacingKey(id))
+			if err != nil {
+				return sig, err
+			}
+			err = json.Unmarshal(e.Value(), &sig)
+			return sig, err
+		},
+	}
+	return loadtest.CheckPacing(ctx, l, cfg)
+}
+
 func stage1Backlog(nc *nats.Conn) func(context.Context) (uint64, error) {
 	return func(ctx context.Context) (uint64, error) {
 		js, err := jetstream.New(nc)

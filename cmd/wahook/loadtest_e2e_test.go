@@ -21,15 +21,16 @@ import (
 // POSTs across numbers and accounts, echoes, quality and throughput
 // events. The end-to-end check must find every event that got a 200 in
 // ClickHouse exactly once, and the failure distribution equal to the
-// ledger's.
+// ledger's; and every number's pacing signal must have the ledger's rates,
+// exactly.
 func TestLoadtestServeEndToEnd(t *testing.T) {
 	ch := schematest.ClickHouse(t)
-	listen := freeAddr(t)
+	listen, natsListen := freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	var logs syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"serve", "--listen", listen, "--nats-listen", "", "--data-dir", t.TempDir(),
+		done <- run(ctx, []string{"serve", "--listen", listen, "--nats-listen", natsListen, "--data-dir", t.TempDir(),
 			"--app-secret", "loadtest-e2e-secret", "--clickhouse-dsn", ch.DSN, "--flush-interval", "100ms", "--log-level", "warn"},
 			io.Discard, &logs)
 	}()
@@ -48,7 +49,7 @@ func TestLoadtestServeEndToEnd(t *testing.T) {
 		"--numbers", "8", "--coexistence", "2", "--upgraded", "4", "--outbound-mps", "60", "--reply-rate", "0.3",
 		"--failure-mix", "131049=2%,130429=0.5%,131026=1%", "--retry-share", "0.03", "--repeat-share", "0.02",
 		"--statuses-per-post", "3", "--quality-every", "1s", "--upgrade-every", "1s", "--duration", "4s", "--connections", "16",
-		"--check-clickhouse-dsn", ch.DSN, "--check-timeout", "60s", "--check-quiet", "10s",
+		"--check-clickhouse-dsn", ch.DSN, "--check-timeout", "60s", "--check-quiet", "10s", "--check-pacing-nats-url", "nats://" + natsListen,
 		"--chart", chart, "--capacity-out", capacity, "--json"}, &out, &errOut)
 	var s loadtest.Summary
 	if err := json.Unmarshal(out.Bytes(), &s); err != nil {
@@ -62,6 +63,12 @@ func TestLoadtestServeEndToEnd(t *testing.T) {
 		s.Sent, s.RatePerS, s.P50Ms, s.P99Ms, c.Expected, c.Found, c.Lost, c.Duplicates, c.WaitS)
 	if c.Lost != 0 || c.Duplicates != 0 || !c.FailuresMatch || !c.Drained || c.Found != c.Expected {
 		t.Fatalf("check: %+v", c)
+	}
+	// The pacing signals' rates are exact: each number's equal the
+	// ledger's for the same seconds.
+	t.Logf("pacing check: %+v", s.Pacing)
+	if p := s.Pacing; p == nil || p.Numbers != 8 || p.Exact != p.Numbers || p.PostedUnacked != 0 {
+		t.Errorf("pacing check: %+v", p)
 	}
 	if c.DeadLetters != 0 || c.UnknownKeys != 0 {
 		t.Errorf("%d dead letters and %d rows of unknown keys: the generator's bodies drifted from what stage 1 knows", c.DeadLetters, c.UnknownKeys)

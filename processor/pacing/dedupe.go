@@ -75,18 +75,33 @@ func (d *Deduper) advance(at int64) {
 // whatever comes of it later within the memory. Keys at seconds older
 // than the windows are reported as seen.
 func (d *Deduper) SeenMessage(key string, at int64) bool {
+	seen, _ := d.FirstEvidence(key, at)
+	return seen
+}
+
+// FirstEvidence is SeenMessage that also gives the second the message
+// counts at: the earliest evidence of it seen so far. When evidence earlier
+// than that comes later (a sent status retried after its delivered), the
+// message's second becomes at, and the caller moves its count from the
+// second returned to at.
+func (d *Deduper) FirstEvidence(key string, at int64) (seen bool, counted int64) {
 	d.advance(at)
 	if at <= d.head-slots {
-		return true
+		return true, at
 	}
 	h := maphash.String(d.seed, key)
-	if _, ok := d.msgs[h]; ok {
-		return true
+	if was, ok := d.msgs[h]; ok {
+		if at < was {
+			// Listed still under its first second, which forgets it
+			// later than at's would: remembered a little longer.
+			d.msgs[h] = at
+		}
+		return true, was
 	}
 	d.msgs[h] = at
 	i := at % d.msgSpan
 	d.msgSlots[i] = append(d.msgSlots[i], h)
-	return false
+	return false, at
 }
 
 // Seen reports whether id was seen before at second at, and remembers it.

@@ -24,11 +24,9 @@ func DefaultTiers() Tiers {
 
 // The rule's constants (schema/README.md, "Pacing signal").
 const (
-	// Settle is how far behind the clock the windows end: a message's
-	// webhook comes a moment after its timestamp, so the newest seconds are
-	// not complete yet. The windows end with the last whole second before
-	// now - Settle.
-	Settle = 2 * time.Second
+	// Settle is how far behind the clock the windows end
+	// (schema.PacingSettle).
+	Settle = schema.PacingSettle
 	// MaintenanceWindow is how long sends may return 131057 after a
 	// THROUGHPUT_UPGRADE or a 131057.
 	MaintenanceWindow = schema.MaintenanceWindow
@@ -88,6 +86,11 @@ type Number struct {
 
 // NewNumber is the state of a number before any event.
 func NewNumber(id string) *Number { return &Number{ID: id, quality: "unknown"} }
+
+// MoveOutbound moves an outbound message counted at second from to second
+// to, its earlier evidence that came later. It reports whether the
+// signal can change.
+func (n *Number) MoveOutbound(from, to int64) bool { return n.traffic.move(from, to) }
 
 // Apply folds one event into the state. It reports whether the event can
 // change the signal (traffic always can).
@@ -158,7 +161,7 @@ func (n *Number) tier(t Tiers) (int, string) {
 // Signal is the number's pacing signal at now.
 func (n *Number) Signal(now time.Time, tiers Tiers) schema.PacingSignal {
 	sec := now.Unix()
-	last := now.Add(-Settle).Unix() - 1 // the newest complete second
+	last := schema.PacingLastSecond(now) // the newest complete second
 	tier, source := n.tier(tiers)
 	s := schema.PacingSignal{
 		Version: schema.PacingVersion, PhoneNumberID: n.ID, UpdatedAt: now.UTC(),

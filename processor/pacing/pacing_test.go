@@ -373,3 +373,37 @@ func TestCountryRestrictionDoesNotStop(t *testing.T) {
 		t.Fatalf("after 130497: advice %s, recent %v, stop until %v", s.Advice, s.RecentErrors, s.StopUntil)
 	}
 }
+
+// FirstEvidence gives the second a message counts at; earlier evidence
+// that comes later becomes it, and a move of the count follows it in the
+// window, as far as the window holds the seconds.
+func TestFirstEvidenceMoves(t *testing.T) {
+	d := NewDeduper()
+	if seen, at := d.FirstEvidence("m", 100); seen || at != 100 {
+		t.Fatalf("new: %v %d", seen, at)
+	}
+	if seen, was := d.FirstEvidence("m", 98); !seen || was != 100 {
+		t.Fatalf("earlier: %v %d, want seen at 100", seen, was)
+	}
+	if seen, was := d.FirstEvidence("m", 99); !seen || was != 98 {
+		t.Fatalf("later again: %v %d, want seen at 98", seen, was)
+	}
+	n := NewNumber("1")
+	n.Apply(Event{Kind: schema.KindStatus, At: 100, Outbound: true})
+	if !n.MoveOutbound(100, 98) {
+		t.Fatal("no move")
+	}
+	if in, out := n.traffic.sum(100, 1); in != 0 || out != 0 {
+		t.Errorf("second 100 keeps %d", out)
+	}
+	if _, out := n.traffic.sum(98, 1); out != 1 {
+		t.Errorf("second 98 has %d, want 1", out)
+	}
+	if _, out := n.traffic.sum(100, 60); out != 1 {
+		t.Errorf("the minute has %d, want 1", out)
+	}
+	n.MoveOutbound(98, 100-slots) // out of the window: the count leaves it
+	if _, out := n.traffic.sum(100, slots); out != 0 {
+		t.Errorf("moved out of the window, still %d", out)
+	}
+}

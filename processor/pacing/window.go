@@ -31,6 +31,21 @@ func (w *window) add(sec int64, in, out uint32) bool {
 	return true
 }
 
+// move moves one outbound message from second from to second to, as far
+// as the window holds them. It reports whether it changed a count.
+func (w *window) move(from, to int64) bool {
+	changed := false
+	if from <= w.head && from > w.head-slots && w.out[from&(slots-1)] > 0 {
+		w.out[from&(slots-1)]--
+		changed = true
+	}
+	if to <= w.head && to > w.head-slots {
+		w.out[to&(slots-1)]++
+		changed = true
+	}
+	return changed
+}
+
 // advance moves the newest second to sec, clearing the seconds between.
 func (w *window) advance(sec int64) {
 	if sec <= w.head {

@@ -51,6 +51,9 @@ type event struct {
 	msg    string
 	number string // phone number id
 	e      pacing.Event
+	// moveFrom is the second its message counted at until this event,
+	// earlier evidence of it, came (seen); 0 if none.
+	moveFrom int64
 }
 
 // countable reports whether the event adds to counts (traffic, errors), so
@@ -61,10 +64,10 @@ var errNoNumber = errors.New("no phone number id")
 
 // decodeEvent maps an EVENTS message to what pacing needs:
 //
-//   - outbound: the first evidence of a message, whichever comes first: a
-//     send result "accepted" or any status of it (sent, delivered, read,
-//     played, failed; Meta can skip "sent"), once per message id (see
-//     Config.MessageMemory); or an echo of a message sent from the Business
+//   - outbound: the earliest evidence of a message: a send result
+//     "accepted" or any status of it (sent, delivered, read, played,
+//     failed; Meta can skip "sent"), once per message id (see
+//     Config.MessageMemory; earlier evidence that comes later moves it); or an echo of a message sent from the Business
 //     app (field smb_message_echoes), which also marks coexistence;
 //   - inbound: an event of kind inbound;
 //   - codes: the error codes of a failed status or a failed send result
@@ -142,15 +145,28 @@ func decodeEvent(data []byte, ev *event) error {
 // it counted before if any evidence of the message did. Another is itself
 // (its errors count once); its evidence of a message then counts in the
 // traffic only if none came before.
+//
+// Evidence earlier than what its message counted at so far sets moveFrom:
+// the message then counts at this event's second instead.
 func (ev *event) seen(d *pacing.Deduper) bool {
+	ev.moveFrom = 0
 	if ev.msg != "" && len(ev.e.Codes) == 0 {
-		return d.SeenMessage(ev.msg, ev.e.At)
+		seen, was := d.FirstEvidence(ev.msg, ev.e.At)
+		if seen && ev.e.At < was {
+			ev.moveFrom = was
+		}
+		return seen
 	}
 	if d.Seen(ev.id, ev.e.At) {
 		return true
 	}
-	if ev.msg != "" && d.SeenMessage(ev.msg, ev.e.At) {
-		ev.e.Outbound = false
+	if ev.msg != "" {
+		if seen, was := d.FirstEvidence(ev.msg, ev.e.At); seen {
+			ev.e.Outbound = false
+			if ev.e.At < was {
+				ev.moveFrom = was
+			}
+		}
 	}
 	return false
 }

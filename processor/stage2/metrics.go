@@ -38,6 +38,7 @@ func (m *metrics) adviceMoved(from, to schema.Advice) {
 const (
 	resultApplied   = "applied"   // folded into its number's state
 	resultDuplicate = "duplicate" // seen before (a redelivery or a replay)
+	resultMoved     = "moved"     // earlier evidence of a message counted already: it now counts at this event's second
 	resultIgnored   = "ignored"   // nothing for stage 2 (no number, a kind it does not use)
 	resultBad       = "bad"       // not an event it can decode
 	resultNotOwned  = "not_owned" // its number's partition is another instance's (Config.Partitions)
@@ -46,7 +47,7 @@ const (
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wahook_stage2_events_total", Help: "EVENTS messages taken by stage 2, by result (applied, duplicate, ignored, bad, not_owned).",
+			Name: "wahook_stage2_events_total", Help: "EVENTS messages taken by stage 2, by result (applied, duplicate, moved, ignored, bad, not_owned).",
 		}, []string{"result"}),
 		signals: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wahook_stage2_signals_published_total", Help: "Pacing signals written to " + "wahook_pacing and its subjects.",
@@ -79,7 +80,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "wahook_stage2_write_failures_total", Help: "KV writes that failed, by bucket.",
 		}, []string{"bucket"}),
 	}
-	for _, r := range []string{resultApplied, resultDuplicate, resultIgnored, resultBad, resultNotOwned} {
+	for _, r := range []string{resultApplied, resultDuplicate, resultMoved, resultIgnored, resultBad, resultNotOwned} {
 		m.events.WithLabelValues(r)
 	}
 	for _, a := range []schema.Advice{schema.AdviceOK, schema.AdviceSlowDown, schema.AdvicePause, schema.AdviceStop} {

@@ -349,6 +349,15 @@ func (s *Stage2) apply(ctx context.Context, ev *event) error {
 	if ev.countable() {
 		if s.dedupe.Holds(e.At) {
 			if ev.seen(s.dedupe) {
+				if ev.moveFrom != 0 {
+					// Earlier evidence of a message counted already.
+					n := s.number(ctx, ev.number)
+					if n.p.MoveOutbound(ev.moveFrom, e.At) {
+						s.w.changed(n, &e)
+					}
+					s.m.events.WithLabelValues(resultMoved).Inc()
+					return nil
+				}
 				if _, retry := s.cooldownRetry[ev.id]; retry && pair {
 					return s.cooldown(ctx, ev)
 				}
@@ -356,6 +365,12 @@ func (s *Stage2) apply(ctx context.Context, ev *event) error {
 				return nil
 			}
 			e.Outbound = ev.e.Outbound // not if its message counted before
+			if ev.moveFrom != 0 {
+				n := s.number(ctx, ev.number)
+				if n.p.MoveOutbound(ev.moveFrom, e.At) {
+					s.w.changed(n, &e)
+				}
+			}
 		} else {
 			// Older than the windows: its traffic cannot count any more,
 			// nor can a repeat be told apart, but an error's advice (a
