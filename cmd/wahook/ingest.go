@@ -13,10 +13,12 @@ func runIngest(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		io_  ingestOptions
 		no   natsOptions
 		logo logOptions
+		ppo  pprofOptions
 	)
 	io_.register(f)
 	no.register(f, "NATS server URLs, comma-separated (required)")
 	logo.register(f)
+	ppo.register(f)
 	if err := f.Parse(args); err != nil {
 		return err
 	}
@@ -40,6 +42,11 @@ func runIngest(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
 	p := &parts{log: log}
 	defer p.stop()
+	if pp, err := ppo.start(log); err != nil {
+		return err
+	} else if pp != nil {
+		p.add(*pp)
+	}
 	nc, err := connectExternal(no, "wahook-ingest", log)
 	if err != nil {
 		return err

@@ -18,6 +18,7 @@ func runProcess(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		pco     pacingOptions
 		logo    logOptions
 		kvr     kvReplicas
+		ppo     pprofOptions
 		dataDir string
 	)
 	no.register(f, "NATS server URLs, comma-separated (required)")
@@ -25,6 +26,7 @@ func runProcess(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	pco.register(f)
 	kvr.register(f, "as --replicas")
 	logo.register(f)
+	ppo.register(f)
 	f.StringVar(&dataDir, "data-dir", "./data", "where serve keeps the phone hash key, read when --phone-hash-key is not set")
 	listen := f.String("listen", ":8082", "address of /healthz, /readyz and /metrics")
 	replicas := f.Int("replicas", 1, "replicas of the streams and buckets stage 1 creates")
@@ -54,6 +56,11 @@ func runProcess(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
 	p := &parts{log: log}
 	defer p.stop()
+	if pp, err := ppo.start(log); err != nil {
+		return err
+	} else if pp != nil {
+		p.add(*pp)
+	}
 	nc, err := connectExternal(no, "wahook-process", log)
 	if err != nil {
 		return err

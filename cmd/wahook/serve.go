@@ -23,6 +23,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		pco  pacingOptions
 		logo logOptions
 		kvr  kvReplicas
+		ppo  pprofOptions
 	)
 	io_.register(f)
 	ao.register(f)
@@ -32,6 +33,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	eo.register(f)
 	kvr.register(f, "as --raw-replicas")
 	logo.register(f)
+	ppo.register(f)
 	if err := f.Parse(args); err != nil {
 		return err
 	}
@@ -71,6 +73,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// last batch.
 	p := &parts{log: log}
 	defer p.stop()
+	if pp, err := ppo.start(log); err != nil {
+		return err
+	} else if pp != nil {
+		p.add(*pp)
+	}
 	nc, srv, err := openNATS(no, &eo, log, "wahook-serve")
 	if err != nil {
 		return err
