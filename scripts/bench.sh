@@ -26,6 +26,24 @@
 #   pipeline  wahook serve with stage 1 writing to a ClickHouse this script
 #             starts (webhooks answered while every body is decoded and
 #             written), closed loop, and its peak RSS (PIPELINE=0 skips it)
+#   breakdown (unless BREAKDOWN=0 or PIPELINE=0) CPU-µs per webhook answered
+#             200, by part of the whole system: during the pipeline's closed
+#             loop and the BREAKDOWN_TAIL (10 s) after it, then on a fresh
+#             serve and database at half the pipeline's rate, open loop, and
+#             the same with --publish-events=false (no EVENTS, so no stage 2
+#             work nor KV writes): nats-server's CPU with EVENTS on less with
+#             them off is the EVENTS stream's and the KV's share, the rest
+#             RAW's. wahook's parts come from a CPU profile over the load and
+#             the tail (--pprof-listen; each sample goes to the part that owns
+#             its stack, loadtest/cpucost), ClickHouse's from its
+#             /proc/<pid>/stat split by system.query_log's
+#             UserTimeMicroseconds + SystemTimeMicroseconds (serve's DSN
+#             turns log_queries on): stage 1's inserts with their
+#             materialized views, the funnel resolver's inserts and its
+#             reads; what is left is merges and other background work. The
+#             table is printed after the rounds (median and range over them)
+#             and written to breakdown.txt, each round's figures to
+#             breakdown-<round>.json.
 # Load generator, servers and ClickHouse share the machine's cores. The
 # others_cores columns are the CPU that processes other than wahook and the
 # load generator used during the ingest closed loop and during the half-rate
@@ -48,6 +66,7 @@
 #   SERVE_ENV="GOGC=200 GOMAXPROCS=1" ./scripts/bench.sh   # environment of wahook serve only
 #   SERVE_ARGS="--batch-linger 100us" ./scripts/bench.sh    # flags of every wahook serve
 #   WAHOOK_BIN=/tmp/wahook ./scripts/bench.sh                # measure that binary, built elsewhere
+#   BREAKDOWN=0 ./scripts/bench.sh                          # the pipeline's figures without the cost breakdown
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -59,6 +78,9 @@ VARIANTS=${VARIANTS:-}
 PIPELINE=${PIPELINE:-1}
 SERVE_ENV=${SERVE_ENV:-}
 SERVE_ARGS=${SERVE_ARGS:-}
+BREAKDOWN=${BREAKDOWN:-1}
+BREAKDOWN_TAIL=${BREAKDOWN_TAIL:-10}
+PPROF=127.0.0.1:18182
 SECRET=bench-secret
 BARE=127.0.0.1:18181
 WAHOOK=127.0.0.1:18180
@@ -71,6 +93,12 @@ if [ -z "$WAHOOK_BIN" ]; then
 	go build -o bin/wahook ./cmd/wahook
 	WAHOOK_BIN=bin/wahook
 fi
+if [ "$PIPELINE" != 1 ]; then BREAKDOWN=0; fi
+if [ "$BREAKDOWN" = 1 ] && ! "$WAHOOK_BIN" serve -h 2>&1 | grep -q -- --pprof-listen; then
+	echo "bench: $WAHOOK_BIN has no --pprof-listen: no cost breakdown" >&2
+	BREAKDOWN=0
+fi
+if [ "$BREAKDOWN" = 1 ]; then go build -o bin/cpucost ./loadtest/cpucost/cmd/cpucost; fi
 work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]:-}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
@@ -101,6 +129,46 @@ load() { # url [rate [body bytes]]
 field() { python3 -c "import json,sys; print(json.load(open('$1'))['$2'])"; }
 busy_ticks() { awk '/^cpu / {print $2+$3+$4+$7+$8+$9}' /proc/stat; }
 proc_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
+# pipeline_serve db [flags]: wahook serve with stage 1 writing to database
+# db, in the background ($serve_pid); with the profiling endpoint and
+# query logging for the breakdown.
+pipeline_serve() {
+	local db=$1 dsn="clickhouse://127.0.0.1:$CH_PORT/$1" extra=()
+	shift
+	if [ "$BREAKDOWN" = 1 ]; then dsn+="?log_queries=1"; extra=(--pprof-listen "$PPROF"); fi
+	# shellcheck disable=SC2086 # the flags split on spaces
+	env $SERVE_ENV WAHOOK_APP_SECRET=$SECRET "$WAHOOK_BIN" serve --listen "$WAHOOK" --nats-listen "" --data-dir "$work/data" --log-level warn \
+		--clickhouse-dsn "$dsn" "${extra[@]}" "$@" $SERVE_ARGS 2>"$out/pipeline-$db.log" & pids+=($!)
+	serve_pid=$!
+	wait_http "http://$WAHOOK/readyz"
+	sleep 1 # stage 1 migrates its database
+}
+# costed_load tag db url [rate [body bytes]]: load, with a CPU profile of
+# serve ($serve_pid) over the load and BREAKDOWN_TAIL seconds after it, and
+# the CPU of serve and ClickHouse over the same time, ClickHouse's split by
+# query_log: $out/cost-<tag>.*.
+costed_load() {
+	local tag=$1 db=$2 secs; shift 2
+	secs=$(python3 -c "import re; print(sum(float(n) * {'ms': .001, 's': 1, 'm': 60, 'h': 3600}[u] for n, u in re.findall(r'([0-9.]+)(ms|s|m|h)', '$DURATION')))")
+	secs=$(python3 -c "import math; print(math.ceil($secs) + $BREAKDOWN_TAIL)")
+	local ch_pid t0 s0 c0 prof
+	ch_pid=$(cat "$work/clickhouse/clickhouse-server.pid")
+	t0=$(date +%s); s0=$(proc_ticks "$serve_pid"); c0=$(proc_ticks "$ch_pid")
+	curl -fsS -o "$out/cost-$tag.pprof" "http://$PPROF/debug/pprof/profile?seconds=$secs" & prof=$!
+	load "$@" > "$out/cost-$tag.json"
+	wait "$prof"
+	echo "$(($(proc_ticks "$serve_pid") - s0)) $(($(proc_ticks "$ch_pid") - c0)) $HZ" > "$out/cost-$tag.ticks"
+	bin/cpucost "$out/cost-$tag.pprof" > "$out/cost-$tag.parts.json"
+	clickhouse-client --port "$CH_PORT" -q "SYSTEM FLUSH LOGS"
+	# Each finished query of this database since t0, as a kind and its CPU-µs.
+	clickhouse-client --port "$CH_PORT" -q "
+		SELECT multiIf(query LIKE 'INSERT INTO $db.funnel%', 'funnel_insert', query LIKE 'INSERT%', 'insert', 'query') AS kind,
+			sum(ProfileEvents.Values[indexOf(ProfileEvents.Names, 'UserTimeMicroseconds')]
+				+ ProfileEvents.Values[indexOf(ProfileEvents.Names, 'SystemTimeMicroseconds')]) AS cpu_us, count() AS n
+		FROM system.query_log
+		WHERE type IN (2, 4) AND event_time >= toDateTime($t0) AND position(query, '$db.') > 0
+		GROUP BY kind FORMAT TSV" > "$out/cost-$tag.ch.tsv"
+}
 # rss_timeline pid: its RSS every 5 s, "seconds MiB", until it ends.
 rss_timeline() {
 	local start=$SECONDS
@@ -160,15 +228,24 @@ for r in $(seq 1 "$ROUNDS"); do
 	prss=-
 	if [ "$PIPELINE" = 1 ]; then
 		rm -rf "$work/data"
-		# shellcheck disable=SC2086 # the flags split on spaces
-		env $SERVE_ENV WAHOOK_APP_SECRET=$SECRET "$WAHOOK_BIN" serve --listen "$WAHOOK" --nats-listen "" --data-dir "$work/data" --log-level warn \
-			--clickhouse-dsn "clickhouse://127.0.0.1:$CH_PORT/bench_$r" $SERVE_ARGS 2>"$out/pipeline-$r.log" & pids+=($!)
-		serve_pid=$!
-		wait_http "http://$WAHOOK/readyz"
-		sleep 1 # stage 1 migrates its database
-		load "http://$WAHOOK/webhook" > "$out/pipeline-$r.json"
+		pipeline_serve "bench_$r"
+		if [ "$BREAKDOWN" = 1 ]; then
+			costed_load "sat-$r" "bench_$r" "http://$WAHOOK/webhook"
+			cp "$out/cost-sat-$r.json" "$out/pipeline-$r.json"
+		else
+			load "http://$WAHOOK/webhook" > "$out/pipeline-$r.json"
+		fi
 		prss=$(awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$serve_pid/status")
 		kill -TERM "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
+	fi
+	if [ "$BREAKDOWN" = 1 ]; then
+		half=$(python3 -c "print(int($(field "$out/pipeline-$r.json" rate_per_s)/2))")
+		for run in half noevents; do
+			rm -rf "$work/data"
+			if [ $run = half ]; then pipeline_serve "bench_${r}_$run"; else pipeline_serve "bench_${r}_$run" --publish-events=false; fi
+			costed_load "$run-$r" "bench_${r}_$run" "http://$WAHOOK/webhook" "$half"
+			kill -TERM "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
+		done
 	fi
 
 	for v in "${variants[@]}"; do
@@ -214,4 +291,5 @@ print(f"{r} {b['rate_per_s']:.0f} {w['rate_per_s']:.0f} {w['rate_per_s'] / b['ra
 PY
 	done
 done
+if [ "$BREAKDOWN" = 1 ]; then python3 scripts/bench_breakdown.py "$out" "$ROUNDS" | tee "$out/breakdown.txt"; fi
 echo "JSON reports in $out/; machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(go version | cut -d' ' -f3)"
