@@ -250,11 +250,24 @@ func (n *NumberMap) Sweep(ctx context.Context) ([]HeldEvent, int, error) {
 		out = append(out, HeldEvent{Key: key, Row: r})
 		return nil
 	})
+	if err == nil && waiting == 0 && len(out) == 0 {
+		// Nothing held: drop the delete markers of released events (older
+		// than 30 minutes), so that an empty bucket reads as empty
+		// (watchHeld).
+		if st, serr := n.pending.Status(ctx); serr == nil && st.Values() > 0 {
+			_ = n.pending.PurgeDeletes(ctx)
+		}
+	}
 	return out, waiting, err
 }
 
 // watchHeld calls f with each held event whose key matches filter.
 func (n *NumberMap) watchHeld(ctx context.Context, filter string, f func(key string, r schema.ManagementRow) error) error {
+	// Nothing held, the usual case: one request instead of a watcher
+	// (a consumer on the bucket's stream) per number learned.
+	if st, err := n.pending.Status(ctx); err == nil && st.Values() == 0 {
+		return nil
+	}
 	w, err := n.pending.Watch(ctx, filter, jetstream.IgnoreDeletes())
 	if err != nil {
 		return fmt.Errorf("kv %s: list held events: %w", schema.BucketNumbersPending, err)
