@@ -108,6 +108,9 @@ func BenchmarkReports(b *testing.B) {
 			"&to=" + day.AddDate(0, 0, 1).Add(37043*time.Second).Format(time.RFC3339)},
 		{"funnel_one_number", "funnel", dayParams + "&by=template&phone_number_id=106540352210007"},
 		{"throughput_one_number_per_minute", "throughput", dayParams + "&phone_number_id=106540352210007&step=1m"},
+		// The dashboard's number page: the day's last 15 minutes per second.
+		{"throughput_one_number_per_second_15_minutes", "throughput", "from=" + day.AddDate(0, 0, 1).Add(-15*time.Minute).Format(time.RFC3339) +
+			"&to=" + day.AddDate(0, 0, 1).Format(time.RFC3339) + "&phone_number_id=106540352210007&step=1s"},
 		{"numbers", "numbers", dayParams},
 		{"dead_letters", "dead-letters", dayParams},
 	} {
