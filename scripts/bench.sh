@@ -43,7 +43,8 @@
 #             reads; what is left is merges and other background work. The
 #             table is printed after the rounds (median and range over them)
 #             and written to breakdown.txt, each round's figures to
-#             breakdown-<round>.json.
+#             breakdown-<round>.json. The pipeline's closed loop runs with
+#             the profile and the query log on (BREAKDOWN=0: without).
 # Load generator, servers and ClickHouse share the machine's cores. The
 # others_cores columns are the CPU that processes other than wahook and the
 # load generator used during the ingest closed loop and during the half-rate
