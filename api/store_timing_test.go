@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/wahook/wahook/api"
+	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/processor/funnel"
 	"github.com/wahook/wahook/schema/migrations"
 	"github.com/wahook/wahook/schema/schematest"
@@ -54,15 +55,17 @@ func BenchmarkReports(b *testing.B) {
 	// as it would have a day later, not while merges take the cores.
 	settle := func() {
 		at := time.Now()
-		for quiet, deadline := 0, at.Add(10*time.Minute); quiet < 10 && time.Now().Before(deadline); time.Sleep(time.Second) {
+		quietSince := at // no merge for 10 s, or 10 minutes passed
+		testutil.Poll(10*time.Minute, func() bool {
 			var merging uint64
 			if err := ch.Conn.QueryRow(ctx, "SELECT count() FROM system.merges WHERE database = ?", ch.Database).Scan(&merging); err != nil {
 				b.Fatal(err)
 			}
-			if quiet++; merging > 0 {
-				quiet = 0
+			if merging > 0 {
+				quietSince = time.Now()
 			}
-		}
+			return time.Since(quietSince) >= 10*time.Second
+		})
 		b.Logf("merges settled in %v", time.Since(at).Round(time.Second))
 	}
 	settle()

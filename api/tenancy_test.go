@@ -20,9 +20,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/wahook/wahook/api"
+	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/schematest"
 )
@@ -241,7 +245,8 @@ func TestTokensFileReloads(t *testing.T) {
 	write("# tenants\nbeta:" + tokenB + ":waba=waba-2\n")
 	cfg := api.DefaultConfig()
 	cfg.TokensFile = file
-	s, err := api.New(cfg, api.NewStore(ch.Conn, ch.Database, api.DefaultTiers()), nil, zaptest.NewLogger(t))
+	core, logs := observer.New(zap.WarnLevel)
+	s, err := api.New(cfg, api.NewStore(ch.Conn, ch.Database, api.DefaultTiers()), nil, zap.New(zapcore.NewTee(core, zaptest.NewLogger(t).Core())))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,22 +259,21 @@ func TestTokensFileReloads(t *testing.T) {
 		t.Fatalf("token not in the file: %d", code)
 	}
 	write("acme:" + tokenA + ":waba=waba-1,waba-2\n")
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testutil.Eventually(t, 5*time.Second, "the changed file's tokens", func() (bool, string) {
 		ns = api.Numbers{}
 		codeA, _ := getAs(t, s, path, tokenA, &ns)
 		codeB, _ := getAs(t, s, path, tokenB, nil)
-		if codeA == 200 && codeB == http.StatusUnauthorized && len(ns.Numbers) == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the file changed: A %d with %d numbers, B %d", codeA, len(ns.Numbers), codeB)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	// A file that became unreadable keeps the tokens read before.
+		return codeA == 200 && codeB == http.StatusUnauthorized && len(ns.Numbers) == 3,
+			fmt.Sprintf("A %d with %d numbers, B %d", codeA, len(ns.Numbers), codeB)
+	})
+	// A file that became unreadable keeps the tokens read before: asked
+	// again once the server has read it (and said so).
 	write("not a token\n")
-	time.Sleep(1100 * time.Millisecond)
+	testutil.Eventually(t, 5*time.Second, "the bad file read", func() (bool, string) {
+		code, _ := getAs(t, s, path, tokenA, nil)
+		n := logs.FilterMessage("tokens file not read; the tokens read before stay").Len()
+		return n > 0, fmt.Sprintf("%d, %d warnings", code, n)
+	})
 	if code, _ := getAs(t, s, path, tokenA, nil); code != 200 {
 		t.Errorf("after a bad file: %d, want the tokens read before", code)
 	}

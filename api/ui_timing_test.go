@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/wahook/wahook/api"
+	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/processor/funnel"
 	"github.com/wahook/wahook/schema/migrations"
 	"github.com/wahook/wahook/schema/schematest"
@@ -59,16 +60,19 @@ func TestDashboardLoadTimes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Timed once ClickHouse has merged what was just written.
-	for quiet, deadline := 0, time.Now().Add(10*time.Minute); quiet < 10 && time.Now().Before(deadline); time.Sleep(time.Second) {
+	// Timed once ClickHouse has merged what was just written: no merge
+	// for 10 s (or 10 minutes have passed).
+	quietSince := time.Now()
+	testutil.Poll(10*time.Minute, func() bool {
 		var merging uint64
 		if err := ch.Conn.QueryRow(ctx, "SELECT count() FROM system.merges WHERE database = ?", ch.Database).Scan(&merging); err != nil {
 			t.Fatal(err)
 		}
-		if quiet++; merging > 0 {
-			quiet = 0
+		if merging > 0 {
+			quietSince = time.Now()
 		}
-	}
+		return time.Since(quietSince) >= 10*time.Second
+	})
 	cfg := api.DefaultConfig()
 	cfg.Tokens = []string{token1}
 	s, err := api.New(cfg, api.NewStore(ch.Conn, ch.Database, api.DefaultTiers()), nil, zap.NewNop())
@@ -95,14 +99,7 @@ func TestDashboardLoadTimes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		for range 50 {
-			if os.RemoveAll(profile) == nil {
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}()
+	defer testutil.Poll(5*time.Second, func() bool { return os.RemoveAll(profile) == nil })
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(profile),
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
