@@ -291,7 +291,7 @@ async function pacingSignals() {
 
 async function renderNumbers() {
   const r = range();
-  view().innerHTML = `<h1>Numbers</h1><div class="card"><table id="numbers-table"><thead><tr><th>number</th><th>display</th><th>WABA</th><th class="num">tier (mps)</th><th>tier source</th><th>quality</th><th>messaging limit</th><th>advice</th><th class="num">recommended mps</th><th class="num">use of tier (10 s)</th></tr></thead><tbody></tbody></table><p class="muted" id="pacing-note"></p></div>`;
+  view().innerHTML = `<h1>Numbers</h1><div class="card"><table id="numbers-table"><thead><tr><th>number</th><th>display</th><th>WABA</th><th class="num">tier (mps)</th><th>tier source</th><th>quality</th><th>messaging limit</th><th>advice</th><th class="num">recommended mps</th><th class="num">use of tier (10 s)</th></tr></thead><tbody></tbody></table><p class="muted" id="pacing-note"></p></div><div class="card" id="pending-card" hidden><h2>Waiting for their number</h2><p class="muted">Quality, limit and throughput-upgrade webhooks that named a display number no message webhook has paired with its phone number id yet. They apply to the number (tier, quality, pacing) as soon as it sends or receives a message.</p><table id="pending-table"><thead><tr><th>display number</th><th>WABA</th><th class="num">events</th><th>first</th><th>last</th><th>latest</th></tr></thead><tbody></tbody></table></div>`;
   const [nums, sigs] = await Promise.all([api("/api/v1/numbers?" + qs({ from: r.from, to: r.to, limit: 5 })), pacingSignals()]);
   const sig = new Map((sigs || []).map((s) => [s.phone_number_id, s]));
   if (sigs === null) $("#pacing-note").textContent = "Pacing signals are not available (this API runs without NATS).";
@@ -299,6 +299,12 @@ async function renderNumbers() {
     const s = sig.get(n.phone_number_id);
     return `<tr data-number="${esc(n.phone_number_id)}"><td><a href="#number/${encodeURIComponent(n.phone_number_id)}">${esc(n.phone_number_id)}</a></td><td>${esc(n.display_phone_number)}</td><td>${esc(n.waba_id)}</td><td class="num" data-value="${n.tier_mps}">${fmt(n.tier_mps)}</td><td>${esc(n.tier_source)}</td><td>${esc(n.quality)}</td><td>${esc(n.messaging_limit || "–")}</td><td>${s ? badge(s.advice) : "–"}</td><td class="num">${s ? fmt(s.recommended_mps) : "–"}</td><td class="num">${s ? pct(s.utilization) : "–"}</td></tr>`;
   }).join("") || `<tr><td colspan="10" class="muted">No numbers in this range.</td></tr>`;
+  const pending = nums.pending || [];
+  $("#pending-card").hidden = pending.length === 0;
+  $("#pending-table tbody").innerHTML = pending.map((p) => {
+    const c = (p.recent_changes || [])[0] || {};
+    return `<tr data-display="${esc(p.display_phone_number)}"><td>${esc(p.display_phone_number)}</td><td>${esc(p.waba_id)}</td><td class="num">${fmt(p.events)}</td><td>${esc(p.first_change)}</td><td>${esc(p.last_change)}</td><td>${esc([c.event, c.new_value].filter(Boolean).join(" "))}</td></tr>`;
+  }).join("");
 }
 
 function fillThroughput(t, stepSec, from, to) {

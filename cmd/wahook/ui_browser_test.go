@@ -178,6 +178,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	for _, b := range uiTraffic(now) {
 		post(b)
 	}
+	// An upgrade for a display number no message webhook shows: pending.
+	const uiPendingDisplay = "15557810999"
+	post([]byte(fmt.Sprintf(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","time":%d,"changes":[{"field":"phone_number_quality_update","value":{"display_phone_number":%q,"event":"THROUGHPUT_UPGRADE","current_limit":"TIER_UNLIMITED"}}]}]}`,
+		now.Unix(), uiPendingDisplay)))
 	apiGet := func(path, token string) (int, []byte) {
 		req, _ := http.NewRequest(http.MethodGet, apiBase+path, nil)
 		if token != "" {
@@ -395,6 +399,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	do("numbers", chromedp.Navigate(apiBase+"/#numbers"))
 	loaded("numbers")
 	do("numbers rows", chromedp.WaitVisible(fmt.Sprintf(`#numbers-table tr[data-number="%s"]`, uiNumberA), chromedp.ByQuery))
+	do("pending display number", chromedp.WaitVisible(fmt.Sprintf(`#pending-table tr[data-display="%s"]`, uiPendingDisplay), chromedp.ByQuery))
 	shot("03-numbers")
 	do("number", chromedp.Navigate(apiBase+"/#number/"+uiNumberA))
 	loaded("number")
