@@ -4,18 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/wahook/wahook/api"
 	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/schema"
-	"github.com/wahook/wahook/schema/schematest"
 )
 
 // TestUpgradeBeforeNumberKnown: a THROUGHPUT_UPGRADE posted before any
@@ -25,45 +20,13 @@ import (
 // listed as pending until the number's first message webhook, and then
 // gives the number tier 1,000 in both.
 func TestUpgradeBeforeNumberKnown(t *testing.T) {
-	ch := schematest.ClickHouse(t)
-	listen, natsListen, apiListen := freeAddr(t), freeAddr(t), freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	var logs syncBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--listen", listen, "--nats-listen", natsListen, "--data-dir", t.TempDir(),
-			"--app-secret", abuseSecret, "--clickhouse-dsn", ch.DSN, "--funnel-interval", "0", "--log-level", "warn",
-			"--api-listen", apiListen, "--api-token", e2eToken}, io.Discard, &logs)
-	}()
-	defer func() {
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("serve exited %d:\n%s", code, logs.String())
-		}
-	}()
-	base := "http://" + listen
-	waitReady(t, base, &logs)
-	nc, err := nats.Connect("nats://" + natsListen)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	post := func(body string) {
-		t.Helper()
-		resp, err := http.DefaultClient.Do(signedRequest(base+"/webhook", abuseSecret, body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("post: %d", resp.StatusCode)
-		}
-	}
+	srv := startSignalServe(t)
+	ctx := context.Background()
+	post := func(body string) { t.Helper(); srv.post(t, body) }
 	numbers := func() api.Numbers {
 		t.Helper()
 		var n api.Numbers
-		req, _ := http.NewRequest(http.MethodGet, "http://"+apiListen+"/api/v1/numbers", nil)
+		req, _ := http.NewRequest(http.MethodGet, srv.apiBase+"/api/v1/numbers", nil)
 		req.Header.Set("Authorization", "Bearer "+e2eToken)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -89,12 +52,9 @@ func TestUpgradeBeforeNumberKnown(t *testing.T) {
 	post(fmt.Sprintf(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","changes":[{"field":"messages","value":{"messaging_product":"whatsapp","metadata":{"display_phone_number":%q,"phone_number_id":%q},"statuses":[{"id":"wamid.HBgLMTU1NTAwMDAwMDEVAgARGBI1","status":"sent","timestamp":"%d","recipient_id":"15550000001"}]}}]}]}`, display, number, now))
 	var sig schema.PacingSignal
 	until("the signal's tier is 1,000", func() (bool, string) {
-		kv, err := js.KeyValue(ctx, schema.BucketPacing)
-		if err != nil {
-			return false, err.Error()
-		}
-		e, err := kv.Get(ctx, schema.PacingKey(number))
-		return err == nil && json.Unmarshal(e.Value(), &sig) == nil && sig.TierMPS == schema.TierUpgradedMPS, fmt.Sprintf("%+v %v", sig, err)
+		var err error
+		sig, err = srv.signal(ctx, number)
+		return err == nil && sig.TierMPS == schema.TierUpgradedMPS, fmt.Sprintf("%+v %v", sig, err)
 	})
 	if sig.TierSource != schema.TierSourceThroughputUpgrade {
 		t.Errorf("signal %+v", sig)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"net/url"
@@ -12,13 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/wahook/wahook/api"
 	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/schema"
-	"github.com/wahook/wahook/schema/schematest"
 )
 
 // TestOutboundOneDefinition: through "wahook serve", a number whose
@@ -28,30 +23,8 @@ import (
 // ClickHouse) as in the signal: both count each message once, at its
 // earliest evidence.
 func TestOutboundOneDefinition(t *testing.T) {
-	ch := schematest.ClickHouse(t)
-	listen, natsListen, apiListen := freeAddr(t), freeAddr(t), freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	var logs syncBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--listen", listen, "--nats-listen", natsListen, "--data-dir", t.TempDir(),
-			"--app-secret", abuseSecret, "--clickhouse-dsn", ch.DSN, "--funnel-interval", "0", "--log-level", "warn",
-			"--api-listen", apiListen, "--api-token", e2eToken}, io.Discard, &logs)
-	}()
-	defer func() {
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("serve exited %d:\n%s", code, logs.String())
-		}
-	}()
-	base, apiBase := "http://"+listen, "http://"+apiListen
-	waitReady(t, base, &logs)
-	nc, err := nats.Connect("nats://" + natsListen)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	srv := startSignalServe(t)
+	ctx, apiBase := context.Background(), srv.apiBase
 
 	const display, number = "15557810099", "109876543210199"
 	now := time.Now().Add(-5 * time.Second).Truncate(time.Second)
@@ -66,14 +39,7 @@ func TestOutboundOneDefinition(t *testing.T) {
 	}
 	body := fmt.Sprintf(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","changes":[{"field":"messages","value":{"messaging_product":"whatsapp","metadata":{"display_phone_number":%q,"phone_number_id":%q},"statuses":[%s]}}]}]}`,
 		display, number, strings.Join(statuses, ","))
-	resp, err := http.DefaultClient.Do(signedRequest(base+"/webhook", abuseSecret, body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("post: %d", resp.StatusCode)
-	}
+	srv.post(t, body)
 	// 8 messages known only by their accepted send results.
 	var results []string
 	for i := 0; i < 8; i++ {
@@ -82,7 +48,8 @@ func TestOutboundOneDefinition(t *testing.T) {
 	}
 	req, _ := http.NewRequest(http.MethodPost, apiBase+"/api/v1/send-results", strings.NewReader(`{"results": [`+strings.Join(results, ",")+`]}`))
 	req.Header.Set("Authorization", "Bearer "+e2eToken)
-	if resp, err = http.DefaultClient.Do(req); err != nil {
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
@@ -93,15 +60,9 @@ func TestOutboundOneDefinition(t *testing.T) {
 	const want = 12 + 8
 	var sig schema.PacingSignal
 	testutil.Eventually(t, 20*time.Second, "the signal's outbound over the last minute", func() (bool, string) {
-		kv, err := js.KeyValue(ctx, schema.BucketPacing)
-		if err != nil {
-			return false, err.Error()
-		}
-		e, err := kv.Get(ctx, schema.PacingKey(number))
-		if err != nil || json.Unmarshal(e.Value(), &sig) != nil {
-			return false, fmt.Sprint(err)
-		}
-		return math.Round(sig.Observed.S60*60) == want, fmt.Sprintf("%+v", sig.Observed)
+		var err error
+		sig, err = srv.signal(ctx, number)
+		return err == nil && math.Round(sig.Observed.S60*60) == want, fmt.Sprintf("%+v %v", sig.Observed, err)
 	})
 	var tp api.Throughput
 	testutil.Eventually(t, 20*time.Second, "/throughput's outbound", func() (bool, string) {
