@@ -39,35 +39,11 @@ func BenchmarkReports(b *testing.B) {
 		events = n
 	}
 	ctx := context.Background()
-	ch := schematest.ClickHouse(b)
-	if _, err := migrations.Apply(ctx, ch.Conn, ch.Database); err != nil {
-		b.Fatal(err)
-	}
-	start := time.Now()
-	day := start.UTC().Truncate(24*time.Hour).AddDate(0, 0, -1)
-	for _, q := range generateSQL(ch.Database, events/3, day) {
-		if err := ch.Conn.Exec(ctx, q); err != nil {
-			b.Fatalf("%v\n%s", err, q)
-		}
-	}
-	b.Logf("generated %d status events in %v", events, time.Since(start).Round(time.Millisecond))
+	start := time.Now() // the reports' "now"
+	ch, day := generatedDay(b, events)
 	// Reports are timed once ClickHouse has merged what was just written,
 	// as it would have a day later, not while merges take the cores.
-	settle := func() {
-		at := time.Now()
-		quietSince := at // no merge for 10 s, or 10 minutes passed
-		testutil.Poll(10*time.Minute, func() bool {
-			var merging uint64
-			if err := ch.Conn.QueryRow(ctx, "SELECT count() FROM system.merges WHERE database = ?", ch.Database).Scan(&merging); err != nil {
-				b.Fatal(err)
-			}
-			if merging > 0 {
-				quietSince = time.Now()
-			}
-			return time.Since(quietSince) >= 10*time.Second
-		})
-		b.Logf("merges settled in %v", time.Since(at).Round(time.Second))
-	}
+	settle := func() { settleMerges(b, ch) }
 	settle()
 	store := api.NewStore(ch.Conn, ch.Database, api.DefaultTiers())
 	dayParams := "from=" + day.Format(time.RFC3339) + "&to=" + day.AddDate(0, 0, 1).Format(time.RFC3339)
@@ -205,4 +181,43 @@ FROM (SELECT number AS k FROM system.numbers LIMIT %[2]d)`, db, max(m/3, 1)),
 		q[i] = days.Replace(q[i])
 	}
 	return q
+}
+
+// generatedDay is a fresh, migrated database holding yesterday (UTC) with
+// about events status events of generateSQL's traffic, and that day.
+func generatedDay(tb testing.TB, events int) (*schematest.ClickHouseDB, time.Time) {
+	tb.Helper()
+	ctx := context.Background()
+	ch := schematest.ClickHouse(tb)
+	if _, err := migrations.Apply(ctx, ch.Conn, ch.Database); err != nil {
+		tb.Fatal(err)
+	}
+	start := time.Now()
+	day := start.UTC().Truncate(24*time.Hour).AddDate(0, 0, -1)
+	for _, q := range generateSQL(ch.Database, events/3, day) {
+		if err := ch.Conn.Exec(ctx, q); err != nil {
+			tb.Fatalf("%v\n%s", err, q)
+		}
+	}
+	tb.Logf("generated %d status events in %v", events, time.Since(start).Round(time.Millisecond))
+	return ch, day
+}
+
+// settleMerges waits until ClickHouse has merged what was just written: no
+// merge in the database for 10 s, or 10 minutes passed.
+func settleMerges(tb testing.TB, ch *schematest.ClickHouseDB) {
+	tb.Helper()
+	at := time.Now()
+	quietSince := at
+	testutil.Poll(10*time.Minute, func() bool {
+		var merging uint64
+		if err := ch.Conn.QueryRow(context.Background(), "SELECT count() FROM system.merges WHERE database = ?", ch.Database).Scan(&merging); err != nil {
+			tb.Fatal(err)
+		}
+		if merging > 0 {
+			quietSince = time.Now()
+		}
+		return time.Since(quietSince) >= 10*time.Second
+	})
+	tb.Logf("merges settled in %v", time.Since(at).Round(time.Second))
 }

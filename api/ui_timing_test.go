@@ -17,8 +17,6 @@ import (
 	"github.com/wahook/wahook/api"
 	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/processor/funnel"
-	"github.com/wahook/wahook/schema/migrations"
-	"github.com/wahook/wahook/schema/schematest"
 )
 
 // TestDashboardLoadTimes times each page of the dashboard in chromium over
@@ -42,37 +40,15 @@ func TestDashboardLoadTimes(t *testing.T) {
 		t.Fatal("no chromium: scripts/install-browser.sh installs it")
 	}
 	ctx := context.Background()
-	ch := schematest.ClickHouse(t)
-	if _, err := migrations.Apply(ctx, ch.Conn, ch.Database); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	day := start.UTC().Truncate(24*time.Hour).AddDate(0, 0, -1)
-	for _, q := range generateSQL(ch.Database, events/3, day) {
-		if err := ch.Conn.Exec(ctx, q); err != nil {
-			t.Fatalf("%v\n%s", err, q)
-		}
-	}
-	t.Logf("generated %d status events in %v", events, time.Since(start).Round(time.Millisecond))
+	ch, day := generatedDay(t, events)
 	resolver := funnel.New(funnel.DefaultConfig(), ch.Conn, ch.Database, nil, zap.NewNop())
 	for range 2 {
 		if _, err := resolver.Pass(ctx, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// Timed once ClickHouse has merged what was just written: no merge
-	// for 10 s (or 10 minutes have passed).
-	quietSince := time.Now()
-	testutil.Poll(10*time.Minute, func() bool {
-		var merging uint64
-		if err := ch.Conn.QueryRow(ctx, "SELECT count() FROM system.merges WHERE database = ?", ch.Database).Scan(&merging); err != nil {
-			t.Fatal(err)
-		}
-		if merging > 0 {
-			quietSince = time.Now()
-		}
-		return time.Since(quietSince) >= 10*time.Second
-	})
+	// Timed once ClickHouse has merged what was just written.
+	settleMerges(t, ch)
 	cfg := api.DefaultConfig()
 	cfg.Tokens = []string{token1}
 	s, err := api.New(cfg, api.NewStore(ch.Conn, ch.Database, api.DefaultTiers()), nil, zap.NewNop())
