@@ -44,6 +44,10 @@ type NumberMap struct {
 // signal and on the reports' per-number state is given up after that.
 const PendingMaxAge = 30 * 24 * time.Hour
 
+// kvTimeout bounds each request of the map to its buckets; the cached
+// answers, nearly all of them, make none.
+const kvTimeout = 2 * time.Second
+
 // maxMisses bounds the cache of misses; it is emptied when full.
 const maxMisses = 10000
 
@@ -118,6 +122,8 @@ func (n *NumberMap) Learn(ctx context.Context, display, id string) (bool, error)
 	}
 	// Cached only once the bucket holds it, so that every instance can
 	// resolve it; a failed write is tried again on the next message webhook.
+	ctx, cancel := context.WithTimeout(ctx, kvTimeout)
+	defer cancel()
 	if _, err := n.kv.PutString(ctx, k, id); err != nil {
 		return false, fmt.Errorf("kv %s: learn a display number: %w", schema.BucketNumbers, err)
 	}
@@ -165,6 +171,8 @@ func (n *NumberMap) Resolve(ctx context.Context, display string) (string, string
 
 // lookup asks the bucket for the id of digits k.
 func (n *NumberMap) lookup(ctx context.Context, k string) (string, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, kvTimeout)
+	defer cancel()
 	e, err := n.kv.Get(ctx, k)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
@@ -215,6 +223,8 @@ func (n *NumberMap) Hold(ctx context.Context, r *schema.ManagementRow) (key, id 
 // Held returns the events held for display number digits k, with id as
 // their phone number id.
 func (n *NumberMap) Held(ctx context.Context, k, id string) ([]HeldEvent, error) {
+	ctx, cancel := context.WithTimeout(ctx, kvTimeout)
+	defer cancel()
 	var out []HeldEvent
 	err := n.watchHeld(ctx, k+".*", func(key string, r schema.ManagementRow) error {
 		r.PhoneNumberID, r.Late = id, true

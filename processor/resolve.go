@@ -51,8 +51,6 @@ func (w *numberWork) reset() { w.hold, w.release = w.hold[:0], w.release[:0] }
 // numbers of rows.Management[m0:]; it adds the events held for a number
 // it learns to rows. An error is the map's: the batch is tried again.
 func (s *Stage1) resolve(ctx context.Context, rows *schema.Rows, m0, p0 int, w *numberWork) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
 	end := len(rows.Management)
 	for _, p := range rows.Numbers[p0:] {
 		learned, err := s.numbers.Learn(ctx, p.Display, p.PhoneNumberID)
