@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/wahook/wahook/internal/kvbucket"
 	"github.com/wahook/wahook/schema"
 )
 
@@ -54,7 +55,7 @@ const maxMisses = 10000
 // NewNumberMap opens the numbers bucket and the bucket of pending events,
 // creating them when absent.
 func NewNumberMap(ctx context.Context, js jetstream.JetStream, replicas int) (*NumberMap, error) {
-	kv, err := openKV(ctx, js, jetstream.KeyValueConfig{
+	kv, err := kvbucket.Ensure(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      schema.BucketNumbers,
 		Description: "wahook: display phone number -> phone number id",
 		History:     1,
@@ -64,7 +65,7 @@ func NewNumberMap(ctx context.Context, js jetstream.JetStream, replicas int) (*N
 	if err != nil {
 		return nil, err
 	}
-	pending, err := openKV(ctx, js, jetstream.KeyValueConfig{
+	pending, err := kvbucket.Ensure(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      schema.BucketNumbersPending,
 		Description: "wahook: number-level events waiting for their display number to be learned",
 		History:     1,
@@ -77,21 +78,6 @@ func NewNumberMap(ctx context.Context, js jetstream.JetStream, replicas int) (*N
 	}
 	return &NumberMap{kv: kv, pending: pending, missTTL: 10 * time.Second,
 		known: map[string]string{}, misses: map[string]time.Time{}}, nil
-}
-
-// openKV opens a bucket, creating it with cfg when absent.
-func openKV(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, cfg.Bucket)
-	if err == nil {
-		return kv, nil
-	}
-	if !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("kv %s: %w", cfg.Bucket, err)
-	}
-	if kv, err = js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
-		return nil, fmt.Errorf("kv %s: %w", cfg.Bucket, err)
-	}
-	return kv, nil
 }
 
 // NumberKey normalizes a display number to its digits: Meta writes it with

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/wahook/wahook/internal/kvbucket"
 	"github.com/wahook/wahook/processor/pacing"
 	"github.com/wahook/wahook/schema"
 )
@@ -31,7 +32,7 @@ func ensureBuckets(ctx context.Context, js jetstream.JetStream, replicas int, si
 		Storage:     jetstream.FileStorage,
 		Replicas:    replicas,
 	}
-	if pacingKV, err = ensureBucket(ctx, js, pcfg); err != nil {
+	if pacingKV, err = kvbucket.Ensure(ctx, js, pcfg); err != nil {
 		return nil, nil, false, err
 	}
 	// A bucket made by an earlier version keeps every signal for ever:
@@ -49,12 +50,12 @@ func ensureBuckets(ctx context.Context, js jetstream.JetStream, replicas int, si
 		Replicas:       replicas,
 		LimitMarkerTTL: cooldownMarkerTTL,
 	}
-	cooldownKV, err = ensureBucket(ctx, js, cfg)
+	cooldownKV, err = kvbucket.Ensure(ctx, js, cfg)
 	if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
 		cfg.LimitMarkerTTL = 0
 		cfg.TTL = pacing.MaxPairWait + time.Minute
 		cfg.Description = "wahook: pair-rate cool-downs after 131056 (schema.PairCooldown); an entry holds until its until"
-		cooldownKV, err = ensureBucket(ctx, js, cfg)
+		cooldownKV, err = kvbucket.Ensure(ctx, js, cfg)
 	}
 	if err != nil {
 		return nil, nil, false, err
@@ -65,26 +66,6 @@ func ensureBuckets(ctx context.Context, js jetstream.JetStream, replicas int, si
 	}
 	keyTTL = st.LimitMarkerTTL() > 0
 	return pacingKV, cooldownKV, keyTTL, nil
-}
-
-// ensureBucket opens a bucket, or creates it with cfg when it is absent.
-// An existing bucket is left as it is (wahook migrate updates).
-func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, cfg.Bucket)
-	if err == nil {
-		return kv, nil
-	}
-	if !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("provision bucket %s: %w", cfg.Bucket, err)
-	}
-	kv, err = js.CreateKeyValue(ctx, cfg)
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		kv, err = js.KeyValue(ctx, cfg.Bucket) // another instance was first
-	}
-	if err != nil {
-		return nil, fmt.Errorf("provision bucket %s: %w", cfg.Bucket, err)
-	}
-	return kv, nil
 }
 
 // ensureConsumer creates or updates the durable pull consumer of this
