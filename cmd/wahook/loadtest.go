@@ -299,21 +299,24 @@ func checkPacingSignals(ctx context.Context, url string, l *loadtest.Ledger, tim
 			}
 			return n + info.NumPending + uint64(info.NumAckPending), nil
 		},
-		Signal: func(ctx context.Context, id string) (schema.PacingSignal, error) {
-			var sig schema.PacingSignal
-			kv, err := js.KeyValue(ctx, schema.BucketPacing)
-			if err != nil {
-				return sig, err
-			}
-			e, err := kv.Get(ctx, schema.PacingKey(id))
-			if err != nil {
-				return sig, err
-			}
-			err = json.Unmarshal(e.Value(), &sig)
-			return sig, err
-		},
+		Signal: func(ctx context.Context, id string) (schema.PacingSignal, error) { return readSignal(ctx, js, id) },
 	}
 	return loadtest.CheckPacing(ctx, l, cfg)
+}
+
+// readSignal reads a number's pacing signal from wahook_pacing.
+func readSignal(ctx context.Context, js jetstream.JetStream, number string) (schema.PacingSignal, error) {
+	var sig schema.PacingSignal
+	kv, err := js.KeyValue(ctx, schema.BucketPacing)
+	if err != nil {
+		return sig, err
+	}
+	e, err := kv.Get(ctx, schema.PacingKey(number))
+	if err != nil {
+		return sig, err
+	}
+	err = json.Unmarshal(e.Value(), &sig)
+	return sig, err
 }
 
 func stage1Backlog(nc *nats.Conn) func(context.Context) (uint64, error) {

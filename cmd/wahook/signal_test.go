@@ -71,17 +71,7 @@ func (s *signalServe) post(t *testing.T, body string) {
 
 // signal reads a number's pacing signal from the KV.
 func (s *signalServe) signal(ctx context.Context, number string) (schema.PacingSignal, error) {
-	var sig schema.PacingSignal
-	kv, err := s.js.KeyValue(ctx, schema.BucketPacing)
-	if err != nil {
-		return sig, err
-	}
-	e, err := kv.Get(ctx, schema.PacingKey(number))
-	if err != nil {
-		return sig, err
-	}
-	err = json.Unmarshal(e.Value(), &sig)
-	return sig, err
+	return readSignal(ctx, s.js, number)
 }
 
 // TestValueLevelErrorReachesSignal: a 131048 in value.errors[] (no status
