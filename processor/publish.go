@@ -256,6 +256,11 @@ type ackWindow struct {
 
 var errWindowClosed = errors.New("publish " + schema.StreamEvents + ": publisher closed")
 
+// errEventsDown marks a publish of EVENTS that failed because the stream
+// did not answer (no leader during an election, no stream, no ack): an
+// outage, never the fault of the body whose events they were.
+var errEventsDown = errors.New("the events stream does not answer")
+
 func newAckWindow(nc *nats.Conn, size int, timeout time.Duration) (*ackWindow, error) {
 	w := &ackWindow{
 		timeout: timeout,
@@ -334,7 +339,7 @@ func replyError(m *nats.Msg) error {
 	if len(m.Data) == 0 {
 		switch st := m.Header.Get("Status"); st {
 		case "503":
-			return fmt.Errorf("publish %s: no stream takes the subject (503 no responders)", schema.StreamEvents)
+			return fmt.Errorf("publish %s: no stream takes the subject (503 no responders): %w", schema.StreamEvents, errEventsDown)
 		case "":
 		default:
 			return fmt.Errorf("publish %s: status %s %s", schema.StreamEvents, st, m.Header.Get("Description"))
@@ -351,6 +356,9 @@ func replyError(m *nats.Msg) error {
 	switch err := json.Unmarshal(m.Data, &r); {
 	case err != nil:
 		return fmt.Errorf("publish %s: the reply is no PubAck: %.200q", schema.StreamEvents, m.Data)
+	case r.Error != nil && r.Error.Code == 503:
+		// JetStream is not available now (no quorum, a leader moving).
+		return fmt.Errorf("publish %s: %s (code %d, err_code %d): %w", schema.StreamEvents, r.Error.Description, r.Error.Code, r.Error.ErrCode, errEventsDown)
 	case r.Error != nil:
 		return fmt.Errorf("publish %s: %s (code %d, err_code %d)", schema.StreamEvents, r.Error.Description, r.Error.Code, r.Error.ErrCode)
 	default:
@@ -424,7 +432,7 @@ func (w *ackWindow) waitLocked(ctx context.Context, slot, lowWater int) error {
 		}
 		if fired {
 			if w.acks == acksAtTimer {
-				return fmt.Errorf("publish %s: no ack within %s", schema.StreamEvents, w.timeout)
+				return fmt.Errorf("publish %s: no ack within %s: %w", schema.StreamEvents, w.timeout, errEventsDown)
 			}
 			t.Reset(w.timeout)
 			acksAtTimer = w.acks

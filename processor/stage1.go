@@ -358,7 +358,7 @@ func (s *Stage1) flush(runCtx context.Context, b *batch) {
 	}
 	if err != nil {
 		s.metrics.failures.Inc()
-		if !errors.Is(err, errNumbers) && s.healthy(ctx) {
+		if !errors.Is(err, errNumbers) && !isOutage(err) && s.healthy(ctx) {
 			s.log.Warn("batch not stored while both stores answer: writing its bodies one by one",
 				zap.Int("batch_bodies", len(b.msgs)), zap.Error(err))
 			s.isolate(runCtx, b.msgs, err)
@@ -414,11 +414,17 @@ func (s *Stage1) extend(b *batch, now time.Time) {
 	}
 }
 
-// healthy reports whether both stores answer: the NATS connection is up
-// and the writer's store answers a ping.
+// healthy reports whether both stores answer: the NATS connection is up,
+// EVENTS (when stage 1 publishes to it) has a leader that answers, and the
+// writer's store answers a ping.
 func (s *Stage1) healthy(ctx context.Context) bool {
 	if !s.js.Conn().IsConnected() {
 		return false
+	}
+	if s.cfg.PublishEvents {
+		if _, err := s.js.Stream(ctx, schema.StreamEvents); err != nil {
+			return false
+		}
 	}
 	if p, ok := s.w.(interface{ Ping(context.Context) error }); ok {
 		return p.Ping(ctx) == nil
@@ -480,7 +486,7 @@ func (s *Stage1) writeGroup(runCtx context.Context, msgs []jetstream.Msg) error 
 		}
 		s.metrics.observe(b, time.Since(start))
 		return nil
-	case errors.Is(err, errNumbers) || len(msgs) > 1 && !s.healthy(ctx):
+	case errors.Is(err, errNumbers) || isOutage(err) || len(msgs) > 1 && !s.healthy(ctx):
 		delay := s.backoff
 		for _, m := range msgs {
 			_ = m.NakWithDelay(delay)
@@ -510,7 +516,7 @@ func (s *Stage1) strike(ctx context.Context, m jetstream.Msg, err error) {
 		n = md.NumDelivered
 	}
 	src := SourceOf(m)
-	if n >= uint64(s.cfg.MaxDeliver) && s.healthy(ctx) {
+	if n >= uint64(s.cfg.MaxDeliver) && !isOutage(err) && s.healthy(ctx) {
 		id := m.Headers().Get(schema.HeaderMsgID)
 		if id == "" {
 			id = schema.RawMsgID(m.Data())
@@ -541,6 +547,19 @@ func (s *Stage1) strike(ctx context.Context, m jetstream.Msg, err error) {
 	_ = m.NakWithDelay(delay)
 	s.log.Warn("body not stored on its own, will retry", zap.Uint64("raw_seq", src.RawSeq), zap.Uint64("deliveries", n),
 		zap.Int("max_deliver", s.cfg.MaxDeliver), zap.Duration("retry_in", delay), zap.Error(err))
+}
+
+// isOutage reports whether err says a store did not answer, rather than
+// refused what it was given: such a failure delays its bodies (nak with a
+// backoff), however often it comes, and never makes a dead letter.
+func isOutage(err error) bool {
+	for _, e := range []error{errEventsDown, errWindowClosed, context.DeadlineExceeded, nats.ErrTimeout, nats.ErrNoResponders,
+		nats.ErrConnectionClosed, nats.ErrConnectionReconnecting, nats.ErrConnectionDraining, nats.ErrDisconnected} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 func sleep(ctx context.Context, d time.Duration) {

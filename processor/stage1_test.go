@@ -504,6 +504,60 @@ func TestStage1ClickHouseOutage(t *testing.T) {
 	}
 }
 
+// TestStage1EventsOutage: while EVENTS does not answer (here it is gone;
+// in a cluster, its leader died and no new one is elected yet: "no
+// responders" either way) and ClickHouse and the connection are fine,
+// bodies fail on every delivery, far past --max-deliver, and still none is
+// made a dead letter: an outage delays them. Once EVENTS answers again,
+// each is stored and published once.
+func TestStage1EventsOutage(t *testing.T) {
+	p := newPipeline(t, schematest.ClickHouse(t))
+	p.cfg.MaxDeliver = 2
+	p.start()
+	const n = 60
+	for i := range n / 2 {
+		p.publish("default", statusBody("107655290331184", "15557810001", fmt.Sprintf("wamid.before-%d", i), 1781514312+i))
+	}
+	p.drained(30 * time.Second)
+	ctx := context.Background()
+	if err := p.js.DeleteStream(ctx, schema.StreamEvents); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n / 2 {
+		p.publish("default", statusBody("107655290331184", "15557810001", fmt.Sprintf("wamid.during-%d", i), 1781514400+i))
+	}
+	// Every body of the outage delivered more than --max-deliver times.
+	testutil.Eventually(t, 30*time.Second, "bodies redelivered past --max-deliver", func() (bool, string) {
+		info, err := p.consumerInfo()
+		if err != nil {
+			return false, err.Error()
+		}
+		return info.NumRedelivered >= n/2 && p.metric(0, "wahook_processor_write_failures_total") >= 4,
+			fmt.Sprintf("%d redelivered, %v write failures", info.NumRedelivered, p.metric(0, "wahook_processor_write_failures_total"))
+	})
+	time.Sleep(2 * p.cfg.BackoffMax) // deliveries past the limit, one by one
+	if got := p.metric(0, "wahook_processor_dead_letters_total"); got != 0 {
+		t.Fatalf("%v dead letters while EVENTS did not answer, want none", got)
+	}
+	if err := processor.EnsureEventsStream(ctx, p.js, processor.DefaultEventsConfig(), false); err != nil {
+		t.Fatal(err)
+	}
+	p.drained(60 * time.Second)
+	if got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events WHERE startsWith(message_id, 'wamid.during-')"); got != n/2 {
+		t.Errorf("statuses of the outage stored: %d, want %d", got, n/2)
+	}
+	if got := p.count("SELECT count() FROM {db}.dead_letters"); got != 0 {
+		t.Errorf("%d dead letters, want none", got)
+	}
+	st, err := p.js.Stream(ctx, schema.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.CachedInfo().State.Msgs; got != n/2 {
+		t.Errorf("events on %s after the outage: %d, want %d (the bodies of the outage, once each)", schema.StreamEvents, got, n/2)
+	}
+}
+
 // TestStage1HungClickHouse: while a write hangs (the server is frozen, so
 // the connection stays open and the insert waits), stage 1 keeps reading
 // and publishing events: a batch that falls due meanwhile grows instead of

@@ -96,6 +96,9 @@ func startClusterWith(t *testing.T, withWahook bool) *cluster {
 	c := &cluster{dir: dir, bin: bin}
 	// Registered before up, so that a half-started cluster is stopped too.
 	t.Cleanup(func() {
+		if t.Failed() {
+			c.logTails(t)
+		}
 		out, err := c.script("down", dir)
 		if err != nil {
 			t.Errorf("cluster.sh down: %v\n%s", err, out)
@@ -149,6 +152,21 @@ func (c *cluster) script(args ...string) (string, error) {
 		return out.String() + errOut.String(), err
 	}
 	return out.String(), nil
+}
+
+// logTails logs the last lines of wahook's logs under the cluster's
+// directory: what a failed run's processes said, once the directory is gone.
+func (c *cluster) logTails(t *testing.T) {
+	logs, _ := filepath.Glob(filepath.Join(c.dir, "wahook", "*.log"))
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		lines = lines[max(0, len(lines)-30):]
+		t.Logf("last lines of %s:\n%s", filepath.Base(l), strings.Join(lines, "\n"))
+	}
 }
 
 // noneLeft fails when a process started under the cluster's directory
@@ -296,7 +314,28 @@ func (r *report) longestGap() int {
 type stalenessWatch struct {
 	mu      sync.Mutex
 	longest map[string]time.Duration
-	stop    func()
+	// reads and failed count the watch's ticks and those whose read of
+	// the bucket failed; lastErr is the last failure, for the report.
+	reads, failed int
+	lastErr       error
+	stop          func()
+}
+
+func (w *stalenessWatch) tick(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.reads++
+	if err != nil {
+		w.failed++
+		w.lastErr = err
+	}
+}
+
+// readsString reports the watch's ticks, for a failure's message.
+func (w *stalenessWatch) readsString() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return fmt.Sprintf("%d reads of the bucket, %d failed (last: %v)", w.reads, w.failed, w.lastErr)
 }
 
 func watchStaleness(t *testing.T, js jetstream.JetStream) *stalenessWatch {
@@ -330,10 +369,12 @@ func watchStaleness(t *testing.T, js jetstream.JetStream) *stalenessWatch {
 			rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
 			kv, err := js.KeyValue(rctx, schema.BucketPacing)
 			if err != nil {
+				w.tick(err)
 				rcancel()
 				continue // the bucket's leader may be moving: the next tick reads again
 			}
 			lister, err := kv.ListKeys(rctx)
+			w.tick(err)
 			if err != nil {
 				rcancel()
 				continue
@@ -445,7 +486,7 @@ func runFault(t *testing.T, c *cluster, f fault) {
 		t.Errorf("%s: %d bodies answered 200, %d given up of %d sent", f.name, r.OK, r.GaveUp, r.Sent)
 	}
 	if keys == 0 || stale > staleBound {
-		t.Errorf("%s: stage 2's signal of %s went unwritten for %s (bound %s; %d numbers seen)", f.name, key, stale, staleBound, keys)
+		t.Errorf("%s: stage 2's signal of %s went unwritten for %s (bound %s; %d numbers seen; %s)", f.name, key, stale, staleBound, keys, watch.readsString())
 	}
 	if f.after != nil {
 		f.after(t, c)
