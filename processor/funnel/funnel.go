@@ -6,11 +6,11 @@
 // A Resolver pass reads which messages got a status since its last pass
 // (funnel_touched, with a slack for inserts that became visible late),
 // computes their state from message_states, reads the rows funnel_messages
-// nets for them, and inserts, in one batch per part of about PassMessages
+// nets for them (those it does not know already, memory.go), and inserts, in one batch per part of about PassMessages
 // messages, each of those rows with the opposite multiplicity and the new
 // row. A message whose row is already
 // right costs no write. Each pass nets whatever funnel_messages holds for a
-// message, and the watermark moves only after a pass has written
+// message (or, under the lease, what the resolver wrote), and the watermark moves only after a pass has written
 // everything, so a pass cut short (an insert that failed half way, a crash)
 // is done again by the next one, which repairs what it left. Only one
 // instance may resolve at a time: Run holds a lease in a KV bucket, stops a
@@ -49,6 +49,10 @@ type Config struct {
 	// after an outage or a burst, resolves them in parts by a hash of the
 	// message id, so that its memory stays bounded.
 	PassMessages int
+	// MemoryMessages is about the most messages whose rows a resolver
+	// remembers while it holds the lease, to skip their lookups (0:
+	// DefaultMemoryMessages, set by New).
+	MemoryMessages int
 }
 
 // DefaultPassMessages bounds the message states a pass holds to ~20 MB.
@@ -60,7 +64,7 @@ const DefaultLookupKeys = 100_000
 // DefaultConfig returns the defaults: a pass every 5 s, 5 s of slack, a
 // 30 s lease.
 func DefaultConfig() Config {
-	return Config{Interval: 5 * time.Second, Slack: 5 * time.Second, LeaseTTL: 30 * time.Second}
+	return Config{Interval: 5 * time.Second, Slack: 5 * time.Second, LeaseTTL: 30 * time.Second, MemoryMessages: DefaultMemoryMessages}
 }
 
 // Validate reports a configuration that cannot work.
@@ -76,6 +80,8 @@ func (c Config) Validate() error {
 		return errors.New("funnel lookup keys must not be negative")
 	case c.PassMessages < 0:
 		return errors.New("funnel pass messages must not be negative")
+	case c.MemoryMessages < 0:
+		return errors.New("funnel memory messages must not be negative")
 	}
 	return nil
 }
@@ -88,6 +94,10 @@ type Resolver struct {
 	cfg  Config
 	log  *zap.Logger
 	m    *metrics
+	// mem is what the resolver knows of funnel_messages (memory.go);
+	// tenure the lease's tenure it was learnt in.
+	mem    memory
+	tenure uint64
 }
 
 // New returns a resolver of the tables in database db. m may be nil.
@@ -98,7 +108,10 @@ func New(cfg Config, conn driver.Conn, db string, m *Metrics, log *zap.Logger) *
 	if cfg.PassMessages == 0 {
 		cfg.PassMessages = DefaultPassMessages
 	}
-	r := &Resolver{conn: conn, db: db, cfg: cfg, log: log}
+	if cfg.MemoryMessages == 0 {
+		cfg.MemoryMessages = DefaultMemoryMessages
+	}
+	r := &Resolver{conn: conn, db: db, cfg: cfg, log: log, mem: memory{size: max(cfg.MemoryMessages, 2)}}
 	if m != nil {
 		r.m = m.m
 	}

@@ -598,8 +598,19 @@ func TestLease(t *testing.T) {
 }
 
 // Two resolvers run against one database while statuses keep coming: only
-// the lease holder passes, and the funnel ends exact.
+// the lease holder passes, and the funnel ends exact; with messages sent
+// before the resolvers began, and with messages sent after (which each
+// tenure's memory takes for new, or for rows dated ahead of it).
 func TestTwoResolvers(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		base time.Time
+	}{{"sent before", t0}, {"sent after", time.Now().Add(time.Minute).Truncate(time.Second)}} {
+		t.Run(c.name, func(t *testing.T) { testTwoResolvers(t, c.base) })
+	}
+}
+
+func testTwoResolvers(t *testing.T, base time.Time) {
 	w := newWorld(t)
 	js := jetStream(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -613,7 +624,7 @@ func TestTwoResolvers(t *testing.T) {
 			if i%2 == 1 {
 				name = names[2-round]
 			}
-			w.post(item(m, name, t0.Add(time.Duration(i*10+[]int{0, 3, 9}[slicesIndex(names, name)])*time.Second)))
+			w.post(item(m, name, base.Add(time.Duration(i*10+[]int{0, 3, 9}[slicesIndex(names, name)])*time.Second)))
 		}
 	}
 	post(0) // before either starts: both want to backfill
@@ -669,4 +680,116 @@ func slicesIndex(s []string, v string) int {
 		}
 	}
 	return -1
+}
+
+// A resolver that holds the lease remembers the rows it wrote and knows
+// which messages are new, so that it looks up only the others; what it
+// skips still nets exactly. A second resolver (a new tenure) remembers
+// nothing, and still does not take rows dated ahead of its start, written
+// by the first, for new ones.
+func TestPassRemembers(t *testing.T) {
+	w := newWorld(t)
+	r := funnel.New(funnel.DefaultConfig(), w.ch.Conn, w.ch.Database, nil, zaptest.NewLogger(t))
+	pass(t, r) // the backfill of nothing
+	// Sent after the resolver's memory begins (its next pass), by its
+	// clock: ahead of it here, so that the test need not wait.
+	base := time.Now().Add(10 * time.Minute).Truncate(time.Second)
+	var msgs []*msg
+	for i := range 10 {
+		msgs = append(msgs, &msg{phone: "p1", id: fmt.Sprint("wamid.N", i), recipient: fmt.Sprint("r", i), campaign: "c1"})
+	}
+	oldMsg := &msg{phone: "p1", id: "wamid.OLD", recipient: "r0", campaign: "c1"}
+	postAll := func(name string, after time.Duration) {
+		t.Helper()
+		var items []struct {
+			m *msg
+			s st
+		}
+		for i, m := range msgs {
+			items = append(items, item(m, name, base.Add(time.Duration(i)*time.Second+after)))
+		}
+		w.post(items...)
+	}
+	postAll("sent", 0)
+	w.post(item(oldMsg, "sent", t0))
+	st := pass(t, r)
+	t.Logf("first pass: %+v", st)
+	if st.New != 10 || st.Known != 0 || st.Lookups != 1 || st.Changed != 11 {
+		t.Errorf("first pass %+v: want the 10 messages new, one lookup (of the message sent before), 11 changed", st)
+	}
+	w.check()
+
+	postAll("delivered", 2*time.Second)
+	w.post(item(oldMsg, "delivered", t0.Add(time.Second)))
+	st = pass(t, r)
+	t.Logf("second pass: %+v", st)
+	if st.Known != 11 || st.New != 0 || st.Lookups != 0 || st.Changed != 11 {
+		t.Errorf("second pass %+v: want all 11 known, no lookup, 11 changed", st)
+	}
+	w.check()
+
+	// A new tenure: rows ahead of its start are not new to it.
+	r2 := funnel.New(funnel.DefaultConfig(), w.ch.Conn, w.ch.Database, nil, zaptest.NewLogger(t))
+	postAll("read", 5*time.Second)
+	st = pass(t, r2)
+	t.Logf("a new resolver's pass: %+v", st)
+	if st.Known != 0 || st.New != 0 || st.Lookups == 0 || st.Changed != 10 {
+		t.Errorf("new resolver %+v: want every message looked up, 10 changed", st)
+	}
+	w.check()
+}
+
+// With room for few messages, the memory forgets its oldest and looks them
+// up again, and keeps what it would forget that is dated ahead of its h:
+// the funnel stays exact, pass after pass. Unbounded, it looks up only the
+// messages it never saw that were sent before its start.
+func TestPassMemoryBounded(t *testing.T) {
+	run := func(size int) funnel.PassStats {
+		w := newWorld(t)
+		cfg := funnel.DefaultConfig()
+		cfg.MemoryMessages = size
+		r := funnel.New(cfg, w.ch.Conn, w.ch.Database, nil, zaptest.NewLogger(t))
+		pass(t, r)
+		ahead := time.Now().Add(10 * time.Minute).Truncate(time.Second)
+		var total funnel.PassStats
+		names := []string{"sent", "delivered", "read"}
+		for round := range 6 {
+			// Each round sends 3 messages (one dated before the memory
+			// began, two after) and moves those of the two rounds before on.
+			var items []struct {
+				m *msg
+				s st
+			}
+			for back := 0; back < 3 && back <= round; back++ {
+				for i := range 3 {
+					m := &msg{phone: "p2", id: fmt.Sprint("wamid.R", round-back, "-", i), recipient: fmt.Sprint("r", i), campaign: "c2"}
+					base := ahead
+					if i == 0 {
+						base = t0
+					}
+					items = append(items, item(m, names[back], base.Add(time.Duration((round-back)*60+back*5+i)*time.Second)))
+				}
+			}
+			w.post(items...)
+			st := pass(t, r)
+			total.Messages += st.Messages
+			total.Known += st.Known
+			total.New += st.New
+			w.check()
+		}
+		t.Logf("memory of %d messages, 6 passes: %d messages, %d known, %d new, %d looked up",
+			size, total.Messages, total.Known, total.New, total.Messages-total.Known-total.New)
+		return total
+	}
+	all := run(0)
+	// 18 messages first seen: 6 sent before the memory began, looked up,
+	// and 12 new; every other state read (a pass reads the slack before
+	// its watermark again) is known.
+	if all.New != 12 || all.Messages-all.Known-all.New != 6 {
+		t.Errorf("unbounded: %+v, want 12 new and 6 looked up", all)
+	}
+	few := run(4)
+	if looked := few.Messages - few.Known - few.New; looked <= 6 || few.Known == 0 {
+		t.Errorf("memory of 4: %+v (%d looked up), want more than 6 looked up and some known", few, looked)
+	}
 }

@@ -31,14 +31,15 @@ type netRow struct {
 const rowColumns = "phone_number_id, message_id, recipient_key, first, waba_id, campaign, template, stage, to_deliver, to_read"
 
 // netted returns the rows funnel_messages nets (multiplicity not 0) for the
-// messages of states, by message. A message's first status only ever moves
+// messages of states, by message: those the memory knows, none for those it
+// knows are new (counted in st), and the others' looked up. A message's first status only ever moves
 // earlier, so its rows are on the days from that of its first status now to
 // today (or its latest status, if the clocks disagree): the lookup names
 // each key with each of those days, which the table's sorting key begins
 // with, and reads only their granules. The keys and days go in lookups of
 // LookupKeys at most; each (day, key) is named in one of them, so the rows
 // each finds are distinct, and together they are all the messages' rows.
-func (r *Resolver) netted(ctx context.Context, states []resolved, now uint32) (map[msgKey][]netRow, int, error) {
+func (r *Resolver) netted(ctx context.Context, states []resolved, now uint32, st *PassStats) (map[msgKey][]netRow, int, error) {
 	out := map[msgKey][]netRow{}
 	var keys *ext.Table
 	n, lookups := 0, 0
@@ -46,6 +47,16 @@ func (r *Resolver) netted(ctx context.Context, states []resolved, now uint32) (m
 		row := s.row
 		if !s.ok {
 			continue // no status that counts: never had a row
+		}
+		k := row.key()
+		if had, ok := r.mem.known(k); ok {
+			out[k] = []netRow{{had, 1}}
+			st.Known++
+			continue
+		}
+		if r.mem.isNew(k, row.First) {
+			st.New++
+			continue
 		}
 		last := now
 		for _, t := range []uint32{s.Sent, s.Delivered, s.Read, s.Played, s.Failed} {

@@ -29,6 +29,7 @@ type Lease struct {
 	mu      sync.Mutex
 	rev     uint64
 	renewed time.Time // when the last successful write was sent
+	tenure  uint64    // how many times this instance took the lease
 }
 
 // NewLease opens the leases bucket (creating it, with this TTL, when
@@ -78,6 +79,7 @@ func (l *Lease) Hold(ctx context.Context) (bool, error) {
 	switch {
 	case err == nil:
 		l.rev, l.renewed = rev, sent
+		l.tenure++
 		return true, nil
 	case errors.Is(err, jetstream.ErrKeyExists):
 		return false, nil
@@ -92,6 +94,15 @@ func (l *Lease) Valid() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.rev != 0 && time.Since(l.renewed) < l.ttl/2
+}
+
+// Tenure numbers this instance's holds of the lease: it changes each time
+// the instance takes the lease anew (another may have held it between), and
+// stays while renewals keep it.
+func (l *Lease) Tenure() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.tenure
 }
 
 // TTL is how long the lease outlives its last renewal: the bucket's.
@@ -115,7 +126,8 @@ func (l *Lease) Release(ctx context.Context) {
 // pass, the backfill included, does not go on writing once another instance
 // may have begun. A failed pass is logged and tried again at the next
 // interval (an outage of ClickHouse or NATS delays the funnel; the
-// watermark does not move, so nothing is missed).
+// watermark does not move, so nothing is missed). A pass also stops writing
+// when the instance took the lease anew since the pass began.
 func (r *Resolver) Run(ctx context.Context, lease *Lease) error {
 	var mu sync.Mutex
 	held := false
@@ -172,8 +184,15 @@ func (r *Resolver) Run(ctx context.Context, lease *Lease) error {
 		mu.Unlock()
 		wait := r.cfg.Interval
 		if run {
+			// What the resolver remembers holds for one tenure: another
+			// instance may have written between two.
+			tenure := lease.Tenure()
+			if tenure != r.tenure {
+				r.mem.forget()
+				r.tenure = tenure
+			}
 			start := time.Now()
-			st, err := r.Pass(pctx, lease.Valid)
+			st, err := r.Pass(pctx, func() bool { return lease.Valid() && lease.Tenure() == tenure })
 			// Passes take a tenth of the time at most: under a burst they
 			// come less often (each covers more), and the funnel lags
 			// rather than stage 1's writes, which share ClickHouse.

@@ -17,6 +17,7 @@ type metrics struct {
 	changed  prometheus.Counter
 	rows     prometheus.Counter
 	lookups  prometheus.Counter
+	skipped  *prometheus.CounterVec
 	lag      prometheus.Gauge
 	holder   prometheus.Gauge
 }
@@ -43,6 +44,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		lookups: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wahook_funnel_lookups_total", Help: "Queries of funnel_messages' current rows; a pass makes one per part and per LookupKeys message-days in it.",
 		}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wahook_funnel_lookups_skipped_total", Help: "Messages the funnel resolver did not look up, by reason: known (it remembered their rows) or new (it knew they had none).",
+		}, []string{"reason"}),
 		lag: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "wahook_funnel_lag_seconds", Help: "How far the funnel's watermark was behind the clock after the last complete pass.",
 		}),
@@ -50,7 +54,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "wahook_funnel_lease_held", Help: "1 while this instance holds the funnel lease and resolves.",
 		}),
 	}
-	reg.MustRegister(m.passes, m.seconds, m.messages, m.changed, m.rows, m.lookups, m.lag, m.holder)
+	reg.MustRegister(m.passes, m.seconds, m.messages, m.changed, m.rows, m.lookups, m.skipped, m.lag, m.holder)
 	return &Metrics{m}
 }
 
@@ -70,6 +74,8 @@ func (m *metrics) observe(st PassStats, err error, took time.Duration) {
 	m.changed.Add(float64(st.Changed))
 	m.rows.Add(float64(st.Rows))
 	m.lookups.Add(float64(st.Lookups))
+	m.skipped.WithLabelValues("known").Add(float64(st.Known))
+	m.skipped.WithLabelValues("new").Add(float64(st.New))
 	if err == nil {
 		m.lag.Set(time.Since(st.Watermark).Seconds())
 	}

@@ -22,6 +22,8 @@ type PassStats struct {
 	Rows      int       // rows inserted (n = -1 and n = 1)
 	Lookups   int       // queries of funnel_messages' rows (LookupKeys message-days each at most)
 	Parts     int       // parts the touched messages were resolved in (PassMessages each, about)
+	Known     int       // messages whose rows the resolver remembered (not looked up)
+	New       int       // messages known to have no rows yet (not looked up)
 }
 
 // Pass brings funnel_messages up to date once. With no watermark yet (a new
@@ -34,6 +36,11 @@ type PassStats struct {
 func (r *Resolver) Pass(ctx context.Context, stillHeld func() bool) (PassStats, error) {
 	start := time.Now()
 	st, err := r.pass(ctx, stillHeld)
+	if err != nil || st.Backfill {
+		// What a failed pass wrote is not known for sure, and a backfill
+		// wrote every row: the next pass begins the memory again.
+		r.mem.forget()
+	}
 	if r.m != nil {
 		r.m.observe(st, err, time.Since(start))
 	}
@@ -67,6 +74,11 @@ func (r *Resolver) pass(ctx context.Context, stillHeld func() bool) (PassStats, 
 		// One thread: a pass's lookups leave ClickHouse's other cores to
 		// stage 1's inserts.
 		ctx := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"max_threads": 1}))
+		if !r.mem.valid {
+			if err := r.beginMemory(ctx, now); err != nil {
+				return st, err
+			}
+		}
 		from := uint32(max(wm.Unix()-int64(r.cfg.Slack/time.Second), 0))
 		since := fmt.Sprintf("inserted_at >= toDateTime(%d)", from)
 		// Statuses touch a message each, so this counts a message once or
@@ -118,7 +130,7 @@ func (r *Resolver) resolvePart(ctx context.Context, cond string, now uint32, st 
 		want[i].State = s
 		want[i].row, want[i].ok = Resolve(s)
 	}
-	have, lookups, err := r.netted(ctx, want, now)
+	have, lookups, err := r.netted(ctx, want, now, st)
 	st.Lookups += lookups
 	if err != nil {
 		return err
@@ -126,13 +138,21 @@ func (r *Resolver) resolvePart(ctx context.Context, cond string, now uint32, st 
 	rows, changed := diff(want, have)
 	st.Changed += changed
 	st.Rows += len(rows)
-	if len(rows) == 0 {
-		return nil
+	if len(rows) > 0 {
+		if err := held(); err != nil {
+			return err
+		}
+		if err := r.insert(ctx, rows); err != nil {
+			return err
+		}
 	}
-	if err := held(); err != nil {
-		return err
+	// Each message now nets exactly its resolved row.
+	for _, s := range want {
+		if s.ok {
+			r.mem.put(s.row.key(), s.row, now)
+		}
 	}
-	return r.insert(ctx, rows)
+	return nil
 }
 
 // stateSQL selects message_states, resolved into State's fields (named w,

@@ -1,0 +1,143 @@
+package funnel
+
+import (
+	"context"
+	"fmt"
+	"math"
+)
+
+// This file is what a resolver remembers of funnel_messages while it holds
+// the lease, so that a pass looks up only the messages whose rows it cannot
+// know. Looking a message's rows up costs a read of a granule of
+// funnel_messages per message (message ids are random, so each names its
+// own), which made the lookups the largest part of the whole system's CPU
+// (docs/performance.md); most messages a pass sees are either new or were
+// resolved by one of the last passes.
+//
+// Under the lease the resolver is funnel_messages' only writer, and after it
+// writes a message's difference the message nets exactly the row it
+// resolved. The memory holds, for a tenure of the lease:
+//
+//   - known: the row each message it resolved nets now (in two generations,
+//     so that it stays bounded);
+//   - h, a time: every message with rows in funnel_messages that is not
+//     known has a first status at or before h, or is in future;
+//   - future: the messages that had rows with a first status after h when
+//     the tenure began (rows dated ahead of the clock, written by an earlier
+//     tenure; normally none).
+//
+// A message's first status only ever moves earlier, so a message that is
+// neither known nor in future and whose first status is after h has no
+// rows: it is new, and its lookup is skipped. Forgetting the oldest
+// generation moves h up to that generation's start, keeping the rows dated
+// after it (into the young generation), so the statement stays true. A
+// pass that fails, loses the lease or backfills, and a new tenure, forget
+// everything: the next pass begins again with h its own start.
+type memory struct {
+	valid bool
+	h     uint32
+	// young and old are the known rows; youngStart is the start of the
+	// pass that began young.
+	young, old map[msgKey]Row
+	youngStart uint32
+	future     map[msgKey]uint32
+	// size is how many known messages make a generation full.
+	size int
+}
+
+// DefaultMemoryMessages bounds what a resolver remembers to ~60-80 MB.
+const DefaultMemoryMessages = 200_000
+
+func (m *memory) forget() {
+	*m = memory{size: m.size}
+}
+
+// beginMemory makes the memory valid at a pass that started at now (the
+// server's clock), reading the messages with rows dated after it.
+func (r *Resolver) beginMemory(ctx context.Context, now uint32) error {
+	m := &r.mem
+	m.forget()
+	future := map[msgKey]uint32{}
+	rows, err := r.conn.Query(ctx, fmt.Sprintf(`SELECT phone_number_id, message_id, recipient_key, toUInt32(max(first))
+FROM %s
+WHERE toDate(first) >= toDate(toDateTime(%[2]d)) AND kind = %[3]d AND first > toDateTime(%[2]d)
+GROUP BY phone_number_id, message_id, recipient_key
+LIMIT %[4]d`, r.table("funnel_messages"), now, KindMessage, m.size+1))
+	if err != nil {
+		return fmt.Errorf("funnel: rows dated ahead: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k msgKey
+		var first uint32
+		if err := rows.Scan(&k.phone, &k.message, &k.recipient, &first); err != nil {
+			return fmt.Errorf("funnel: rows dated ahead: %w", err)
+		}
+		future[k] = first
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("funnel: rows dated ahead: %w", err)
+	}
+	m.valid, m.h, m.youngStart = true, now, now
+	m.young, m.old, m.future = map[msgKey]Row{}, map[msgKey]Row{}, future
+	if len(future) > m.size {
+		// More than the memory holds: this tenure looks every message up.
+		m.h, m.future = math.MaxUint32, nil
+	}
+	return nil
+}
+
+// known returns the row k nets, when the memory knows it.
+func (m *memory) known(k msgKey) (Row, bool) {
+	if !m.valid {
+		return Row{}, false
+	}
+	if r, ok := m.young[k]; ok {
+		return r, true
+	}
+	r, ok := m.old[k]
+	return r, ok
+}
+
+// isNew reports whether a message with this key and first status (not
+// known) has no rows.
+func (m *memory) isNew(k msgKey, first uint32) bool {
+	if !m.valid || first <= m.h {
+		return false
+	}
+	_, ahead := m.future[k]
+	return !ahead
+}
+
+// put records that k nets row, during a pass that started at now.
+func (m *memory) put(k msgKey, row Row, now uint32) {
+	if !m.valid {
+		return
+	}
+	if len(m.young) >= m.size/2 {
+		m.rotate(now)
+	}
+	m.young[k] = row
+	delete(m.old, k)
+}
+
+// rotate forgets the old generation, but for its rows dated after the
+// young one's start, which becomes h.
+func (m *memory) rotate(now uint32) {
+	h := max(m.h, m.youngStart)
+	for k, r := range m.old {
+		if r.First > h {
+			m.young[k] = r
+		}
+	}
+	for k, first := range m.future {
+		if first <= h {
+			delete(m.future, k)
+		}
+	}
+	m.h = h
+	m.old, m.young, m.youngStart = m.young, map[msgKey]Row{}, now
+}
+
+// len reports how many messages the memory knows.
+func (m *memory) len() int { return len(m.young) + len(m.old) }
