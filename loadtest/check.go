@@ -178,7 +178,8 @@ func Check(ctx context.Context, conn driver.Conn, database string, l *Ledger, cf
 		if res.Found != lastFound {
 			lastFound, lastChange = res.Found, time.Now()
 		}
-		if res.Lost == 0 && res.FailuresMatch || time.Since(start) > cfg.Timeout || cfg.quietOver(ctx, lastChange) {
+		if res.Lost == 0 && res.FailuresMatch || time.Since(start) > cfg.Timeout ||
+			cfg.quietOver(ctx, lastChange) && !replicating(ctx, conn, database) {
 			return res, nil
 		}
 		select {
@@ -187,6 +188,19 @@ func Check(ctx context.Context, conn driver.Conn, database string, l *Ledger, cf
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// replicating reports whether the server the check reads from still has
+// replication work queued for the database (parts to fetch, merges to
+// make): a replica back from a restart holds what the others stored only
+// once it has fetched it, so counts that stand still meanwhile are not
+// the end. A server without replicated tables has none.
+func replicating(ctx context.Context, conn driver.Conn, database string) bool {
+	var queued uint64
+	if err := conn.QueryRow(ctx, "SELECT toUInt64(sum(queue_size)) FROM system.replicas WHERE database = ?", database).Scan(&queued); err != nil {
+		return false // not known: the quiet time decides, as before
+	}
+	return queued > 0
 }
 
 func newChecker(conn driver.Conn, database string, l *Ledger, cfg CheckConfig) *checker {
