@@ -211,7 +211,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	}
 	if c.Body == nil {
 		size := c.BodyBytes
-		c.Body = func(i uint64) []byte { return StatusBody(i, size) }
+		c.Body = func(i uint64) []byte { return StatusBody(i, size, time.Now().Unix()) }
 	}
 	res := &Result{Config: c, Statuses: map[int]uint64{}, Latency: newLatencyHistogram(), ServerCPU: -1}
 	var traffic *Traffic

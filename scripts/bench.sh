@@ -9,9 +9,11 @@
 #             once for each variant: VARIANTS, "name:[ENV=VALUE ...] [flags]"
 #             separated by ';', or else one per publisher in PUBLISHERS, or
 #             else the defaults. The load generator's bodies depend only on
-#             their index, so the half-rate run sends 901-byte bodies: the
-#             stream and the endpoint's duplicate index hold the 900-byte ones
-#             already, and duplicates skip the store. The dups column counts
+#             their index and the second they are sent in (the status's
+#             timestamp, as Meta stamps it), so the half-rate run sends
+#             901-byte bodies: the stream and the endpoint's duplicate index
+#             may hold 900-byte ones of the same second already, and
+#             duplicates skip the store. The dups column counts
 #             the bodies wahook answered as duplicates: 0 in a sound round.
 #             sat_rss_mib is the peak RSS by the end of the closed loop, and
 #             index_ids / index_mib what the duplicate index held then;
