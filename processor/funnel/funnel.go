@@ -55,8 +55,12 @@ type Config struct {
 	MemoryMessages int
 }
 
-// DefaultPassMessages bounds the message states a pass holds to ~20 MB.
-const DefaultPassMessages = 50_000
+// DefaultPassMessages bounds what a part of a pass holds: the messages'
+// states, the rows it inserts and the keys it looks up. At 50,000 a part
+// held 336 MB in a heap profile of serve at 4,840 webhooks/s (states 91 MB,
+// the insert 103, the lookups 31), the largest part of its peak RSS of
+// 1.2 GiB.
+const DefaultPassMessages = 20_000
 
 // DefaultLookupKeys bounds a lookup's table of message-days to ~10-20 MB.
 const DefaultLookupKeys = 100_000

@@ -45,8 +45,9 @@ type memory struct {
 	size int
 }
 
-// DefaultMemoryMessages bounds what a resolver remembers to ~60-80 MB.
-const DefaultMemoryMessages = 200_000
+// DefaultMemoryMessages bounds what a resolver remembers to ~40 MB (~370
+// bytes a message, measured: the strings of its row and the map's entry).
+const DefaultMemoryMessages = 100_000
 
 func (m *memory) forget() {
 	*m = memory{size: m.size}
