@@ -14,11 +14,13 @@ func runIngest(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		no   natsOptions
 		logo logOptions
 		ppo  pprofOptions
+		mlo  memLimitOptions
 	)
 	io_.register(f)
 	no.register(f, "NATS server URLs, comma-separated (required)")
 	logo.register(f)
 	ppo.register(f)
+	mlo.register(f)
 	if err := f.Parse(args); err != nil {
 		return err
 	}
@@ -35,6 +37,9 @@ func runIngest(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := no.validate(); err != nil {
 		return err
 	}
+	if _, err := mlo.bytes(); err != nil {
+		return err
+	}
 	log, err := commandLogger(f, logo, stdout, stderr)
 	if log == nil || err != nil {
 		return err
@@ -42,6 +47,9 @@ func runIngest(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
 	p := &parts{log: log}
 	defer p.stop()
+	if err := mlo.apply(log); err != nil {
+		return err
+	}
 	if pp, err := ppo.start(log); err != nil {
 		return err
 	} else if pp != nil {

@@ -24,6 +24,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		logo logOptions
 		kvr  kvReplicas
 		ppo  pprofOptions
+		mlo  memLimitOptions
 	)
 	io_.register(f)
 	ao.register(f)
@@ -34,6 +35,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	kvr.register(f, "as --raw-replicas")
 	logo.register(f)
 	ppo.register(f)
+	mlo.register(f)
 	if err := f.Parse(args); err != nil {
 		return err
 	}
@@ -61,6 +63,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 	}
+	if _, err := mlo.bytes(); err != nil {
+		return err
+	}
 	log, err := commandLogger(f, logo, stdout, stderr)
 	if log == nil || err != nil {
 		return err
@@ -73,6 +78,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// last batch.
 	p := &parts{log: log}
 	defer p.stop()
+	if err := mlo.apply(log); err != nil {
+		return err
+	}
 	if pp, err := ppo.start(log); err != nil {
 		return err
 	} else if pp != nil {
