@@ -477,6 +477,14 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("the tenant sees numbers %v, want only %s", got, uiNumberB)
 	}
 	shot("08-tenant-numbers")
+	// The signal comes before ClickHouse holds the failure (stage 2 reads
+	// EVENTS while stage 1's batch is still on its way): the page must
+	// show B's 131048, so it loads once the API has it.
+	testutil.Eventually(t, 10*time.Second, "B's 131048 queryable", func() (bool, string) {
+		to := (time.Now().Unix()/60 + 1) * 60
+		code, b := apiGet(fmt.Sprintf("/api/v1/failures?from=%d&to=%d&group_by=code&phone_number_id=%s", to-86400, to, uiNumberB), uiTenantToken)
+		return code == 200 && strings.Contains(string(b), "131048"), fmt.Sprintf("%d %.300s", code, b)
+	})
 	do("tenant failures", chromedp.Navigate(apiBase+"/#failures"))
 	loaded("failures")
 	checkShown("#failures-total", "/api/v1/failures?", "total", uiTenantToken, "group_by=code&")
