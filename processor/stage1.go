@@ -551,9 +551,11 @@ func (s *Stage1) strike(ctx context.Context, m jetstream.Msg, err error) {
 
 // isOutage reports whether err says a store did not answer, rather than
 // refused what it was given: such a failure delays its bodies (nak with a
-// backoff), however often it comes, and never makes a dead letter.
+// backoff), however often it comes, and never makes a dead letter. A
+// timeout is not one of them: a body can be what makes a write slow, and
+// whether the stores answer is then for healthy to say.
 func isOutage(err error) bool {
-	for _, e := range []error{errEventsDown, errWindowClosed, context.DeadlineExceeded, nats.ErrTimeout, nats.ErrNoResponders,
+	for _, e := range []error{errEventsDown, errWindowClosed, nats.ErrNoResponders,
 		nats.ErrConnectionClosed, nats.ErrConnectionReconnecting, nats.ErrConnectionDraining, nats.ErrDisconnected} {
 		if errors.Is(err, e) {
 			return true
