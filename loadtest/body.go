@@ -1,6 +1,8 @@
 package loadtest
 
 import (
+	"encoding/binary"
+	"encoding/hex"
 	"sort"
 	"strconv"
 )
@@ -310,9 +312,7 @@ func scramble(x uint64) uint64 {
 
 // appendHex16 appends x as 16 lowercase hex digits.
 func appendHex16(b []byte, x uint64) []byte {
-	const digits = "0123456789abcdef"
-	for shift := 60; shift >= 0; shift -= 4 {
-		b = append(b, digits[(x>>uint(shift))&0xf])
-	}
-	return b
+	var be [8]byte
+	binary.BigEndian.PutUint64(be[:], x)
+	return hex.AppendEncode(b, be[:])
 }

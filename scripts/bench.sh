@@ -90,12 +90,10 @@ WAHOOK=127.0.0.1:18180
 CH_PORT=${CH_PORT:-19000}
 HZ=$(getconf CLK_TCK)
 out=bench-results
-mkdir -p bin "$out"
-WAHOOK_BIN=${WAHOOK_BIN:-}
-if [ -z "$WAHOOK_BIN" ]; then
-	go build -o bin/wahook ./cmd/wahook
-	WAHOOK_BIN=bin/wahook
-fi
+mkdir -p "$out"
+# shellcheck source=scripts/benchlib.sh
+source scripts/benchlib.sh
+wahook_bin
 if [ "$PIPELINE" != 1 ]; then BREAKDOWN=0; fi
 if [ "$BREAKDOWN" = 1 ] && ! "$WAHOOK_BIN" serve -h 2>&1 | grep -q -- --pprof-listen; then
 	echo "bench: $WAHOOK_BIN has no --pprof-listen: no cost breakdown" >&2
@@ -121,17 +119,12 @@ if [ -z "$VARIANTS" ]; then
 fi
 IFS=';' read -r -a variants <<< "$VARIANTS"
 
-wait_http() { # url
-	for _ in $(seq 1 100); do curl -fsS -o /dev/null "$1" 2>/dev/null && return 0; sleep 0.1; done
-	echo "bench: $1 did not come up" >&2; return 1
-}
 load() { # url [rate [body bytes]]
 	"$WAHOOK_BIN" loadtest --url "$1" --app-secret "$SECRET" --duration "$DURATION" --connections "$CONNECTIONS" --rate "${2:-0}" \
 		--body-bytes "${3:-900}" --attempts 1 --json
 }
 field() { python3 -c "import json,sys; print(json.load(open('$1'))['$2'])"; }
 busy_ticks() { awk '/^cpu / {print $2+$3+$4+$7+$8+$9}' /proc/stat; }
-proc_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 # pipeline_serve db [flags]: wahook serve with stage 1 writing to database
 # db, in the background ($serve_pid); with the profiling endpoint and
 # query logging for the breakdown.

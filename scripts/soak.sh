@@ -40,12 +40,10 @@ WAHOOK=127.0.0.1:18190
 METRICS=127.0.0.1:18191
 SECRET=soak-secret
 out=bench-results
-mkdir -p bin "$out"
-WAHOOK_BIN=${WAHOOK_BIN:-}
-if [ -z "$WAHOOK_BIN" ]; then
-	go build -o bin/wahook ./cmd/wahook
-	WAHOOK_BIN=bin/wahook
-fi
+mkdir -p "$out"
+# shellcheck source=scripts/benchlib.sh
+source scripts/benchlib.sh
+wahook_bin
 work=$(mktemp -d)
 pids=()
 scripts/clickhouse.sh install >/dev/null
@@ -58,11 +56,6 @@ cleanup() {
 trap cleanup EXIT
 ch_pid=$(cat "$work/clickhouse/clickhouse-server.pid")
 
-wait_http() { # url
-	for _ in $(seq 1 100); do curl -fsS -o /dev/null "$1" 2>/dev/null && return 0; sleep 0.1; done
-	echo "soak: $1 did not come up" >&2
-	return 1
-}
 field() { python3 -c "import json,sys; print(json.load(open('$1'))$2)"; }
 # serve db: wahook serve on database db, in the background ($serve_pid).
 # shellcheck disable=SC2086 # SERVE_ARGS splits on spaces
@@ -83,7 +76,6 @@ backlog() {
 	curl -fsS "http://$METRICS/metrics" 2>/dev/null | awk '/^wahook_processor_raw_pending / {print $2; found=1} END {if (!found) print "nan"}'
 }
 rss() { awk '/VmRSS/ {printf "%.0f", $2/1024}' "/proc/$1/status" 2>/dev/null || echo nan; }
-ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 hwm() { awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$1/status" 2>/dev/null || echo nan; }
 
 if [ -z "$RATE" ]; then
@@ -106,8 +98,8 @@ serve soak
 	done
 ) &
 pids+=($!)
-s0=$(ticks "$serve_pid")
-c0=$(ticks "$ch_pid")
+s0=$(proc_ticks "$serve_pid")
+c0=$(proc_ticks "$ch_pid")
 "$WAHOOK_BIN" loadtest --url "http://$WAHOOK/webhook" --app-secret "$SECRET" --duration "$DURATION" \
 	--connections "$CONNECTIONS" --rate "$RATE" --body-bytes 900 --attempts 1 --json >"$out/soak.json"
 # Stage 1 drains what is left; then ClickHouse must hold one status per
@@ -117,7 +109,7 @@ for _ in $(seq 1 120); do
 	if [ "$(backlog)" = 0 ]; then drained=1; break; fi
 	sleep 1
 done
-cpu="$(($(ticks "$serve_pid") - s0)) $(($(ticks "$ch_pid") - c0)) $(getconf CLK_TCK)"
+cpu="$(($(proc_ticks "$serve_pid") - s0)) $(($(proc_ticks "$ch_pid") - c0)) $(getconf CLK_TCK)"
 serve_hwm=$(hwm "$serve_pid")
 ch_hwm=$(hwm "$ch_pid")
 stored=$(clickhouse-client --port "$CH_PORT" -q "SELECT uniqExact(message_id) FROM soak.status_events")

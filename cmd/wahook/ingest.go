@@ -13,14 +13,12 @@ func runIngest(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		io_  ingestOptions
 		no   natsOptions
 		logo logOptions
-		ppo  pprofOptions
-		mlo  memLimitOptions
+		rto  runtimeOptions
 	)
 	io_.register(f)
 	no.register(f, "NATS server URLs, comma-separated (required)")
 	logo.register(f)
-	ppo.register(f)
-	mlo.register(f)
+	rto.register(f)
 	if err := f.Parse(args); err != nil {
 		return err
 	}
@@ -37,7 +35,7 @@ func runIngest(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := no.validate(); err != nil {
 		return err
 	}
-	if _, err := mlo.bytes(); err != nil {
+	if err := rto.validate(); err != nil {
 		return err
 	}
 	log, err := commandLogger(f, logo, stdout, stderr)
@@ -47,10 +45,7 @@ func runIngest(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
 	p := &parts{log: log}
 	defer p.stop()
-	if err := mlo.apply(log); err != nil {
-		return err
-	}
-	if pp, err := ppo.start(log); err != nil {
+	if pp, err := rto.start(log); err != nil {
 		return err
 	} else if pp != nil {
 		p.add(*pp)

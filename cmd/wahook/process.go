@@ -18,8 +18,7 @@ func runProcess(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		pco     pacingOptions
 		logo    logOptions
 		kvr     kvReplicas
-		ppo     pprofOptions
-		mlo     memLimitOptions
+		rto     runtimeOptions
 		dataDir string
 	)
 	no.register(f, "NATS server URLs, comma-separated (required)")
@@ -27,8 +26,7 @@ func runProcess(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	pco.register(f)
 	kvr.register(f, "as --replicas")
 	logo.register(f)
-	ppo.register(f)
-	mlo.register(f)
+	rto.register(f)
 	f.StringVar(&dataDir, "data-dir", "./data", "where serve keeps the phone hash key, read when --phone-hash-key is not set")
 	listen := f.String("listen", ":8082", "address of /healthz, /readyz and /metrics")
 	replicas := f.Int("replicas", 1, "replicas of the streams and buckets stage 1 creates")
@@ -51,7 +49,7 @@ func runProcess(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := pco.build(); err != nil {
 		return err
 	}
-	if _, err := mlo.bytes(); err != nil {
+	if err := rto.validate(); err != nil {
 		return err
 	}
 	log, err := commandLogger(f, logo, stdout, stderr)
@@ -61,10 +59,7 @@ func runProcess(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
 	p := &parts{log: log}
 	defer p.stop()
-	if err := mlo.apply(log); err != nil {
-		return err
-	}
-	if pp, err := ppo.start(log); err != nil {
+	if pp, err := rto.start(log); err != nil {
 		return err
 	} else if pp != nil {
 		p.add(*pp)

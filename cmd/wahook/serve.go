@@ -23,8 +23,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		pco  pacingOptions
 		logo logOptions
 		kvr  kvReplicas
-		ppo  pprofOptions
-		mlo  memLimitOptions
+		rto  runtimeOptions
 	)
 	io_.register(f)
 	ao.register(f)
@@ -34,8 +33,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	eo.register(f)
 	kvr.register(f, "as --raw-replicas")
 	logo.register(f)
-	ppo.register(f)
-	mlo.register(f)
+	rto.register(f)
 	if err := f.Parse(args); err != nil {
 		return err
 	}
@@ -63,7 +61,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 	}
-	if _, err := mlo.bytes(); err != nil {
+	if err := rto.validate(); err != nil {
 		return err
 	}
 	log, err := commandLogger(f, logo, stdout, stderr)
@@ -78,10 +76,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// last batch.
 	p := &parts{log: log}
 	defer p.stop()
-	if err := mlo.apply(log); err != nil {
-		return err
-	}
-	if pp, err := ppo.start(log); err != nil {
+	if pp, err := rto.start(log); err != nil {
 		return err
 	} else if pp != nil {
 		p.add(*pp)

@@ -32,17 +32,17 @@ const rowColumns = "phone_number_id, message_id, recipient_key, first, waba_id, 
 
 // netted returns the rows funnel_messages nets (multiplicity not 0) for the
 // messages of states, by message: those the memory knows, none for those it
-// knows are new (counted in st), and the others' looked up. A message's first status only ever moves
-// earlier, so its rows are on the days from that of its first status now to
+// knows are new, and the others' looked up (each counted in st). A
+// message's first status only ever moves earlier, so its rows are on the days from that of its first status now to
 // today (or its latest status, if the clocks disagree): the lookup names
 // each key with each of those days, which the table's sorting key begins
 // with, and reads only their granules. The keys and days go in lookups of
 // LookupKeys at most; each (day, key) is named in one of them, so the rows
 // each finds are distinct, and together they are all the messages' rows.
-func (r *Resolver) netted(ctx context.Context, states []resolved, now uint32, st *PassStats) (map[msgKey][]netRow, int, error) {
+func (r *Resolver) netted(ctx context.Context, states []resolved, now uint32, st *PassStats) (map[msgKey][]netRow, error) {
 	out := map[msgKey][]netRow{}
 	var keys *ext.Table
-	n, lookups := 0, 0
+	n := 0
 	for _, s := range states {
 		row := s.row
 		if !s.ok {
@@ -74,28 +74,28 @@ func (r *Resolver) netted(ctx context.Context, states []resolved, now uint32, st
 			if keys == nil {
 				var err error
 				if keys, err = newKeysTable(); err != nil {
-					return nil, lookups, fmt.Errorf("funnel: rows: %w", err)
+					return nil, fmt.Errorf("funnel: rows: %w", err)
 				}
 			}
 			if err := keys.Append(time.Unix(int64(d)*day, 0).UTC(), uint8(KindMessage), s.PhoneNumberID, s.MessageID, s.RecipientKey); err != nil {
-				return nil, lookups, fmt.Errorf("funnel: rows: %w", err)
+				return nil, fmt.Errorf("funnel: rows: %w", err)
 			}
 			if n++; n == r.cfg.LookupKeys {
-				lookups++
+				st.Lookups++
 				if err := r.lookup(ctx, keys, n, out); err != nil {
-					return nil, lookups, err
+					return nil, err
 				}
 				keys, n = nil, 0
 			}
 		}
 	}
 	if n > 0 {
-		lookups++
+		st.Lookups++
 		if err := r.lookup(ctx, keys, n, out); err != nil {
-			return nil, lookups, err
+			return nil, err
 		}
 	}
-	return out, lookups, nil
+	return out, nil
 }
 
 // newKeysTable is an empty table of the (day, key) pairs a lookup names.

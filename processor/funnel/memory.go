@@ -139,6 +139,3 @@ func (m *memory) rotate(now uint32) {
 	m.h = h
 	m.old, m.young, m.youngStart = m.young, map[msgKey]Row{}, now
 }
-
-// len reports how many messages the memory knows.
-func (m *memory) len() int { return len(m.young) + len(m.old) }

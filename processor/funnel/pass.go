@@ -130,8 +130,7 @@ func (r *Resolver) resolvePart(ctx context.Context, cond string, now uint32, st 
 		want[i].State = s
 		want[i].row, want[i].ok = Resolve(s)
 	}
-	have, lookups, err := r.netted(ctx, want, now, st)
-	st.Lookups += lookups
+	have, err := r.netted(ctx, want, now, st)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// runtimeOptions are the Go runtime's flags of the long-running commands:
+//
+//   - --pprof-listen, Go's profiling endpoints (/debug/pprof/...), off by
+//     default; scripts/bench.sh takes a CPU profile through it for its cost
+//     breakdown (docs/performance.md);
+//   - --memory-limit, the runtime's soft memory limit
+//     (runtime/debug.SetMemoryLimit), which makes the garbage collector run
+//     sooner as the process nears it instead of letting the heap grow to
+//     twice what is live; unset, GOMEMLIMIT applies, or none.
+type runtimeOptions struct{ addr, memLimit string }
+
+func (o *runtimeOptions) register(f *flags) {
+	f.Section("profiling", func() {
+		f.StringVar(&o.addr, "pprof-listen", "", "address of Go's profiling endpoints, /debug/pprof/ (empty: off); they reveal the process's internals, so keep it on loopback")
+		f.StringVar(&o.memLimit, "memory-limit", "", "soft limit of the process's memory for Go's garbage collector, as GOMEMLIMIT takes it (900MiB, 2GiB; empty: GOMEMLIMIT, or none); the collector works harder near it rather than let the heap grow to twice what is live")
+	})
+}
+
+// validate reports a --memory-limit that is not a size.
+func (o *runtimeOptions) validate() error {
+	_, err := o.memoryLimit()
+	return err
+}
+
+// memoryLimit parses --memory-limit: 0 when unset.
+func (o *runtimeOptions) memoryLimit() (int64, error) {
+	if o.memLimit == "" {
+		return 0, nil
+	}
+	n, err := parseByteSize(o.memLimit)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%w: --memory-limit %q: use a positive size such as 900MiB or 2GiB", errUsage, o.memLimit)
+	}
+	return n, nil
+}
+
+// parseByteSize reads a count of bytes with an optional unit, B, KiB,
+// MiB, GiB or TiB (GOMEMLIMIT's syntax).
+func parseByteSize(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}}
+	mult := int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSuffix(s, u.suffix), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	if n > (1<<63-1)/mult {
+		return 0, fmt.Errorf("%s: too large", s)
+	}
+	return n * mult, nil
+}
+
+// start sets the memory limit, when one was given, and serves the
+// profiling endpoints, when asked, until the returned part stops. They are
+// registered on a mux of their own: importing net/http/pprof also
+// registers them on http.DefaultServeMux, which nothing here serves.
+func (o *runtimeOptions) start(log *zap.Logger) (*part, error) {
+	n, err := o.memoryLimit()
+	if err != nil {
+		return nil, err
+	}
+	if n > 0 {
+		debug.SetMemoryLimit(n)
+		log.Info("memory limit", zap.Int64("bytes", n))
+	}
+	if o.addr == "" {
+		return nil, nil
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return nil, fmt.Errorf("--pprof-listen %s: %w", o.addr, err)
+	}
+	// No write timeout: a CPU profile answers after its seconds.
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("pprof server", zap.Error(err))
+		}
+	}()
+	log.Info("pprof listening", zap.String("addr", ln.Addr().String()))
+	return &part{name: "pprof stopped", stop: func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		return nil
+	}}, nil
+}
