@@ -171,40 +171,107 @@ const (
 
 // insert writes rows in one batch: each message row, and with it, with the
 // same multiplicity, its share of the hourly sums (kinds 1 to 3), so that
-// the sums always are those of the message rows, part by part.
+// the sums always are those of the message rows, part by part. The shares
+// of one hour, number, WABA, campaign and template (and to_deliver or
+// to_read) are added up before the insert, as the table's merges would add
+// them, and those that add up to nothing are left out: the batch has a row
+// per message and a few per hour instead of up to four per message.
 func (r *Resolver) insert(ctx context.Context, rows []netRow) error {
+	c := fold(rows)
 	b, err := r.conn.PrepareBatch(ctx, fmt.Sprintf("INSERT INTO %s (kind, %s, %s)", r.table("funnel_messages"), rowColumns, countColumns))
 	if err != nil {
 		return fmt.Errorf("funnel: insert: %w", err)
 	}
 	defer b.Abort() //nolint:errcheck // a sent batch cannot be aborted; nothing to report
-	for _, x := range rows {
-		n := int32(x.n)
-		c := x.Counts(n)
-		first := time.Unix(int64(x.First), 0).UTC()
-		hourOf := time.Unix(int64(x.First/SumSeconds*SumSeconds), 0).UTC()
-		appends := [][]any{
-			{uint8(KindMessage), x.PhoneNumberID, x.MessageID, x.RecipientKey, first, x.WabaID, x.Campaign, x.Template,
-				x.Stage, x.ToDeliver, x.ToRead, c[0], c[1], c[2], c[3], c[4], c[5], c[6]},
-			{uint8(KindCounts), x.PhoneNumberID, "", "", hourOf, x.WabaID, x.Campaign, x.Template,
-				uint8(0), int32(0), int32(0), c[0], c[1], c[2], c[3], c[4], c[5], c[6]},
-		}
-		if x.ToDeliver >= 0 {
-			appends = append(appends, []any{uint8(KindToDeliver), x.PhoneNumberID, "", "", hourOf, x.WabaID, x.Campaign, x.Template,
-				uint8(0), x.ToDeliver, int32(0), n, int32(0), int32(0), int32(0), int32(0), int32(0), int32(0)})
-		}
-		if x.ToRead >= 0 {
-			appends = append(appends, []any{uint8(KindToRead), x.PhoneNumberID, "", "", hourOf, x.WabaID, x.Campaign, x.Template,
-				uint8(0), int32(0), x.ToRead, n, int32(0), int32(0), int32(0), int32(0), int32(0), int32(0)})
-		}
-		for _, a := range appends {
-			if err := b.Append(a...); err != nil {
-				return fmt.Errorf("funnel: insert: %w", err)
-			}
+	cols := []any{c.kind, c.phone, c.message, c.recipient, c.first, c.waba, c.campaign, c.template, c.stage, c.toDeliver, c.toRead}
+	for i := range c.counts {
+		cols = append(cols, c.counts[i])
+	}
+	for i, v := range cols {
+		if err := b.Column(i).Append(v); err != nil {
+			return fmt.Errorf("funnel: insert: column %d: %w", i, err)
 		}
 	}
 	if err := b.Send(); err != nil {
 		return fmt.Errorf("funnel: insert: %w", err)
 	}
 	return nil
+}
+
+// fold is the columns insert writes for rows.
+func fold(rows []netRow) insertCols {
+	var c insertCols
+	sums := map[sumKey]*[7]int32{}
+	var order []sumKey // the sums in the order first met, for a stable batch
+	add := func(k sumKey, v [7]int32) {
+		t, ok := sums[k]
+		if !ok {
+			t = new([7]int32)
+			sums[k] = t
+			order = append(order, k)
+		}
+		for i := range v {
+			t[i] += v[i]
+		}
+	}
+	for _, x := range rows {
+		n := int32(x.n)
+		cnt := x.Counts(n)
+		c.add(KindMessage, x.Row, x.First, cnt)
+		k := sumKey{kind: KindCounts, phone: x.PhoneNumberID, hour: x.First / SumSeconds * SumSeconds,
+			waba: x.WabaID, campaign: x.Campaign, template: x.Template}
+		add(k, cnt)
+		if x.ToDeliver >= 0 {
+			k.kind, k.toDeliver = KindToDeliver, x.ToDeliver
+			add(k, [7]int32{n})
+			k.toDeliver = 0
+		}
+		if x.ToRead >= 0 {
+			k.kind, k.toRead = KindToRead, x.ToRead
+			add(k, [7]int32{n})
+		}
+	}
+	for _, k := range order {
+		if v := sums[k]; *v != ([7]int32{}) {
+			c.add(k.kind, Row{PhoneNumberID: k.phone, WabaID: k.waba, Campaign: k.campaign, Template: k.template,
+				ToDeliver: k.toDeliver, ToRead: k.toRead}, k.hour, *v)
+		}
+	}
+	return c
+}
+
+// sumKey is a row of kinds 1 to 3 less its sums: hour is the start of the
+// hour of first.
+type sumKey struct {
+	kind                            uint8
+	phone, waba, campaign, template string
+	hour                            uint32
+	toDeliver, toRead               int32
+}
+
+// insertCols are the columns of an insert into funnel_messages, in the
+// order of "kind, rowColumns, countColumns".
+type insertCols struct {
+	kind, stage                                         []uint8
+	phone, message, recipient, waba, campaign, template []string
+	first                                               []time.Time
+	toDeliver, toRead                                   []int32
+	counts                                              [7][]int32
+}
+
+func (c *insertCols) add(kind uint8, x Row, first uint32, counts [7]int32) {
+	c.kind = append(c.kind, kind)
+	c.phone = append(c.phone, x.PhoneNumberID)
+	c.message = append(c.message, x.MessageID)
+	c.recipient = append(c.recipient, x.RecipientKey)
+	c.first = append(c.first, time.Unix(int64(first), 0).UTC())
+	c.waba = append(c.waba, x.WabaID)
+	c.campaign = append(c.campaign, x.Campaign)
+	c.template = append(c.template, x.Template)
+	c.stage = append(c.stage, x.Stage)
+	c.toDeliver = append(c.toDeliver, x.ToDeliver)
+	c.toRead = append(c.toRead, x.ToRead)
+	for i, v := range counts {
+		c.counts[i] = append(c.counts[i], v)
+	}
 }
