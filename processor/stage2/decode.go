@@ -1,7 +1,6 @@
 package stage2
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -80,7 +79,7 @@ var errNoNumber = errors.New("no phone number id")
 // accounts), which stage 2 has nothing to do with.
 func decodeEvent(data []byte, ev *event) error {
 	var w wireEvent
-	if err := json.Unmarshal(data, &w); err != nil {
+	if err := unmarshalWire(data, &w); err != nil {
 		return fmt.Errorf("decode event: %w", err)
 	}
 	if w.V != 1 {
