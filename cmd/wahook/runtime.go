@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"go.uber.org/zap"
 )
 
@@ -23,32 +26,52 @@ import (
 //   - --memory-limit, the runtime's soft memory limit
 //     (runtime/debug.SetMemoryLimit), which makes the garbage collector run
 //     sooner as the process nears it instead of letting the heap grow to
-//     twice what is live; unset, GOMEMLIMIT applies, or none.
+//     twice what is live. "auto" (the default): GOMEMLIMIT when set, else
+//     90% of the memory limit of the process's cgroup (a container's, a
+//     systemd unit's MemoryMax), else none; "off": none, GOMEMLIMIT
+//     notwithstanding.
 type runtimeOptions struct{ addr, memLimit string }
+
+// autoMemoryRatio is the share of a cgroup's memory limit that "auto" gives
+// the collector: the rest is room for what the heap does not count
+// (stacks, the duplicate index's mapped tables, the runtime's own).
+const autoMemoryRatio = 0.9
 
 func (o *runtimeOptions) register(f *flags) {
 	f.Section("profiling", func() {
 		f.StringVar(&o.addr, "pprof-listen", "", "address of Go's profiling endpoints, /debug/pprof/ (empty: off); they reveal the process's internals, so keep it on loopback")
-		f.StringVar(&o.memLimit, "memory-limit", "", "soft limit of the process's memory for Go's garbage collector, as GOMEMLIMIT takes it (900MiB, 2GiB; empty: GOMEMLIMIT, or none); the collector works harder near it rather than let the heap grow to twice what is live")
+		f.StringVar(&o.memLimit, "memory-limit", "auto", "soft limit of the process's memory for Go's garbage collector, as GOMEMLIMIT takes it (900MiB, 2GiB); auto: GOMEMLIMIT if set, else 90% of the cgroup's (container's) memory limit, else none; off: none; the collector works harder near it rather than let the heap grow to twice what is live")
 	})
 }
 
-// validate reports a --memory-limit that is not a size.
+// validate reports a --memory-limit that is not a size, auto or off.
 func (o *runtimeOptions) validate() error {
-	_, err := o.memoryLimit()
+	_, _, err := o.memoryLimit(func(string) string { return "" }, func() (uint64, error) { return 0, memlimit.ErrNoLimit })
 	return err
 }
 
-// memoryLimit parses --memory-limit: 0 when unset.
-func (o *runtimeOptions) memoryLimit() (int64, error) {
-	if o.memLimit == "" {
-		return 0, nil
+// memoryLimit is the soft limit --memory-limit sets and where it comes
+// from: 0 to leave the runtime's as it is (GOMEMLIMIT, or none), -1 for
+// none at all. getenv and cgroup are os.Getenv and memlimit.FromCgroup.
+func (o *runtimeOptions) memoryLimit(getenv func(string) string, cgroup func() (uint64, error)) (int64, string, error) {
+	switch o.memLimit {
+	case "", "auto":
+		if getenv("GOMEMLIMIT") != "" {
+			return 0, "GOMEMLIMIT", nil
+		}
+		limit, err := cgroup()
+		if err != nil || limit == 0 || limit > math.MaxInt64 {
+			return 0, "", nil // no cgroup, or no limit in it: none
+		}
+		return int64(float64(limit) * autoMemoryRatio), "90% of the cgroup's memory limit", nil
+	case "off":
+		return -1, "off", nil
 	}
 	n, err := parseByteSize(o.memLimit)
 	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("%w: --memory-limit %q: use a positive size such as 900MiB or 2GiB", errUsage, o.memLimit)
+		return 0, "", fmt.Errorf("%w: --memory-limit %q: use a positive size such as 900MiB or 2GiB, auto or off", errUsage, o.memLimit)
 	}
-	return n, nil
+	return n, "--memory-limit", nil
 }
 
 // parseByteSize reads a count of bytes with an optional unit, B, KiB,
@@ -80,13 +103,18 @@ func parseByteSize(s string) (int64, error) {
 // registered on a mux of their own: importing net/http/pprof also
 // registers them on http.DefaultServeMux, which nothing here serves.
 func (o *runtimeOptions) start(log *zap.Logger) (*part, error) {
-	n, err := o.memoryLimit()
+	n, from, err := o.memoryLimit(os.Getenv, memlimit.FromCgroup)
 	if err != nil {
 		return nil, err
 	}
-	if n > 0 {
+	switch {
+	case n > 0:
 		debug.SetMemoryLimit(n)
-		log.Info("memory limit", zap.Int64("bytes", n))
+		log.Info("memory limit", zap.Int64("bytes", n), zap.String("from", from))
+	case n < 0:
+		debug.SetMemoryLimit(math.MaxInt64)
+	case from != "":
+		log.Info("memory limit", zap.Int64("bytes", debug.SetMemoryLimit(-1)), zap.String("from", from))
 	}
 	if o.addr == "" {
 		return nil, nil

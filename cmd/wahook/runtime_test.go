@@ -3,10 +3,13 @@ package main
 import (
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"testing"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"go.uber.org/zap"
 )
 
@@ -42,12 +45,16 @@ func TestPprofListen(t *testing.T) {
 }
 
 func TestMemoryLimit(t *testing.T) {
+	noEnv := func(string) string { return "" }
+	noCgroup := func() (uint64, error) { return 0, memlimit.ErrNoLimit }
 	for _, c := range []struct {
 		in   string
 		want int64
 		bad  bool
 	}{
 		{"", 0, false},
+		{"auto", 0, false},
+		{"off", -1, false},
 		{"900MiB", 900 << 20, false},
 		{"2GiB", 2 << 30, false},
 		{"1048576", 1 << 20, false},
@@ -60,15 +67,62 @@ func TestMemoryLimit(t *testing.T) {
 		{"9000000TiB", 0, true},
 	} {
 		o := runtimeOptions{memLimit: c.in}
-		got, err := o.memoryLimit()
+		got, _, err := o.memoryLimit(noEnv, noCgroup)
 		if c.bad {
-			if !errors.Is(err, errUsage) {
+			if !errors.Is(err, errUsage) || !errors.Is(o.validate(), errUsage) {
 				t.Errorf("--memory-limit %q: %v, want a usage error", c.in, err)
 			}
 			continue
 		}
-		if err != nil || got != c.want {
+		if err != nil || got != c.want || o.validate() != nil {
 			t.Errorf("--memory-limit %q: %d, %v, want %d", c.in, got, err, c.want)
+		}
+	}
+
+	// auto: 90% of a cgroup's limit; GOMEMLIMIT first; a size or off over
+	// both.
+	cgroup := func() (uint64, error) { return 2 << 30, nil }
+	env := func(k string) string {
+		if k == "GOMEMLIMIT" {
+			return "500MiB"
+		}
+		return ""
+	}
+	for _, c := range []struct {
+		in     string
+		getenv func(string) string
+		want   int64
+		from   string
+	}{
+		{"auto", noEnv, int64(2<<30) * 9 / 10, "90% of the cgroup's memory limit"},
+		{"", noEnv, int64(2<<30) * 9 / 10, "90% of the cgroup's memory limit"},
+		{"auto", env, 0, "GOMEMLIMIT"},
+		{"1GiB", env, 1 << 30, "--memory-limit"},
+		{"off", env, -1, "off"},
+	} {
+		got, from, err := (&runtimeOptions{memLimit: c.in}).memoryLimit(c.getenv, cgroup)
+		if err != nil || got != c.want || from != c.from {
+			t.Errorf("--memory-limit %q with a 2 GiB cgroup: %d (%s), %v; want %d (%s)", c.in, got, from, err, c.want, c.from)
+		}
+	}
+	if got, _, _ := (&runtimeOptions{memLimit: "auto"}).memoryLimit(noEnv, func() (uint64, error) { return 0, errors.New("no cgroup") }); got != 0 {
+		t.Errorf("auto without a cgroup: %d, want none", got)
+	}
+}
+
+// TestMemoryLimitSet: start sets the runtime's limit from --memory-limit.
+func TestMemoryLimitSet(t *testing.T) {
+	before := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(before) })
+	for _, c := range []struct {
+		in   string
+		want int64
+	}{{"700MiB", 700 << 20}, {"off", math.MaxInt64}} {
+		if _, err := (&runtimeOptions{memLimit: c.in}).start(zap.NewNop()); err != nil {
+			t.Fatal(err)
+		}
+		if got := debug.SetMemoryLimit(-1); got != c.want {
+			t.Errorf("--memory-limit %s: the runtime's limit is %d, want %d", c.in, got, c.want)
 		}
 	}
 }
