@@ -265,6 +265,7 @@ func TestStopPauseCooldown(t *testing.T) {
 	}
 
 	// cool-down: a 131056 for one recipient.
+	cooldowns := p.Stats().Cooldowns
 	e.failure(cooled, "15550000005", 131056, time.Now().UTC())
 	var cool schema.PairCooldown
 	e.eventually("wahook's cool-down", func() (bool, string) {
@@ -284,13 +285,19 @@ func TestStopPauseCooldown(t *testing.T) {
 		return errors.As(err, &ce) && ce.Until.Equal(cool.Until) && !ce.Local, fmt.Sprint(err)
 	})
 	// p watches the bucket on its own and may see the cool-down a moment
-	// after pNoWait: until then its Wait lets the recipient through.
-	e.eventually("Wait for a recipient in a cool-down waits", func() (bool, string) {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		defer cancel()
-		err := p.Wait(ctx, cooled, "15550000005")
-		return errors.Is(err, context.DeadlineExceeded), fmt.Sprint(err)
+	// after pNoWait: until then its Wait lets the recipient through (and
+	// each Wait takes a token of the local pair rule, so the probe is its
+	// count of cool-downs applied, not Wait).
+	e.eventually("the waiting pacer has the cool-down", func() (bool, string) {
+		n := p.Stats().Cooldowns
+		return n > cooldowns, fmt.Sprintf("%d cool-downs applied", n)
 	})
+	ctx, cancel = context.WithTimeout(context.Background(), 200*time.Millisecond)
+	err = p.Wait(ctx, cooled, "15550000005")
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Wait for a recipient in a cool-down: %v; want it to wait", err)
+	}
 	if err := p.Wait(context.Background(), cooled, "15550000006"); err != nil {
 		t.Errorf("another recipient: %v", err)
 	}

@@ -50,6 +50,10 @@ func (o *runtimeOptions) validate() error {
 	return err
 }
 
+// errCgroupLimit: "auto" found a cgroup but could not read its memory
+// limit; serve starts without one and says so.
+var errCgroupLimit = errors.New("the cgroup's memory limit could not be read")
+
 // memoryLimit is the soft limit --memory-limit sets and where it comes
 // from: 0 to leave the runtime's as it is (GOMEMLIMIT, or none), -1 for
 // none at all. getenv and cgroup are os.Getenv and memlimit.FromCgroup.
@@ -60,8 +64,13 @@ func (o *runtimeOptions) memoryLimit(getenv func(string) string, cgroup func() (
 			return 0, "GOMEMLIMIT", nil
 		}
 		limit, err := cgroup()
-		if err != nil || limit == 0 || limit > math.MaxInt64 {
+		switch {
+		case errors.Is(err, memlimit.ErrNoLimit), errors.Is(err, memlimit.ErrNoCgroup), errors.Is(err, memlimit.ErrCgroupsNotSupported):
 			return 0, "", nil // no cgroup, or no limit in it: none
+		case err != nil:
+			return 0, "", fmt.Errorf("%w: %w", errCgroupLimit, err)
+		case limit == 0 || limit > math.MaxInt64:
+			return 0, "", nil
 		}
 		return int64(float64(limit) * autoMemoryRatio), "90% of the cgroup's memory limit", nil
 	case "off":
@@ -104,7 +113,9 @@ func parseByteSize(s string) (int64, error) {
 // registers them on http.DefaultServeMux, which nothing here serves.
 func (o *runtimeOptions) start(log *zap.Logger) (*part, error) {
 	n, from, err := o.memoryLimit(os.Getenv, memlimit.FromCgroup)
-	if err != nil {
+	if errors.Is(err, errCgroupLimit) {
+		log.Warn("memory limit: none", zap.Error(err))
+	} else if err != nil {
 		return nil, err
 	}
 	switch {

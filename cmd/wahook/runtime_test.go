@@ -105,8 +105,14 @@ func TestMemoryLimit(t *testing.T) {
 			t.Errorf("--memory-limit %q with a 2 GiB cgroup: %d (%s), %v; want %d (%s)", c.in, got, from, err, c.want, c.from)
 		}
 	}
-	if got, _, _ := (&runtimeOptions{memLimit: "auto"}).memoryLimit(noEnv, func() (uint64, error) { return 0, errors.New("no cgroup") }); got != 0 {
-		t.Errorf("auto without a cgroup: %d, want none", got)
+	if got, _, err := (&runtimeOptions{memLimit: "auto"}).memoryLimit(noEnv, func() (uint64, error) { return 0, memlimit.ErrNoCgroup }); got != 0 || err != nil {
+		t.Errorf("auto without a cgroup: %d, %v; want none", got, err)
+	}
+	// A cgroup whose limit cannot be read: none, and a warning (start goes
+	// on), never a usage error.
+	got, _, err := (&runtimeOptions{memLimit: "auto"}).memoryLimit(noEnv, func() (uint64, error) { return 0, errors.New("permission denied") })
+	if got != 0 || !errors.Is(err, errCgroupLimit) || errors.Is(err, errUsage) {
+		t.Errorf("auto with an unreadable cgroup: %d, %v; want none and errCgroupLimit", got, err)
 	}
 }
 

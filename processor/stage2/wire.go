@@ -2,6 +2,7 @@ package stage2
 
 import (
 	"encoding/json"
+	"math"
 	"strconv"
 
 	"github.com/wahook/wahook/schema"
@@ -34,7 +35,7 @@ func readWire(data []byte, w *wireEvent) bool {
 			w.Kind = schema.Kind(v)
 			return ok
 		case "v":
-			n, ok := s.integer(-1<<63, 1<<63-1)
+			n, ok := s.integer(math.MinInt, math.MaxInt)
 			w.V = int(n)
 			return ok
 		case "row":
@@ -219,6 +220,9 @@ func (s *wireScanner) integer(lo, hi int64) (int64, bool) {
 	s.space()
 	start := s.i
 	if s.i < len(s.b) && s.b[s.i] == '-' {
+		if lo >= 0 {
+			return 0, false // encoding/json refuses even -0 for an unsigned field
+		}
 		s.i++
 	}
 	digits := s.i

@@ -74,6 +74,7 @@ func TestReadWireLeavesToEncodingJSON(t *testing.T) {
 		{"trailing bytes", `{"kind":"status","v":1,"row":{}} x`},
 		{"not an object", `[1]`},
 		{"a leading zero", `{"kind":"status","v":01,"row":{}}`},
+		{"-0 for an unsigned field", `{"kind":"error","v":1,"row":{"index":-0}}`},
 	} {
 		var fast wireEvent
 		if readWire([]byte(c.in), &fast) {
@@ -99,6 +100,7 @@ func FuzzReadWire(f *testing.F) {
 		`{"kind":"status","v":1,"row":{"event_time":"2026-03-14T10:00:00.5+02:00","code":-7,"index":65535}}`,
 		`{"v":9223372036854775808}`,
 		`{"Kind":"status"}`,
+		`{"v":1,"row":{"index":-0,"code":-0}}`,
 	} {
 		f.Add([]byte(s))
 	}
