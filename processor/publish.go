@@ -256,6 +256,10 @@ type ackWindow struct {
 
 var errWindowClosed = errors.New("publish " + schema.StreamEvents + ": publisher closed")
 
+// errCodeDuplicateInProcess is JetStream's JSStreamDuplicateMessageConflict
+// (409): a message with the same Nats-Msg-Id is being stored right now.
+const errCodeDuplicateInProcess = 10158
+
 // errEventsDown marks a publish of EVENTS that failed because the stream
 // did not answer (no leader during an election, no stream, no ack): an
 // outage, never the fault of the body whose events they were.
@@ -358,6 +362,12 @@ func replyError(m *nats.Msg) error {
 		return fmt.Errorf("publish %s: the reply is no PubAck: %.200q", schema.StreamEvents, m.Data)
 	case r.Error != nil && r.Error.Code == 503:
 		// JetStream is not available now (no quorum, a leader moving).
+		return fmt.Errorf("publish %s: %s (code %d, err_code %d): %w", schema.StreamEvents, r.Error.Description, r.Error.Code, r.Error.ErrCode, errEventsDown)
+	case r.Error != nil && r.Error.ErrCode == errCodeDuplicateInProcess:
+		// The same event is being stored by an earlier publish (of a batch
+		// tried again while the first try's publish was still in a
+		// clustered stream's proposal): its outcome is the stream's, and
+		// the next try finds it stored (a duplicate) or stores it.
 		return fmt.Errorf("publish %s: %s (code %d, err_code %d): %w", schema.StreamEvents, r.Error.Description, r.Error.Code, r.Error.ErrCode, errEventsDown)
 	case r.Error != nil:
 		return fmt.Errorf("publish %s: %s (code %d, err_code %d)", schema.StreamEvents, r.Error.Description, r.Error.Code, r.Error.ErrCode)

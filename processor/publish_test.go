@@ -262,3 +262,26 @@ func TestPublishOversizedEvent(t *testing.T) {
 		t.Fatalf("stored %d events: big %.200s small %s status %.200s", len(got), got["big"], got["small"], got["status"])
 	}
 }
+
+// TestReplyError: what each reply of EVENTS other than a PubAck means to
+// stage 1: the stream not answering, or storing the same event from an
+// earlier try, is an outage (the bodies wait, never dead letters); a
+// refusal of the message itself is not.
+func TestReplyError(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		m      *nats.Msg
+		outage bool
+	}{
+		{"no responders", &nats.Msg{Header: nats.Header{"Status": []string{"503"}}}, true},
+		{"no quorum", &nats.Msg{Data: []byte(`{"error":{"code":503,"err_code":10008,"description":"JetStream system temporarily unavailable"}}`)}, true},
+		{"the same event being stored", &nats.Msg{Data: []byte(`{"error":{"code":409,"err_code":10158,"description":"duplicate message id is in process"}}`)}, true},
+		{"a message too large", &nats.Msg{Data: []byte(`{"error":{"code":400,"err_code":10054,"description":"message size exceeds maximum allowed"}}`)}, false},
+		{"no PubAck", &nats.Msg{Data: []byte(`hello`)}, false},
+	} {
+		err := replyError(c.m)
+		if err == nil || isOutage(err) != c.outage {
+			t.Errorf("%s: %v, outage %v; want outage %v", c.name, err, isOutage(err), c.outage)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/wahook/wahook/processor/chwriter"
 	"github.com/wahook/wahook/schema"
 )
 
@@ -549,12 +550,18 @@ func (s *Stage1) strike(ctx context.Context, m jetstream.Msg, err error) {
 		zap.Int("max_deliver", s.cfg.MaxDeliver), zap.Duration("retry_in", delay), zap.Error(err))
 }
 
-// isOutage reports whether err says a store did not answer, rather than
-// refused what it was given: such a failure delays its bodies (nak with a
-// backoff), however often it comes, and never makes a dead letter. A
+// isOutage reports whether err says a store did not answer or cannot take
+// writes now (ClickHouse's tables read-only while ZooKeeper is away, too
+// many parts; EVENTS without a leader, or storing the same event from an
+// earlier try), rather than refused what it was given: such a failure
+// delays its bodies (nak with a backoff), however often it comes, and
+// never makes a dead letter. A
 // timeout is not one of them: a body can be what makes a write slow, and
 // whether the stores answer is then for healthy to say.
 func isOutage(err error) bool {
+	if chwriter.Unavailable(err) {
+		return true
+	}
 	for _, e := range []error{errEventsDown, errWindowClosed, nats.ErrNoResponders,
 		nats.ErrConnectionClosed, nats.ErrConnectionReconnecting, nats.ErrConnectionDraining, nats.ErrDisconnected} {
 		if errors.Is(err, e) {

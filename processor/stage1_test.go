@@ -8,9 +8,11 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -555,6 +557,66 @@ func TestStage1EventsOutage(t *testing.T) {
 	}
 	if got := st.CachedInfo().State.Msgs; got != n/2 {
 		t.Errorf("events on %s after the outage: %d, want %d (the bodies of the outage, once each)", schema.StreamEvents, got, n/2)
+	}
+}
+
+// readOnly answers every write of statuses with the exception a replicated
+// table gives while it cannot reach ZooKeeper (TABLE_IS_READ_ONLY), as long
+// as on is set, while the server itself answers and dead_letters takes
+// writes (a replica can lose one table's ZooKeeper session, not all).
+type readOnly struct {
+	processor.Writer
+	on      atomic.Bool
+	refused atomic.Int64
+}
+
+func (r *readOnly) Write(ctx context.Context, rows *schema.Rows) error {
+	if r.on.Load() && len(rows.Statuses) > 0 {
+		r.refused.Add(1)
+		return fmt.Errorf("chwriter: insert %d rows into status_events: prepare: %w", len(rows.Statuses),
+			&clickhouse.Exception{Code: 242, Name: "DB::Exception", Message: "Table is in readonly mode"})
+	}
+	return r.Writer.Write(ctx, rows)
+}
+
+// TestStage1ReadOnlyClickHouse: while ClickHouse answers but its tables
+// take no writes (ZooKeeper away: TABLE_IS_READ_ONLY), bodies fail on
+// every delivery, far past --max-deliver, and none is made a dead letter:
+// an outage delays them. Once the tables take writes again, each is stored
+// once.
+func TestStage1ReadOnlyClickHouse(t *testing.T) {
+	p := newPipeline(t, schematest.ClickHouse(t))
+	p.cfg.MaxDeliver = 2
+	w := &readOnly{}
+	w.on.Store(true)
+	p.faults = func(inner processor.Writer) processor.Writer {
+		w.Writer = inner
+		return w
+	}
+	p.start()
+	const n = 30
+	for i := range n {
+		p.publish("default", statusBody("107655290331184", "15557810001", fmt.Sprintf("wamid.readonly-%d", i), 1781514312+i))
+	}
+	testutil.Eventually(t, 30*time.Second, "bodies redelivered past --max-deliver", func() (bool, string) {
+		info, err := p.consumerInfo()
+		if err != nil {
+			return false, err.Error()
+		}
+		return info.NumRedelivered >= n && w.refused.Load() >= 6,
+			fmt.Sprintf("%d redelivered, %d writes refused", info.NumRedelivered, w.refused.Load())
+	})
+	time.Sleep(2 * p.cfg.BackoffMax) // deliveries past the limit, one by one
+	if got := p.metric(0, "wahook_processor_dead_letters_total"); got != 0 {
+		t.Fatalf("%v dead letters while the tables were read-only, want none", got)
+	}
+	w.on.Store(false)
+	p.drained(60 * time.Second)
+	if got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events WHERE startsWith(message_id, 'wamid.readonly-')"); got != n {
+		t.Errorf("statuses stored after the outage: %d, want %d", got, n)
+	}
+	if got := p.count("SELECT count() FROM {db}.dead_letters"); got != 0 {
+		t.Errorf("%d dead letters, want none", got)
 	}
 }
 

@@ -2,9 +2,11 @@ package chwriter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/wahook/wahook/schema"
@@ -103,4 +105,30 @@ func (w *Writer) Ping(ctx context.Context) error {
 		return fmt.Errorf("chwriter: ping: %w", err)
 	}
 	return nil
+}
+
+// Codes of ClickHouse exceptions that say the server cannot take writes
+// now, whatever they hold: a replicated table read-only or ZooKeeper
+// (Keeper) gone, too many parts waiting for merges, too many queries, an
+// insert whose outcome the server could not tell.
+var unavailableCodes = map[int32]string{
+	202: "TOO_MANY_SIMULTANEOUS_QUERIES",
+	225: "NO_ZOOKEEPER",
+	242: "TABLE_IS_READ_ONLY",
+	252: "TOO_MANY_PARTS",
+	319: "UNKNOWN_STATUS_OF_INSERT",
+	999: "KEEPER_EXCEPTION",
+}
+
+// Unavailable reports whether err is a ClickHouse exception that says the
+// server cannot take writes now (a replica read-only while ZooKeeper is
+// away, too many parts) rather than that it refused the rows: a write that
+// fails so is an outage, to be tried again, never a bad row.
+func Unavailable(err error) bool {
+	var ex *clickhouse.Exception
+	if !errors.As(err, &ex) {
+		return false
+	}
+	_, ok := unavailableCodes[ex.Code]
+	return ok
 }

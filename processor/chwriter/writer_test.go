@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/schematest"
 )
@@ -208,5 +209,26 @@ func TestPingAndWriteFailWhenServerDown(t *testing.T) {
 	}
 	if err := w.Write(ctx, fixture()); err == nil {
 		t.Error("Write with the server stopped: got nil, want an error")
+	}
+}
+
+// TestUnavailable: the exceptions that say the server cannot take writes
+// now are outages; a refusal of the insert itself (here a real server's,
+// for a database that does not exist) is not.
+func TestUnavailable(t *testing.T) {
+	db := schematest.ClickHouse(t)
+	_, err := db.Conn.PrepareBatch(context.Background(), "INSERT INTO wahook_no_such_database.t (a)")
+	var ex *clickhouse.Exception
+	if !errors.As(fmt.Errorf("prepare: %w", err), &ex) || Unavailable(err) {
+		t.Errorf("an insert into a missing database: %v (%T), Unavailable %v; want a server exception, not unavailable", err, err, Unavailable(err))
+	}
+	for code, name := range unavailableCodes {
+		err := fmt.Errorf("chwriter: insert 3 rows into status_events: prepare: %w", &clickhouse.Exception{Code: code, Name: "DB::Exception", Message: name})
+		if !Unavailable(err) {
+			t.Errorf("%d %s: not unavailable", code, name)
+		}
+	}
+	if Unavailable(errors.New("code: 242, message: Table is in readonly mode")) || Unavailable(nil) {
+		t.Error("an error that is no exception is not unavailable")
 	}
 }
