@@ -517,7 +517,12 @@ func (s *Stage1) strike(ctx context.Context, m jetstream.Msg, err error) {
 		n = md.NumDelivered
 	}
 	src := SourceOf(m)
-	if n >= uint64(s.cfg.MaxDeliver) && !isOutage(err) && s.healthy(ctx) {
+	// A ClickHouse that cannot take writes now (a replica's tables
+	// read-only while ZooKeeper is away, too many parts) answers pings: the
+	// body is not what it refuses. Its writes go on as any failed write's
+	// (in halves, then alone: another connection may reach a replica that
+	// takes them), but it never becomes a dead letter for it.
+	if n >= uint64(s.cfg.MaxDeliver) && !isOutage(err) && !chwriter.Unavailable(err) && s.healthy(ctx) {
 		id := m.Headers().Get(schema.HeaderMsgID)
 		if id == "" {
 			id = schema.RawMsgID(m.Data())
@@ -550,18 +555,14 @@ func (s *Stage1) strike(ctx context.Context, m jetstream.Msg, err error) {
 		zap.Int("max_deliver", s.cfg.MaxDeliver), zap.Duration("retry_in", delay), zap.Error(err))
 }
 
-// isOutage reports whether err says a store did not answer or cannot take
-// writes now (ClickHouse's tables read-only while ZooKeeper is away, too
-// many parts; EVENTS without a leader, or storing the same event from an
-// earlier try), rather than refused what it was given: such a failure
-// delays its bodies (nak with a backoff), however often it comes, and
-// never makes a dead letter. A
+// isOutage reports whether err says a store did not answer (EVENTS without
+// a leader, or storing the same event from an earlier try; the connection
+// down), rather than refused what it was given: such a failure delays its
+// bodies (nak with a backoff), however often it comes, and never makes a
+// dead letter. A
 // timeout is not one of them: a body can be what makes a write slow, and
 // whether the stores answer is then for healthy to say.
 func isOutage(err error) bool {
-	if chwriter.Unavailable(err) {
-		return true
-	}
 	for _, e := range []error{errEventsDown, errWindowClosed, nats.ErrNoResponders,
 		nats.ErrConnectionClosed, nats.ErrConnectionReconnecting, nats.ErrConnectionDraining, nats.ErrDisconnected} {
 		if errors.Is(err, e) {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -308,9 +309,11 @@ func (r *report) longestGap() int {
 }
 
 // stalenessWatch reads stage 2's wahook_pacing every second and keeps, for
-// each number of this run, the longest time its signal went unwritten.
-// Numbers of earlier runs, in the bucket when the watch starts, are left
-// out: without traffic a number's signal is not written again.
+// each number of this run (its phone number id starts with prefix: the
+// load test's numbers carry its run id), the longest time its signal went
+// unwritten. Numbers of earlier runs are left out: their signals can still
+// be written after their load ended (as their backlog drains), and without
+// traffic they are not written again.
 type stalenessWatch struct {
 	mu      sync.Mutex
 	longest map[string]time.Duration
@@ -338,22 +341,10 @@ func (w *stalenessWatch) readsString() string {
 	return fmt.Sprintf("%d reads of the bucket, %d failed (last: %v)", w.reads, w.failed, w.lastErr)
 }
 
-func watchStaleness(t *testing.T, js jetstream.JetStream) *stalenessWatch {
+func watchStaleness(t *testing.T, js jetstream.JetStream, prefix string) *stalenessWatch {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &stalenessWatch{longest: map[string]time.Duration{}}
-	before := map[string]bool{}
-	{
-		lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
-		if kv, err := js.KeyValue(lctx, schema.BucketPacing); err == nil {
-			if keys, err := kv.Keys(lctx); err == nil {
-				for _, k := range keys {
-					before[k] = true
-				}
-			}
-		}
-		lcancel()
-	}
 	done := make(chan struct{})
 	w.stop = func() { cancel(); <-done }
 	go func() {
@@ -380,7 +371,7 @@ func watchStaleness(t *testing.T, js jetstream.JetStream) *stalenessWatch {
 				continue
 			}
 			for k := range lister.Keys() {
-				if before[k] {
+				if !strings.HasPrefix(k, prefix) {
 					continue
 				}
 				e, err := kv.Get(rctx, k)
@@ -435,10 +426,13 @@ func runFault(t *testing.T, c *cluster, f fault) {
 		t.Fatal(err)
 	}
 	settled(t, js)
-	watch := watchStaleness(t, js)
+	// The run's own id, so that its numbers (9, the id in 8 digits, the
+	// number's index: loadtest's fleet) are told apart from earlier runs'.
+	runID := rand.IntN(99_999_999) + 1
+	watch := watchStaleness(t, js, fmt.Sprintf("9%08d", runID))
 	var out, errOut bytes.Buffer
 	lt := exec.Command(c.bin, "loadtest", "--url", c.env["INGEST_URLS"], "--app-secret", c.env["APP_SECRET"],
-		"--numbers", numbers, "--outbound-mps", outboundMP, "--reply-rate", "0.3", "--statuses-per-post", "3",
+		"--run-id", strconv.Itoa(runID), "--numbers", numbers, "--outbound-mps", outboundMP, "--reply-rate", "0.3", "--statuses-per-post", "3",
 		"--duration", loadFor.String(), "--connections", "64", "--attempts", "6", "--timeout", "5s",
 		"--check-clickhouse-dsn", c.env["CLICKHOUSE_DSN"], "--check-nats-url", c.env["NATS_URLS"],
 		"--check-timeout", "240s", "--check-quiet", "5s", "--json")
@@ -485,8 +479,8 @@ func runFault(t *testing.T, c *cluster, f fault) {
 	if r.OK == 0 || r.GaveUp > r.Sent/20 {
 		t.Errorf("%s: %d bodies answered 200, %d given up of %d sent", f.name, r.OK, r.GaveUp, r.Sent)
 	}
-	if keys == 0 || stale > staleBound {
-		t.Errorf("%s: stage 2's signal of %s went unwritten for %s (bound %s; %d numbers seen; %s)", f.name, key, stale, staleBound, keys, watch.readsString())
+	if want, _ := strconv.Atoi(numbers); keys != want || stale > staleBound {
+		t.Errorf("%s: stage 2's signal of %s went unwritten for %s (bound %s; %d of the run's %d numbers seen; %s)", f.name, key, stale, staleBound, keys, want, watch.readsString())
 	}
 	if f.after != nil {
 		f.after(t, c)
