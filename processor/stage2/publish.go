@@ -202,6 +202,16 @@ func (w *writer) forget(n *number, sigNow, now time.Time) {
 	delete(w.live, n)
 }
 
+// newPublisher is the JetStream context of stage 2's KV writes. Its async
+// publishes time out: without a timeout, a write whose PubAck is lost (the
+// node that took it died before answering) would never resolve, and reap,
+// which settles the writes in order, would stop at it for good, holding
+// the acks of every later write's EVENTS messages until the member's
+// MaxAckPending is full and its consumer delivers nothing more.
+func newPublisher(nc *nats.Conn, timeout time.Duration) (jetstream.JetStream, error) {
+	return jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(2*maxPendingWrites), jetstream.WithPublishAsyncTimeout(timeout))
+}
+
 // write publishes n's signal at sigNow to the KV (async) and its subject.
 func (w *writer) write(n *number, sigNow, now time.Time) {
 	s := w.s

@@ -68,7 +68,7 @@ func New(cfg Config, js jetstream.JetStream, reg prometheus.Registerer, log *zap
 	// own on the same connection: another user's backlog (ingest's, in
 	// serve) does not stall its writes, nor its writes theirs. It uses the
 	// default API prefix, as the KV subjects it writes do.
-	pub, err := jetstream.New(js.Conn(), jetstream.WithPublishAsyncMaxPending(2*maxPendingWrites))
+	pub, err := newPublisher(js.Conn(), ackTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("stage 2: %w", err)
 	}
