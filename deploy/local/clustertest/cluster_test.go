@@ -479,13 +479,8 @@ func runFault(t *testing.T, c *cluster, f fault) {
 	if r.OK == 0 || r.GaveUp > r.Sent/20 {
 		t.Errorf("%s: %d bodies answered 200, %d given up of %d sent", f.name, r.OK, r.GaveUp, r.Sent)
 	}
-	// Every number of the run should have its signal; in some runs of the
-	// fault after the two NATS faults, the numbers of one stage 2 member
-	// (half of them) had none for the whole run, with nothing in the logs
-	// after the member's last failed write (still to be explained: see
-	// docs/operations.md, Known problems). Until then the run fails only
-	// when none of its numbers has a signal, and the line above counts them.
-	if want, _ := strconv.Atoi(numbers); keys == 0 || stale > staleBound {
+	// Every number of the run has its signal, fresh within the bound.
+	if want, _ := strconv.Atoi(numbers); keys != want || stale > staleBound {
 		t.Errorf("%s: stage 2's signal of %s went unwritten for %s (bound %s; %d of the run's %d numbers seen; %s)", f.name, key, stale, staleBound, keys, want, watch.readsString())
 	}
 	if f.after != nil {
