@@ -167,9 +167,17 @@ func (w *writer) evict(n *number) {
 func (w *writer) flush(ctx context.Context, now time.Time, all bool) {
 	if len(w.dirty) > 0 && (all || !now.Before(w.due)) {
 		sigNow := w.s.cfg.Now()
-		keep := w.dirty[:0]
+		// A write can fail while the loop runs (its publish refused, or,
+		// with maxPendingWrites in flight, earlier writes settled by the
+		// blocking reap), and a failed number is marked again: it goes on
+		// a new list, added to the kept ones after the loop. Marked onto
+		// the list being walked, it would be dropped with it, and stay
+		// dirty for good without ever being written again.
+		dirty := w.dirty
+		w.dirty = nil
+		keep := dirty[:0]
 		w.due = time.Time{}
-		for _, n := range w.dirty {
+		for _, n := range dirty {
 			if n.gone || !n.dirty { // forgotten, or written at once since
 				continue
 			}
@@ -183,8 +191,8 @@ func (w *writer) flush(ctx context.Context, now time.Time, all bool) {
 				w.due = due
 			}
 		}
-		clear(w.dirty[len(keep):])
-		w.dirty = keep
+		clear(dirty[len(keep):])
+		w.dirty = append(keep, w.dirty...)
 	}
 	w.reap(ctx, all)
 }
