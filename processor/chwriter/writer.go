@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
@@ -129,6 +130,16 @@ func Unavailable(err error) bool {
 	if !errors.As(err, &ex) {
 		return false
 	}
+	if ex.Code == 252 && strings.Contains(ex.Message, tooManyPartitions) {
+		// The same code refuses an insert block whose rows fall in more
+		// partitions (months) than max_partitions_per_insert_block: that
+		// is the rows', and fails them every time.
+		return false
+	}
 	_, ok := unavailableCodes[ex.Code]
 	return ok
 }
+
+// tooManyPartitions begins the message of TOO_MANY_PARTS for an insert
+// block over max_partitions_per_insert_block (ClickHouse 19 and later).
+const tooManyPartitions = "Too many partitions for single INSERT block"

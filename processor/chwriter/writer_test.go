@@ -228,6 +228,13 @@ func TestUnavailable(t *testing.T) {
 			t.Errorf("%d %s: not unavailable", code, name)
 		}
 	}
+	// TOO_MANY_PARTS also refuses one insert block's rows spread over more
+	// months than max_partitions_per_insert_block: the rows' own failure.
+	rows := &clickhouse.Exception{Code: 252, Name: "DB::Exception", Message: "Too many partitions for single INSERT block (more than 100). " +
+		"The limit is controlled by 'max_partitions_per_insert_block' setting."}
+	if Unavailable(fmt.Errorf("chwriter: insert 3 rows into status_events: send: %w", rows)) {
+		t.Error("an insert block over max_partitions_per_insert_block is unavailable; want the rows' own failure")
+	}
 	if Unavailable(errors.New("code: 242, message: Table is in readonly mode")) || Unavailable(nil) {
 		t.Error("an error that is no exception is not unavailable")
 	}
