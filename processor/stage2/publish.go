@@ -35,7 +35,8 @@ type number struct {
 	subject, kvSubject string // wahook.pacing.<id>, $KV.wahook_pacing.<id>
 	p                  *pacing.Number
 
-	dirty bool // changed since its last write
+	dirty  bool // changed since its last write
+	writes int  // its writes awaiting their acks
 	// held are the EVENTS messages applied since its last write: acked once
 	// a write of what they changed is stored.
 	held      []jetstream.Msg
@@ -243,6 +244,7 @@ func (w *writer) write(n *number, sigNow, now time.Time) {
 	}
 	pw := pendingWrite{f: f, n: n, msgs: n.held}
 	n.held = nil
+	n.writes++
 	w.pending = append(w.pending, pw)
 	if err := s.js.Conn().Publish(n.subject, data); err != nil {
 		s.log.Warn("publish signal", zap.String("subject", n.subject), zap.Error(err))
@@ -290,6 +292,21 @@ func (w *writer) reap(ctx context.Context, block bool) {
 	w.pending = w.pending[:0]
 }
 
+// holdOn gives msg to the newest write of n awaiting its ack, if there is
+// one: msg is acked when that write is stored, nak'ed when it fails.
+func (w *writer) holdOn(n *number, msg jetstream.Msg) bool {
+	if n.writes == 0 {
+		return false
+	}
+	for i := len(w.pending) - 1; i >= 0; i-- {
+		if p := &w.pending[i]; p.n == n {
+			p.msgs = append(p.msgs, msg)
+			return true
+		}
+	}
+	return false
+}
+
 // release takes msg back from the write, or the number n, that took it.
 func (w *writer) release(n *number, msg jetstream.Msg) {
 	if n != nil {
@@ -316,6 +333,7 @@ func (w *writer) release(n *number, msg jetstream.Msg) {
 // them applied already and acks them once the write has succeeded; after a
 // crash, it applies them again).
 func (w *writer) settle(p pendingWrite, err error) {
+	p.n.writes--
 	if err != nil {
 		w.failed(p.n, err)
 		for _, m := range p.msgs {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/wahook/wahook/internal/testutil"
+	"github.com/wahook/wahook/schema"
 )
 
 // TestPublisherTimesOut: a KV write whose PubAck never comes (here a
@@ -100,3 +102,116 @@ func TestFailedWritesStayListed(t *testing.T) {
 		})
 	}
 }
+
+// TestRedeliveryWaitsForTheWriteInFlight: the redelivery of an event whose
+// signal write failed finds the event applied already and changes nothing.
+// While the number's next write is in flight it must not be acked: should
+// the process die before that write lands, the KV would never hold the
+// event. It is acked once that write is stored.
+func TestRedeliveryWaitsForTheWriteInFlight(t *testing.T) {
+	h := startServer(t, sec(10))
+	ctx := context.Background()
+	cfg := DefaultConfig()
+	cfg.Now = h.clock.Now
+	s, err := New(cfg, h.js, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The KV's writes are taken by a subscriber that answers only when the
+	// test says so: a write awaits its ack until the publisher's timeout.
+	kv, err := h.nc.SubscribeSync("$KV." + schema.BucketPacing + ".>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kv.Unsubscribe()                                          //nolint:errcheck // the test ends
+	if s.pub, err = newPublisher(h.nc, 3*time.Second); err != nil { // longer than the nak's delay (cooldownRetry)
+		t.Fatal(err)
+	}
+	cons, err := h.js.CreateOrUpdateConsumer(ctx, schema.StreamEvents, jetstream.ConsumerConfig{
+		Durable: "redelivery", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(what string) jetstream.Msg {
+		t.Helper()
+		b, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range b.Messages() {
+			return m
+		}
+		t.Fatalf("%s: not delivered", what)
+		return nil
+	}
+	ackPending := func() int {
+		t.Helper()
+		info, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.NumAckPending
+	}
+	kvWrite := func(what string) *nats.Msg {
+		t.Helper()
+		m, err := kv.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("%s did not go out: %v", what, err)
+		}
+		return m
+	}
+
+	n := s.seed("6001", nil)
+	h.sent1("6001", "ev-1", sec(5))
+	first := next("the event")
+	s.handle(ctx, first)
+	if !n.dirty || len(n.held) != 1 {
+		t.Fatalf("the event did not change its number (dirty %v, %d held)", n.dirty, len(n.held))
+	}
+	// The first write is lost: it times out, its message is nak'ed.
+	s.w.write(n, cfg.Now(), time.Now())
+	kvWrite("the first write")
+	s.w.reap(ctx, true)
+	if !n.dirty || n.writes != 0 {
+		t.Fatalf("after the failed write: dirty %v, %d writes in flight; want dirty, none", n.dirty, n.writes)
+	}
+	// The number is written again; while that write is in flight, the
+	// event comes back.
+	s.w.flush(ctx, time.Now().Add(cfg.Coalesce), false)
+	second := kvWrite("the second write")
+	again := next("the redelivery")
+	if md, err := again.Metadata(); err != nil || md.NumDelivered != 2 {
+		t.Fatalf("the redelivery: %+v, %v", md, err)
+	}
+	rec := &recordedMsg{Msg: again}
+	s.handle(ctx, rec)
+	if n.dirty || len(n.held) != 0 {
+		t.Fatalf("the redelivery changed its number (dirty %v, %d held)", n.dirty, len(n.held))
+	}
+	if rec.acks != 0 {
+		t.Fatal("the redelivery was acked while its number's write is in flight")
+	}
+	// The second write is stored: the redelivery is acked.
+	if err := second.Respond([]byte(`{"stream":"KV_wahook_pacing","seq":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	s.w.reap(ctx, true)
+	if n.writes != 0 || n.dirty {
+		t.Fatalf("after the stored write: %d writes in flight, dirty %v, %v writes failed", n.writes, n.dirty, metricValue(s.m.writeFails))
+	}
+	if rec.acks != 1 {
+		t.Fatalf("the redelivery acked %d times once the write is stored, want 1", rec.acks)
+	}
+	testutil.Eventually(t, 5*time.Second, "the server has the ack", func() (bool, string) {
+		got := ackPending()
+		return got == 0, fmt.Sprint(got, " awaiting their ack")
+	})
+}
+
+// recordedMsg counts the acks of a message.
+type recordedMsg struct {
+	jetstream.Msg
+	acks int
+}
+
+func (m *recordedMsg) Ack() error { m.acks++; return m.Msg.Ack() }

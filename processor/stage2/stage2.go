@@ -320,10 +320,20 @@ func (s *Stage2) handle(ctx context.Context, msg jetstream.Msg) {
 		if taken {
 			return // acked when the signal's write is stored (writer.settle)
 		}
-		if n := s.nums[ev.number]; n != nil && n.dirty && !n.gone {
-			// Its change waits for the coalesced write: so does its ack.
-			n.held = append(n.held, msg)
-			return
+		if n := s.nums[ev.number]; n != nil && !n.gone {
+			if n.dirty {
+				// Its change waits for the coalesced write: so does its ack.
+				n.held = append(n.held, msg)
+				return
+			}
+			// A message that changed nothing while a write of its number
+			// is in flight (the redelivery of one whose write failed: it
+			// is applied already) waits for that write, which holds what
+			// it changed, and comes back if it fails too. Acked at once, a
+			// crash before the write lands would leave the KV without it.
+			if s.w.holdOn(n, msg) {
+				return
+			}
 		}
 	}
 	if err := msg.Ack(); err != nil && ctx.Err() == nil {
