@@ -34,7 +34,7 @@ func (o *pacingOptions) register(f *flags) {
 		f.IntVar(&o.cfg.Tiers.Upgraded, "tier-upgraded", o.cfg.Tiers.Upgraded, "tier of a number after THROUGHPUT_UPGRADE")
 		f.IntVar(&o.cfg.Tiers.Coexistence, "tier-coexistence", o.cfg.Tiers.Coexistence, "tier of a number also on the WhatsApp Business app")
 		registerNumberTier(f, &o.tiers)
-		f.DurationVar(&o.cfg.Coalesce, "pacing-coalesce", o.cfg.Coalesce, "least time between two writes of one number's signal")
+		f.DurationVar(&o.cfg.Coalesce, "pacing-coalesce", o.cfg.Coalesce, fmt.Sprintf("least time between two writes of one number's signal (at most %s: the events a write carries are acked once it is stored)", o.cfg.AckWait/4))
 		f.DurationVar(&o.cfg.Refresh, "pacing-refresh", o.cfg.Refresh, "how often an active number's signal is written again while its rates change")
 		f.DurationVar(&o.cfg.SignalTTL, "pacing-ttl", o.cfg.SignalTTL, "how long a number's last signal stays in "+schema.BucketPacing+" after its last write; a number without events for that long is forgotten")
 		f.DurationVar(&o.cfg.MessageMemory, "stage2-message-memory", o.cfg.MessageMemory, "how long stage 2 remembers a message it counted: a message counts once, at its first evidence (send result, any status, echo), and its later statuses within this time do not count it again (about 40 bytes per message)")

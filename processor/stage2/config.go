@@ -129,6 +129,10 @@ func (c Config) Validate() error {
 		return errors.New("message memory must not be negative")
 	case c.AckWait < time.Second:
 		return errors.New("ack wait must be at least 1s")
+	case c.Coalesce > c.AckWait/4:
+		// A message's ack waits for its number's next write: at most
+		// Coalesce, and the write's own ack, well inside AckWait.
+		return fmt.Errorf("coalesce interval %s must be at most %s, a quarter of the ack wait (%s)", c.Coalesce, c.AckWait/4, c.AckWait)
 	case c.SignalTTL < time.Hour:
 		return errors.New("signal TTL must be at least an hour")
 	case c.Replicas < 1:

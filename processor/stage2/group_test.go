@@ -565,6 +565,7 @@ func TestConfigPartitions(t *testing.T) {
 		{"not a member", func(c *Config) { c.Partitions, c.Member, c.Members = 16, "a", []string{"b"} }, "must be one of"},
 		{"twice", func(c *Config) { c.Partitions, c.Member, c.Members = 16, "a", []string{"a", "a"} }, "twice"},
 		{"outnumber", func(c *Config) { c.Partitions, c.Member, c.Members = 1, "a", []string{"a", "b"} }, "outnumber"},
+		{"coalesce past the ack wait", func(c *Config) { c.Coalesce, c.Refresh = 10*time.Second, 10*time.Second }, "quarter of the ack wait"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := DefaultConfig()
