@@ -441,7 +441,7 @@ func TestSendResults(t *testing.T) {
 // interval of a minute, a busy number's quality change still reaches the
 // KV within moments, with the traffic that came before it.
 func TestDecisionWrittenAtOnce(t *testing.T) {
-	h := start(t, sec(22), func(c *Config) { c.Coalesce, c.Refresh = time.Minute, time.Minute })
+	h := start(t, sec(22), func(c *Config) { c.Coalesce, c.Refresh, c.AckWait = time.Minute, time.Minute, 5*time.Minute })
 	h.traffic("6001", 0, 10, 10, 0)
 	h.flushed()
 	h.waitSignal("6001", "first write, at once", func(s schema.PacingSignal) bool { return s.Observed.S60 > 0 })
