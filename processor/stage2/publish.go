@@ -138,7 +138,7 @@ func (w *writer) refresh(now time.Time) {
 			w.mark(n)
 		case !sameSignal(n.p.Signal(now, w.s.cfg.Tiers), n.last):
 			w.mark(n)
-		case sec > n.holdUntil:
+		case sec > n.holdUntil && n.writes == 0:
 			delete(w.live, n)
 			w.evict(n)
 		}
@@ -150,10 +150,10 @@ func (w *writer) refresh(now time.Time) {
 // an event needs (its tier, quality, limit and holds: a number seen again
 // is seeded from it, as after a restart). So memory holds the numbers of
 // the last minutes, not every number ever seen. A number with a write
-// still to make stays; one whose write fails after it left comes back
-// (failed), unless the number was seen again meanwhile.
+// still to make, or awaiting its ack, stays (a redelivery of an event it
+// applied must find it, and wait for that write).
 func (w *writer) evict(n *number) {
-	if n.dirty || n.gone || w.s.nums[n.id] != n {
+	if n.dirty || n.gone || n.writes > 0 || w.s.nums[n.id] != n {
 		return
 	}
 	delete(w.s.nums, n.id)
@@ -207,6 +207,12 @@ func (w *writer) forget(n *number, sigNow, now time.Time) {
 		w.write(n, sigNow, now)
 	}
 	n.gone = true
+	// A write refused at once leaves its messages with n, which is
+	// written no more: they go back, for the new owner to apply.
+	for _, m := range n.held {
+		_ = m.NakWithDelay(notOwnedRetry)
+	}
+	n.held = nil
 	w.s.m.adviceMoved(n.last.Advice, "")
 	delete(w.live, n)
 }

@@ -105,9 +105,11 @@ func TestFailedWritesStayListed(t *testing.T) {
 
 // TestRedeliveryWaitsForTheWriteInFlight: the redelivery of an event whose
 // signal write failed finds the event applied already and changes nothing.
-// While the number's next write is in flight it must not be acked: should
+// While the number's next write is in flight it must not be acked (should
 // the process die before that write lands, the KV would never hold the
-// event. It is acked once that write is stored.
+// event), nor may the number be evicted (the redelivery would then find no
+// write to wait for): it goes with that write, nak'ed if it fails too,
+// acked once one is stored.
 func TestRedeliveryWaitsForTheWriteInFlight(t *testing.T) {
 	h := startServer(t, sec(10))
 	ctx := context.Background()
@@ -117,101 +119,166 @@ func TestRedeliveryWaitsForTheWriteInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The KV's writes are taken by a subscriber that answers only when the
-	// test says so: a write awaits its ack until the publisher's timeout.
+	// The KV's writes are taken by a subscriber that answers as the test
+	// says: a write awaits its answer.
 	kv, err := h.nc.SubscribeSync("$KV." + schema.BucketPacing + ".>")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer kv.Unsubscribe()                                          //nolint:errcheck // the test ends
-	if s.pub, err = newPublisher(h.nc, 3*time.Second); err != nil { // longer than the nak's delay (cooldownRetry)
-		t.Fatal(err)
-	}
+	defer kv.Unsubscribe() //nolint:errcheck // the test ends
 	cons, err := h.js.CreateOrUpdateConsumer(ctx, schema.StreamEvents, jetstream.ConsumerConfig{
 		Durable: "redelivery", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := func(what string) jetstream.Msg {
+	next := func(what string, delivered uint64) *recordedMsg {
 		t.Helper()
 		b, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for m := range b.Messages() {
-			return m
+			if md, err := m.Metadata(); err != nil || md.NumDelivered != delivered {
+				t.Fatalf("%s: delivered %+v (%v), want delivery %d", what, md, err, delivered)
+			}
+			return &recordedMsg{Msg: m}
 		}
 		t.Fatalf("%s: not delivered", what)
 		return nil
 	}
-	ackPending := func() int {
-		t.Helper()
-		info, err := cons.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return info.NumAckPending
-	}
-	kvWrite := func(what string) *nats.Msg {
+	answer := func(what string, ok bool) {
 		t.Helper()
 		m, err := kv.NextMsg(5 * time.Second)
 		if err != nil {
 			t.Fatalf("%s did not go out: %v", what, err)
 		}
-		return m
+		reply := `{"error":{"code":503,"err_code":10008,"description":"test: not stored"}}`
+		if ok {
+			reply = `{"stream":"KV_wahook_pacing","seq":1}`
+		}
+		if err := m.Respond([]byte(reply)); err != nil {
+			t.Fatal(err)
+		}
 	}
+	// rewrite writes the number again, as flush does once it is due.
+	rewrite := func() { s.w.flush(ctx, time.Now().Add(cfg.Coalesce), false) }
 
 	n := s.seed("6001", nil)
 	h.sent1("6001", "ev-1", sec(5))
-	first := next("the event")
+	first := next("the event", 1)
 	s.handle(ctx, first)
 	if !n.dirty || len(n.held) != 1 {
 		t.Fatalf("the event did not change its number (dirty %v, %d held)", n.dirty, len(n.held))
 	}
-	// The first write is lost: it times out, its message is nak'ed.
+	// The first write fails: its message is nak'ed, the number marked.
 	s.w.write(n, cfg.Now(), time.Now())
-	kvWrite("the first write")
+	answer("the first write", false)
 	s.w.reap(ctx, true)
-	if !n.dirty || n.writes != 0 {
-		t.Fatalf("after the failed write: dirty %v, %d writes in flight; want dirty, none", n.dirty, n.writes)
+	if !n.dirty || n.writes != 0 || first.naks != 1 || first.acks != 0 {
+		t.Fatalf("after the failed write: dirty %v, %d writes in flight, the event nak'ed %d and acked %d times",
+			n.dirty, n.writes, first.naks, first.acks)
 	}
 	// The number is written again; while that write is in flight, the
-	// event comes back.
-	s.w.flush(ctx, time.Now().Add(cfg.Coalesce), false)
-	second := kvWrite("the second write")
-	again := next("the redelivery")
-	if md, err := again.Metadata(); err != nil || md.NumDelivered != 2 {
-		t.Fatalf("the redelivery: %+v, %v", md, err)
-	}
-	rec := &recordedMsg{Msg: again}
-	s.handle(ctx, rec)
+	// event comes back, and the number's traffic and holds are long past.
+	rewrite()
+	again := next("the redelivery", 2)
+	s.handle(ctx, again)
 	if n.dirty || len(n.held) != 0 {
 		t.Fatalf("the redelivery changed its number (dirty %v, %d held)", n.dirty, len(n.held))
 	}
-	if rec.acks != 0 {
+	if again.acks != 0 {
 		t.Fatal("the redelivery was acked while its number's write is in flight")
 	}
-	// The second write is stored: the redelivery is acked.
-	if err := second.Respond([]byte(`{"stream":"KV_wahook_pacing","seq":1}`)); err != nil {
-		t.Fatal(err)
+	// Long after, with its last signal what its signal says then, only the
+	// write in flight keeps the number.
+	late := sec(10_000)
+	n.last = n.p.Signal(late, cfg.Tiers)
+	s.w.refresh(late)
+	if s.nums["6001"] != n || n.dirty {
+		t.Fatalf("the number was evicted (%v) or marked (%v) while its write is in flight", s.nums["6001"] != n, n.dirty)
 	}
+	// That write fails too: the redelivery goes back with it.
+	answer("the second write", false)
 	s.w.reap(ctx, true)
-	if n.writes != 0 || n.dirty {
-		t.Fatalf("after the stored write: %d writes in flight, dirty %v, %v writes failed", n.writes, n.dirty, metricValue(s.m.writeFails))
+	if again.naks != 1 || again.acks != 0 || !n.dirty {
+		t.Fatalf("after the second write failed: the redelivery nak'ed %d and acked %d times, number dirty %v", again.naks, again.acks, n.dirty)
 	}
-	if rec.acks != 1 {
-		t.Fatalf("the redelivery acked %d times once the write is stored, want 1", rec.acks)
+	// The third write is stored: the third delivery, made while it is in
+	// flight, is acked once, after it.
+	rewrite()
+	third := next("the second redelivery", 3)
+	s.handle(ctx, third)
+	if third.acks != 0 {
+		t.Fatal("the second redelivery was acked while its number's write is in flight")
+	}
+	answer("the third write", true)
+	s.w.reap(ctx, true)
+	if n.writes != 0 || n.dirty || third.acks != 1 || third.naks != 0 {
+		t.Fatalf("after the stored write: %d writes in flight, dirty %v, the redelivery acked %d and nak'ed %d times",
+			n.writes, n.dirty, third.acks, third.naks)
+	}
+	// Settled, the idle number is evicted.
+	n.last = n.p.Signal(late, cfg.Tiers)
+	s.w.refresh(late)
+	if s.nums["6001"] != nil {
+		t.Fatal("the idle number, its writes settled, was not evicted")
 	}
 	testutil.Eventually(t, 5*time.Second, "the server has the ack", func() (bool, string) {
-		got := ackPending()
-		return got == 0, fmt.Sprint(got, " awaiting their ack")
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		return info.NumAckPending == 0, fmt.Sprint(info.NumAckPending, " awaiting their ack")
 	})
 }
 
-// recordedMsg counts the acks of a message.
+// recordedMsg counts the acks and naks of a message.
 type recordedMsg struct {
 	jetstream.Msg
-	acks int
+	acks, naks int
 }
 
 func (m *recordedMsg) Ack() error { m.acks++; return m.Msg.Ack() }
+
+func (m *recordedMsg) NakWithDelay(d time.Duration) error { m.naks++; return m.Msg.NakWithDelay(d) }
+
+// TestForgetGivesBackTheMessages: a number whose partition moves is written
+// once more; when that write is refused at once (here the connection is
+// closed), the messages it would have carried go back, for the new owner,
+// rather than waiting out AckWait with a number written no more.
+func TestForgetGivesBackTheMessages(t *testing.T) {
+	h := startServer(t, sec(10))
+	ctx := context.Background()
+	cfg := DefaultConfig()
+	cfg.Now = h.clock.Now
+	s, err := New(cfg, h.js, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := h.js.CreateOrUpdateConsumer(ctx, schema.StreamEvents, jetstream.ConsumerConfig{
+		Durable: "forget", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := s.seed("6101", nil)
+	h.sent1("6101", "ev-1", sec(5))
+	b, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := <-b.Messages()
+	if !ok {
+		t.Fatal("the event was not delivered")
+	}
+	msg := &recordedMsg{Msg: m}
+	s.handle(ctx, msg)
+	if !n.dirty || len(n.held) != 1 {
+		t.Fatalf("the event did not change its number (dirty %v, %d held)", n.dirty, len(n.held))
+	}
+	h.nc.Close()
+	s.w.forget(n, cfg.Now(), time.Now())
+	if !n.gone || len(n.held) != 0 || msg.naks != 1 || msg.acks != 0 {
+		t.Fatalf("forgotten with its write refused: gone %v, %d held, the message nak'ed %d and acked %d times; want it nak'ed once",
+			n.gone, len(n.held), msg.naks, msg.acks)
+	}
+}
