@@ -150,10 +150,12 @@ func (w *writer) refresh(now time.Time) {
 // an event needs (its tier, quality, limit and holds: a number seen again
 // is seeded from it, as after a restart). So memory holds the numbers of
 // the last minutes, not every number ever seen. A number with a write
-// still to make, or awaiting its ack, stays (a redelivery of an event it
-// applied must find it, and wait for that write).
+// still to make stays, and refresh keeps one whose writes await their acks
+// live until they are settled (a redelivery of an event it applied must
+// find it, and wait for those writes): a failed write's number is always
+// still known.
 func (w *writer) evict(n *number) {
-	if n.dirty || n.gone || n.writes > 0 || w.s.nums[n.id] != n {
+	if n.dirty || n.gone || w.s.nums[n.id] != n {
 		return
 	}
 	delete(w.s.nums, n.id)
@@ -364,16 +366,7 @@ func (w *writer) failed(n *number, err error) {
 			zap.Int("failed_writes", w.fails), zap.Duration("in_the_last", now.Sub(w.failLogged).Round(time.Second)), zap.Error(err))
 		w.fails, w.failLogged = 0, now
 	}
-	switch cur := w.s.nums[n.id]; {
-	case cur == nil && !n.gone:
-		// Evicted after this write: it comes back to be written.
-		w.s.nums[n.id] = n
-		w.s.m.adviceMoved("", n.last.Advice)
-		w.s.m.numbers.Set(float64(len(w.s.nums)))
-	case cur != nil && cur != n:
-		return // seen again since: the newer state is written
-	}
-	w.mark(n)
+	w.mark(n) // not if forgotten meanwhile
 }
 
 // failLogEvery spaces the log lines of failed signal writes.

@@ -63,13 +63,7 @@ func TestFailedWritesStayListed(t *testing.T) {
 		{"settled inside the loop", maxPendingWrites + 50, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := startServer(t, t0)
-			cfg := DefaultConfig()
-			cfg.Now = h.clock.Now
-			s, err := New(cfg, h.js, nil, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			h, s := idle(t, t0)
 			// No KV bucket: every write that goes out is answered "no
 			// responders", a failed write.
 			for i := range tc.numbers {
@@ -111,14 +105,8 @@ func TestFailedWritesStayListed(t *testing.T) {
 // write to wait for): it goes with that write, nak'ed if it fails too,
 // acked once one is stored.
 func TestRedeliveryWaitsForTheWriteInFlight(t *testing.T) {
-	h := startServer(t, sec(10))
-	ctx := context.Background()
-	cfg := DefaultConfig()
-	cfg.Now = h.clock.Now
-	s, err := New(cfg, h.js, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, s := idle(t, sec(10))
+	ctx, cfg := context.Background(), s.cfg
 	// The KV's writes are taken by a subscriber that answers as the test
 	// says: a write awaits its answer.
 	kv, err := h.nc.SubscribeSync("$KV." + schema.BucketPacing + ".>")
@@ -126,26 +114,7 @@ func TestRedeliveryWaitsForTheWriteInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer kv.Unsubscribe() //nolint:errcheck // the test ends
-	cons, err := h.js.CreateOrUpdateConsumer(ctx, schema.StreamEvents, jetstream.ConsumerConfig{
-		Durable: "redelivery", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := func(what string, delivered uint64) *recordedMsg {
-		t.Helper()
-		b, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for m := range b.Messages() {
-			if md, err := m.Metadata(); err != nil || md.NumDelivered != delivered {
-				t.Fatalf("%s: delivered %+v (%v), want delivery %d", what, md, err, delivered)
-			}
-			return &recordedMsg{Msg: m}
-		}
-		t.Fatalf("%s: not delivered", what)
-		return nil
-	}
+	cons := eventsConsumer(t, h, "redelivery")
 	answer := func(what string, ok bool) {
 		t.Helper()
 		m, err := kv.NextMsg(5 * time.Second)
@@ -165,7 +134,7 @@ func TestRedeliveryWaitsForTheWriteInFlight(t *testing.T) {
 
 	n := s.seed("6001", nil)
 	h.sent1("6001", "ev-1", sec(5))
-	first := next("the event", 1)
+	first := fetchOne(t, cons, "the event", 1)
 	s.handle(ctx, first)
 	if !n.dirty || len(n.held) != 1 {
 		t.Fatalf("the event did not change its number (dirty %v, %d held)", n.dirty, len(n.held))
@@ -181,7 +150,7 @@ func TestRedeliveryWaitsForTheWriteInFlight(t *testing.T) {
 	// The number is written again; while that write is in flight, the
 	// event comes back, and the number's traffic and holds are long past.
 	rewrite()
-	again := next("the redelivery", 2)
+	again := fetchOne(t, cons, "the redelivery", 2)
 	s.handle(ctx, again)
 	if n.dirty || len(n.held) != 0 {
 		t.Fatalf("the redelivery changed its number (dirty %v, %d held)", n.dirty, len(n.held))
@@ -206,7 +175,7 @@ func TestRedeliveryWaitsForTheWriteInFlight(t *testing.T) {
 	// The third write is stored: the third delivery, made while it is in
 	// flight, is acked once, after it.
 	rewrite()
-	third := next("the second redelivery", 3)
+	third := fetchOne(t, cons, "the second redelivery", 3)
 	s.handle(ctx, third)
 	if third.acks != 0 {
 		t.Fatal("the second redelivery was acked while its number's write is in flight")
@@ -242,41 +211,67 @@ func (m *recordedMsg) Ack() error { m.acks++; return m.Msg.Ack() }
 
 func (m *recordedMsg) NakWithDelay(d time.Duration) error { m.naks++; return m.Msg.NakWithDelay(d) }
 
-// TestForgetGivesBackTheMessages: a number whose partition moves is written
-// once more; when that write is refused at once (here the connection is
-// closed), the messages it would have carried go back, for the new owner,
-// rather than waiting out AckWait with a number written no more.
-func TestForgetGivesBackTheMessages(t *testing.T) {
-	h := startServer(t, sec(10))
-	ctx := context.Background()
+// idle is a stage 2 on a server with the EVENTS stream, not started: the
+// test drives its handle and its writer itself, with no KV bucket unless
+// it makes one.
+func idle(t *testing.T, at time.Time) (*harness, *Stage2) {
+	t.Helper()
+	h := startServer(t, at)
 	cfg := DefaultConfig()
 	cfg.Now = h.clock.Now
 	s, err := New(cfg, h.js, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := h.js.CreateOrUpdateConsumer(ctx, schema.StreamEvents, jetstream.ConsumerConfig{
-		Durable: "forget", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})
+	return h, s
+}
+
+// eventsConsumer is a durable consumer of every EVENTS message, for a
+// test to fetch them one by one.
+func eventsConsumer(t *testing.T, h *harness, name string) jetstream.Consumer {
+	t.Helper()
+	cons, err := h.js.CreateOrUpdateConsumer(context.Background(), schema.StreamEvents, jetstream.ConsumerConfig{
+		Durable: name, AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := s.seed("6101", nil)
-	h.sent1("6101", "ev-1", sec(5))
+	return cons
+}
+
+// fetchOne fetches the consumer's next message, delivered for the
+// delivered-th time, with its acks and naks counted.
+func fetchOne(t *testing.T, cons jetstream.Consumer, what string, delivered uint64) *recordedMsg {
+	t.Helper()
 	b, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	m, ok := <-b.Messages()
 	if !ok {
-		t.Fatal("the event was not delivered")
+		t.Fatalf("%s: not delivered", what)
 	}
-	msg := &recordedMsg{Msg: m}
-	s.handle(ctx, msg)
+	if md, err := m.Metadata(); err != nil || md.NumDelivered != delivered {
+		t.Fatalf("%s: delivered %+v (%v), want delivery %d", what, md, err, delivered)
+	}
+	return &recordedMsg{Msg: m}
+}
+
+// TestForgetGivesBackTheMessages: a number whose partition moves is written
+// once more; when that write is refused at once (here the connection is
+// closed), the messages it would have carried go back, for the new owner,
+// rather than waiting out AckWait with a number written no more.
+func TestForgetGivesBackTheMessages(t *testing.T) {
+	h, s := idle(t, sec(10))
+	cons := eventsConsumer(t, h, "forget")
+	n := s.seed("6101", nil)
+	h.sent1("6101", "ev-1", sec(5))
+	msg := fetchOne(t, cons, "the event", 1)
+	s.handle(context.Background(), msg)
 	if !n.dirty || len(n.held) != 1 {
 		t.Fatalf("the event did not change its number (dirty %v, %d held)", n.dirty, len(n.held))
 	}
 	h.nc.Close()
-	s.w.forget(n, cfg.Now(), time.Now())
+	s.w.forget(n, s.cfg.Now(), time.Now())
 	if !n.gone || len(n.held) != 0 || msg.naks != 1 || msg.acks != 0 {
 		t.Fatalf("forgotten with its write refused: gone %v, %d held, the message nak'ed %d and acked %d times; want it nak'ed once",
 			n.gone, len(n.held), msg.naks, msg.acks)
