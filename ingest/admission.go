@@ -16,7 +16,18 @@ import (
 type admission struct {
 	queueWait time.Duration // 0: wait for a slot until the deadline
 	ackNanos  atomic.Int64  // moving average of the time to an ack
+	// freshAt is when the average last had news (unix nanoseconds): an
+	// ack observed, or a probe let through.
+	freshAt atomic.Int64
 }
+
+// probeEvery is how often at most a request that the average would shed is
+// published all the same, as a probe. The average moves only with acks, and
+// a shed request brings none: without probes, acks that were slow for a
+// moment (a JetStream leader election, a node's restart) could leave the
+// average above half the ack timeout, and every later request would be shed,
+// for good, however fast the stream had become again.
+const probeEvery = 50 * time.Millisecond
 
 // slotWait is how long a request whose deadline is wait away may wait for
 // a slot, and whether that is cut short by QueueWait.
@@ -28,14 +39,25 @@ func (a *admission) slotWait(wait time.Duration) (time.Duration, bool) {
 }
 
 // late reports whether an ack is not expected before deadline: the time
-// left is less than twice the average time to an ack.
+// left is less than twice the average time to an ack. Once every
+// probeEvery without news, it lets one such request through (a probe),
+// whose ack moves the average.
 func (a *admission) late(deadline time.Time) bool {
-	return a.queueWait > 0 && time.Until(deadline) < 2*time.Duration(a.ackNanos.Load())
+	if a.queueWait <= 0 {
+		return false
+	}
+	now := time.Now()
+	if deadline.Sub(now) >= 2*time.Duration(a.ackNanos.Load()) {
+		return false
+	}
+	fresh := a.freshAt.Load()
+	return now.UnixNano()-fresh < int64(probeEvery) || !a.freshAt.CompareAndSwap(fresh, now.UnixNano())
 }
 
 // observe folds the time one publish took to its ack into the average
 // (weight 1/16).
 func (a *admission) observe(d time.Duration) {
+	a.freshAt.Store(time.Now().UnixNano())
 	for {
 		old := a.ackNanos.Load()
 		next := old + (int64(d)-old)/16

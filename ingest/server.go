@@ -52,10 +52,9 @@ type Server struct {
 	// evictLogAt is when the index's early forgetting was last logged
 	// (Unix nanoseconds), so that it is logged once a minute at most.
 	evictLogAt atomic.Int64
-	// pubFailLogAt and pubFailures throttle the publish-failure warning:
-	// during an outage every request fails.
-	pubFailLogAt atomic.Int64
-	pubFailures  atomic.Int64
+	// pubFailLog and shedLog throttle the warnings of failed and shed
+	// publishes (logPublishFailure, logShed).
+	pubFailLog, shedLog throttle
 }
 
 // appRoute is what the hot path needs of one configured app.
@@ -342,6 +341,7 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 		// Past capacity: nothing was published, so Meta's retry is the
 		// only copy; no store work is wasted on an answer of 503.
 		r.metrics.shed.Inc()
+		s.logShed(r.name, err)
 		c.Set(fiber.HeaderRetryAfter, "1")
 		return c.Status(fiber.StatusServiceUnavailable).SendString("overloaded, not stored, retry")
 	}
@@ -385,24 +385,52 @@ func (s *Server) logEvictions() {
 		zap.Duration("dedupe_window", s.cfg.DedupeWindow))
 }
 
-// publishFailureLogEvery is how often at most a failed publish is logged.
+// publishFailureLogEvery is how often at most a failed or shed publish is
+// logged.
 const publishFailureLogEvery = 10 * time.Second
 
-// logPublishFailure warns of a publish that failed: the first at once, then
-// one line every publishFailureLogEvery at most, with the number of
-// failures since the last line, so that an outage does not flood the logs
-// with a line per request (wahook_ingest_requests_total{result="unavailable"}
-// counts every one).
-func (s *Server) logPublishFailure(app string, bytes int, err error) {
-	s.pubFailures.Add(1)
+// throttle lets a warning through at most once an interval and counts the
+// events between two lines, so that an outage or an overload does not flood
+// the logs with a line per request (the metrics count every one).
+type throttle struct {
+	at, count atomic.Int64
+}
+
+// note counts one event and reports whether a line is due, with the events
+// since the last line.
+func (l *throttle) note(every time.Duration) (int64, bool) {
+	l.count.Add(1)
 	now := time.Now().UnixNano()
-	last := s.pubFailLogAt.Load()
-	if now-last < int64(publishFailureLogEvery) || !s.pubFailLogAt.CompareAndSwap(last, now) {
+	last := l.at.Load()
+	if now-last < int64(every) || !l.at.CompareAndSwap(last, now) {
+		return 0, false
+	}
+	return l.count.Swap(0), true
+}
+
+// logPublishFailure warns of a publish that failed: the first at once, then
+// one line every publishFailureLogEvery at most
+// (wahook_ingest_requests_total{result="unavailable"} counts every one).
+func (s *Server) logPublishFailure(app string, bytes int, err error) {
+	n, due := s.pubFailLog.note(publishFailureLogEvery)
+	if !due {
 		return
 	}
 	if ce := s.log.Check(zap.WarnLevel, "publish failed, answering 503"); ce != nil {
-		ce.Write(zap.String("app", app), zap.Int("bytes", bytes), zap.Int64("failures_since_last_line", s.pubFailures.Swap(0)),
-			zap.Error(err))
+		ce.Write(zap.String("app", app), zap.Int("bytes", bytes), zap.Int64("failures_since_last_line", n), zap.Error(err))
+	}
+}
+
+// logShed warns of a request shed before publishing, as logPublishFailure
+// does of failures (wahook_ingest_requests_total{result="shed"} counts
+// every one): without it, an ingest that sheds everything says nothing.
+func (s *Server) logShed(app string, err error) {
+	n, due := s.shedLog.note(publishFailureLogEvery)
+	if !due {
+		return
+	}
+	if ce := s.log.Check(zap.WarnLevel, "past capacity, answering 503 with nothing published"); ce != nil {
+		ce.Write(zap.String("app", app), zap.Int64("shed_since_last_line", n), zap.Error(err))
 	}
 }
 

@@ -199,16 +199,18 @@ func TestConnectionsPerIPBound(t *testing.T) {
 // Meta's retries stored them again. Now a request is shed before it is
 // published: under a burst of 256 concurrent senders against 16 slots,
 // every body answered 503 is absent from RAW, every body answered 200 is
-// in it, and some of each happen.
+// in it, and some of each happen. The shedding is logged, one line per 10 s
+// at most.
 func TestOverloadShedsBeforePublishing(t *testing.T) {
 	listen, natsListen := freeAddr(t), freeAddr(t)
 	var logs syncBuffer
 	startWahook(t, &logs, "serve", "--no-process", "--listen", listen, "--nats-listen", natsListen,
 		"--data-dir", t.TempDir(), "--app-secret", abuseSecret, "--max-inflight", "16", "--queue-wait", "1ms",
-		"--dedupe-window", "0", "--log-format", "console", "--log-level", "error")
+		"--dedupe-window", "0", "--log-format", "console", "--log-level", "warn")
 	base := "http://" + listen
 	waitReady(t, base, &logs)
 
+	burst := time.Now()
 	const senders, each = 256, 40
 	codes := make([]int, senders*each)
 	var wg sync.WaitGroup
@@ -254,6 +256,10 @@ func TestOverloadShedsBeforePublishing(t *testing.T) {
 	}
 	if got := metric(t, base, `wahook_ingest_requests_total{app="default",result="shed"}`); int(got) != shed {
 		t.Errorf("shed counted %v, answered %d", got, shed)
+	}
+	lines := strings.Count(logs.String(), "past capacity, answering 503 with nothing published")
+	if most := 1 + int(time.Since(burst)/(10*time.Second)); shed > 0 && (lines == 0 || lines > most) {
+		t.Errorf("%d requests shed, logged in %d lines; want 1 to %d\n%s", shed, lines, most, logs.String())
 	}
 }
 
