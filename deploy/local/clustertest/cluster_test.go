@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,6 +44,9 @@ const (
 	// about a minute, twice stage 2's 30 s ack wait (docs/architecture.md),
 	// and an active number is written every --pacing-refresh (1 s).
 	staleBound = 60 * time.Second
+	// loadTestBound is how long one fault's load test may run with its
+	// check.
+	loadTestBound = 8 * time.Minute
 )
 
 // cluster is one deploy/local/cluster.sh up DIR --with-wahook.
@@ -155,19 +159,58 @@ func (c *cluster) script(args ...string) (string, error) {
 	return out.String(), nil
 }
 
-// logTails logs the last lines of wahook's logs under the cluster's
-// directory: what a failed run's processes said, once the directory is gone.
+// logTails logs the last lines of every server's log under the cluster's
+// directory (wahook's, NATS's, ZooKeeper's, ClickHouse's errors): what a
+// failed run's processes said, once the directory is gone. A run of lines
+// that differ only in their numbers is shown once with its count, so that
+// one process repeating itself does not crowd the others out; the disk's
+// free space comes first (a full disk fails every server at once).
 func (c *cluster) logTails(t *testing.T) {
-	logs, _ := filepath.Glob(filepath.Join(c.dir, "wahook", "*.log"))
+	if out, err := exec.Command("df", "-h", c.dir).CombinedOutput(); err == nil {
+		t.Logf("disk of the cluster's directory:\n%s", out)
+	}
+	var logs []string
+	for _, pattern := range []string{"wahook/*.log", "nats-*/nats.log", "zookeeper/zookeeper.log", "clickhouse-*/log/clickhouse-server.err.log"} {
+		m, _ := filepath.Glob(filepath.Join(c.dir, pattern))
+		logs = append(logs, m...)
+	}
 	for _, l := range logs {
 		b, err := os.ReadFile(l)
-		if err != nil {
+		if err != nil || len(b) == 0 {
 			continue
 		}
-		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-		lines = lines[max(0, len(lines)-30):]
-		t.Logf("last lines of %s:\n%s", filepath.Base(l), strings.Join(lines, "\n"))
+		rel, _ := filepath.Rel(c.dir, l)
+		t.Logf("last lines of %s:\n%s", rel, strings.Join(collapse(strings.Split(strings.TrimRight(string(b), "\n"), "\n"), 12), "\n"))
 	}
+}
+
+// collapse returns the last n entries of lines, where consecutive lines
+// that differ only in their digits are one entry: the last of them, with
+// how many more there were.
+func collapse(lines []string, n int) []string {
+	shape := func(s string) string {
+		return strings.Map(func(r rune) rune {
+			if r >= '0' && r <= '9' {
+				return -1
+			}
+			return r
+		}, s)
+	}
+	var out []string
+	for i := len(lines) - 1; i >= 0 && len(out) < n; {
+		j := i
+		for j > 0 && shape(lines[j-1]) == shape(lines[i]) {
+			j--
+		}
+		line := lines[i]
+		if i > j {
+			line = fmt.Sprintf("%s\n  (and %d more lines like it before)", line, i-j)
+		}
+		out = append(out, line)
+		i = j - 1
+	}
+	slices.Reverse(out)
+	return out
 }
 
 // noneLeft fails when a process started under the cluster's directory
@@ -431,7 +474,12 @@ func runFault(t *testing.T, c *cluster, f fault) {
 	runID := rand.IntN(99_999_999) + 1
 	watch := watchStaleness(t, js, fmt.Sprintf("9%08d", runID))
 	var out, errOut bytes.Buffer
-	lt := exec.Command(c.bin, "loadtest", "--url", c.env["INGEST_URLS"], "--app-secret", c.env["APP_SECRET"],
+	// The load, its retries and its check take about 5 minutes at most
+	// (the check's 240 s); past 8, something is broken, and the suite says
+	// so instead of waiting out every retry.
+	ltCtx, ltCancel := context.WithTimeout(context.Background(), loadTestBound)
+	defer ltCancel()
+	lt := exec.CommandContext(ltCtx, c.bin, "loadtest", "--url", c.env["INGEST_URLS"], "--app-secret", c.env["APP_SECRET"],
 		"--run-id", strconv.Itoa(runID), "--numbers", numbers, "--outbound-mps", outboundMP, "--reply-rate", "0.3", "--statuses-per-post", "3",
 		"--duration", loadFor.String(), "--connections", "64", "--attempts", "6", "--timeout", "5s",
 		"--check-clickhouse-dsn", c.env["CLICKHOUSE_DSN"], "--check-nats-url", c.env["NATS_URLS"],
@@ -465,6 +513,9 @@ func runFault(t *testing.T, c *cluster, f fault) {
 
 	var r report
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil || r.Check == nil {
+		if ltCtx.Err() != nil {
+			ltErr = fmt.Errorf("%w: killed after %s", ltErr, loadTestBound)
+		}
 		t.Fatalf("wahook loadtest: %v, report %v\nstdout: %.2000s\nstderr: %.4000s", ltErr, err, out.String(), errOut.String())
 	}
 	line := fmt.Sprintf("fault %q: sent %d, 200s %d, 503s %d, not sent %d, lost %d, duplicated %d, longest gap in 200s %ds, backlog drained in %.1fs, signal stale at most %s (%s, %d numbers)",
@@ -743,5 +794,18 @@ func TestClusterMigrate(t *testing.T) {
 	})
 	if n != 1 {
 		t.Errorf("a row written through replica 1: %d copies on replica 2 after 30s", n)
+	}
+}
+
+// TestCollapse: the log tails show a repeated line once, with its count.
+func TestCollapse(t *testing.T) {
+	lines := []string{"start", "retry seq 1", "retry seq 2", "retry seq 13", "stopped 4", "end"}
+	got := strings.Join(collapse(lines, 3), "|")
+	want := "retry seq 13\n  (and 2 more lines like it before)|stopped 4|end"
+	if got != want {
+		t.Fatalf("collapse: got %q, want %q", got, want)
+	}
+	if got := strings.Join(collapse(lines, 10), "|"); !strings.HasPrefix(got, "start|retry seq 13") {
+		t.Fatalf("collapse of all: got %q", got)
 	}
 }
