@@ -48,10 +48,9 @@ func TestAdmissionRecoversFromSlowAcks(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer pub.Close()
-			n := 0
+			var n atomic.Int64
 			publish := func() error {
-				n++
-				b := body(n)
+				b := body(int(n.Add(1)))
 				now := time.Now()
 				_, err := pub.Publish(schema.DefaultApp, schema.RawMsgID(b), b, now, now.Add(cfg.AckTimeout))
 				return err

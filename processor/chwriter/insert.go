@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 )
 
@@ -23,10 +24,22 @@ func insertQuery[T any](database string, t *table[T]) string {
 	return b.String()
 }
 
+// noBlockDedup turns off ClickHouse's deduplication of inserted blocks.
+// On replicated tables a block identical to one stored earlier is dropped,
+// and the materialized views never see it: when a server stores a block in
+// a table and fails before its views' parts (killed, or ZooKeeper lost for
+// the views' tables), the client gets an error, writes the same rows again
+// in the same block, and the views' rows for it (message_states,
+// failures_by_minute, ...) would be missing for good. Every table this
+// package writes already takes a row twice (Meta's retries, redelivery:
+// ReplacingMergeTree, and views of max, minIf and uniqExact states), so the
+// retried block is simply stored again.
+var noBlockDedup = clickhouse.WithSettings(clickhouse.Settings{"insert_deduplicate": 0})
+
 // insert writes rows into t with one INSERT, sent in blocks of at most
 // blockRows rows. It returns nil once the server has taken every block.
 func insert[T any](ctx context.Context, conn driver.Conn, query string, t *table[T], rows []T, blockRows int, s *scratch) (err error) {
-	batch, err := conn.PrepareBatch(ctx, query)
+	batch, err := conn.PrepareBatch(clickhouse.Context(ctx, noBlockDedup), query)
 	if err != nil {
 		return fmt.Errorf("prepare: %w", err)
 	}
