@@ -16,8 +16,8 @@ import (
 type admission struct {
 	queueWait time.Duration // 0: wait for a slot until the deadline
 	ackNanos  atomic.Int64  // moving average of the time to an ack
-	// freshAt is when the average last had news (unix nanoseconds): an
-	// ack observed, or a probe let through.
+	// freshAt is when the average last had news (monoNanos): an ack
+	// observed, or a probe let through.
 	freshAt atomic.Int64
 }
 
@@ -46,18 +46,17 @@ func (a *admission) late(deadline time.Time) bool {
 	if a.queueWait <= 0 {
 		return false
 	}
-	now := time.Now()
-	if deadline.Sub(now) >= 2*time.Duration(a.ackNanos.Load()) {
+	if time.Until(deadline) >= 2*time.Duration(a.ackNanos.Load()) {
 		return false
 	}
-	fresh := a.freshAt.Load()
-	return now.UnixNano()-fresh < int64(probeEvery) || !a.freshAt.CompareAndSwap(fresh, now.UnixNano())
+	now, fresh := monoNanos(), a.freshAt.Load()
+	return now-fresh < int64(probeEvery) || !a.freshAt.CompareAndSwap(fresh, now)
 }
 
 // observe folds the time one publish took to its ack into the average
 // (weight 1/16).
 func (a *admission) observe(d time.Duration) {
-	a.freshAt.Store(time.Now().UnixNano())
+	a.freshAt.Store(monoNanos())
 	for {
 		old := a.ackNanos.Load()
 		next := old + (int64(d)-old)/16
@@ -69,3 +68,11 @@ func (a *admission) observe(d time.Duration) {
 		}
 	}
 }
+
+// epoch is a day before the process started, on the monotonic clock.
+var epoch = time.Now().Add(-24 * time.Hour)
+
+// monoNanos is a time in nanoseconds on the monotonic clock, which a step of
+// the wall clock (NTP) does not move: intervals between two of them are
+// true. It is more than a day from 0, so that a zero value reads as long ago.
+func monoNanos() int64 { return int64(time.Since(epoch)) }

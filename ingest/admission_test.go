@@ -61,13 +61,17 @@ func TestAdmissionRecoversFromSlowAcks(t *testing.T) {
 				t.Fatalf("the slow publish: %v", err)
 			}
 			// While the stream stays slow, 50 requests at once are shed
-			// but for a probe or two.
+			// but for a probe every 50 ms at most.
+			slowAck := time.Now()
 			var wg sync.WaitGroup
-			var shed, through atomic.Int64
+			var shed, through, lastAsked atomic.Int64
 			for range 50 {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
+					asked := int64(time.Since(slowAck))
+					for last := lastAsked.Load(); asked > last && !lastAsked.CompareAndSwap(last, asked); last = lastAsked.Load() {
+					}
 					switch err := publish(); {
 					case errors.Is(err, ingest.ErrOverloaded):
 						shed.Add(1)
@@ -79,8 +83,14 @@ func TestAdmissionRecoversFromSlowAcks(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			if through.Load() > 2 || shed.Load() < 48 {
-				t.Fatalf("while the acks are slow: %d published, %d shed of 50; want at most 2 probes published", through.Load(), shed.Load())
+			// A request can be a probe only as it asks: the time from the
+			// slow ack to the last request bounds the probes (one each 50
+			// ms, and one more for the moment between asking and the
+			// probe's turn).
+			probes := 2 + lastAsked.Load()/int64(50*time.Millisecond)
+			if through.Load() > probes || shed.Load() < 50-probes {
+				t.Fatalf("while the acks are slow: %d published, %d shed of 50 asked within %s; want at most %d probes published",
+					through.Load(), shed.Load(), time.Duration(lastAsked.Load()), probes)
 			}
 
 			// The stream is fast again: the probes find it out.
@@ -111,28 +121,40 @@ func TestAdmissionRecoversFromSlowAcks(t *testing.T) {
 }
 
 // slowStream answers the RAW stream's publishes, for the publisher kind, as
-// stored after *delay.
+// stored, *delay after each arrives (each on its own timer, so that one slow
+// answer holds up no other).
 func slowStream(t *testing.T, nc *nats.Conn, kind string, delay *atomic.Int64) {
 	t.Helper()
 	var seq atomic.Uint64
-	if kind == ingest.PublisherBatch {
-		newScriptedStream(t, nc, func(_ int, _ uint64, commit bool, sent uint64) string {
-			if !commit {
-				return ""
-			}
-			time.Sleep(time.Duration(delay.Load()))
-			return pubAck(seq.Add(sent), sent)
-		})
-		return
-	}
+	var mu sync.Mutex
+	sent := map[string]uint64{} // fast batch id -> messages so far
 	sub, err := nc.Subscribe(schema.SubjectRawAll, func(m *nats.Msg) {
-		if strings.HasSuffix(m.Reply, "$FI") {
-			t.Errorf("reply %q: a fast-batch message to the async publisher's stream", m.Reply)
+		d := time.Duration(delay.Load())
+		tok := strings.Split(m.Reply, ".")
+		isBatch := len(tok) >= 6 && tok[len(tok)-1] == "$FI"
+		if isBatch != (kind == ingest.PublisherBatch) {
+			t.Errorf("reply %q to the %s publisher", m.Reply, kind)
 			return
 		}
-		d := time.Duration(delay.Load())
-		s := seq.Add(1)
-		time.AfterFunc(d, func() { _ = m.Respond(fmt.Appendf(nil, `{"stream":"WAHOOK_RAW","seq":%d}`, s)) })
+		if !isBatch {
+			s := seq.Add(1)
+			time.AfterFunc(d, func() { _ = m.Respond(fmt.Appendf(nil, `{"stream":"WAHOOK_RAW","seq":%d}`, s)) })
+			return
+		}
+		// A fast-batch message: its batch id, then whether it commits
+		// ("2": the last message, "3": an empty commit). Only the commit
+		// is answered, with the batch's count.
+		id, op := tok[len(tok)-6], tok[len(tok)-2]
+		mu.Lock()
+		if op != "3" {
+			sent[id]++
+		}
+		count := sent[id]
+		mu.Unlock()
+		if op == "2" || op == "3" {
+			s := seq.Add(count)
+			time.AfterFunc(d, func() { _ = m.Respond([]byte(pubAck(s, count))) })
+		}
 	})
 	if err != nil {
 		t.Fatal(err)

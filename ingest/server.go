@@ -50,7 +50,7 @@ type Server struct {
 	// off.
 	dups *dupIndex
 	// evictLogAt is when the index's early forgetting was last logged
-	// (Unix nanoseconds), so that it is logged once a minute at most.
+	// (monoNanos), so that it is logged once a minute at most.
 	evictLogAt atomic.Int64
 	// pubFailLog and shedLog throttle the warnings of failed and shed
 	// publishes (logPublishFailure, logShed).
@@ -375,7 +375,7 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 // forgets ids before their window ends (VM lib/logger/throttler.go: never
 // flood the logs from the hot path; the counter has every one).
 func (s *Server) logEvictions() {
-	now := time.Now().UnixNano()
+	now := monoNanos()
 	last := s.evictLogAt.Load()
 	if now-last < int64(time.Minute) || !s.evictLogAt.CompareAndSwap(last, now) {
 		return
@@ -400,7 +400,7 @@ type throttle struct {
 // since the last line.
 func (l *throttle) note(every time.Duration) (int64, bool) {
 	l.count.Add(1)
-	now := time.Now().UnixNano()
+	now := monoNanos()
 	last := l.at.Load()
 	if now-last < int64(every) || !l.at.CompareAndSwap(last, now) {
 		return 0, false
