@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
+	"github.com/wahook/wahook/internal/logthrottle"
 	"github.com/wahook/wahook/schema"
 )
 
@@ -54,7 +55,7 @@ type Server struct {
 	evictLogAt atomic.Int64
 	// pubFailLog and shedLog throttle the warnings of failed and shed
 	// publishes (logPublishFailure, logShed).
-	pubFailLog, shedLog throttle
+	pubFailLog, shedLog logthrottle.Throttle
 }
 
 // appRoute is what the hot path needs of one configured app.
@@ -88,6 +89,7 @@ func New(cfg Config, pub Publisher, ready ReadyFunc, reg *prometheus.Registry, l
 		metrics: newMetrics(reg),
 		apps:    make(map[string]*appRoute, len(cfg.Apps)),
 	}
+	s.pubFailLog.Every, s.shedLog.Every = publishFailureLogEvery, publishFailureLogEvery
 	_, lends := pub.(BodyLender)
 	s.copyBody = !lends
 	s.tokenDigest = sha256.Sum256([]byte(cfg.VerifyToken))
@@ -389,30 +391,11 @@ func (s *Server) logEvictions() {
 // logged.
 const publishFailureLogEvery = 10 * time.Second
 
-// throttle lets a warning through at most once an interval and counts the
-// events between two lines, so that an outage or an overload does not flood
-// the logs with a line per request (the metrics count every one).
-type throttle struct {
-	at, count atomic.Int64
-}
-
-// note counts one event and reports whether a line is due, with the events
-// since the last line.
-func (l *throttle) note(every time.Duration) (int64, bool) {
-	l.count.Add(1)
-	now := monoNanos()
-	last := l.at.Load()
-	if now-last < int64(every) || !l.at.CompareAndSwap(last, now) {
-		return 0, false
-	}
-	return l.count.Swap(0), true
-}
-
 // logPublishFailure warns of a publish that failed: the first at once, then
 // one line every publishFailureLogEvery at most
 // (wahook_ingest_requests_total{result="unavailable"} counts every one).
 func (s *Server) logPublishFailure(app string, bytes int, err error) {
-	n, due := s.pubFailLog.note(publishFailureLogEvery)
+	n, due := s.pubFailLog.Note()
 	if !due {
 		return
 	}
@@ -425,7 +408,7 @@ func (s *Server) logPublishFailure(app string, bytes int, err error) {
 // does of failures (wahook_ingest_requests_total{result="shed"} counts
 // every one): without it, an ingest that sheds everything says nothing.
 func (s *Server) logShed(app string, err error) {
-	n, due := s.shedLog.note(publishFailureLogEvery)
+	n, due := s.shedLog.Note()
 	if !due {
 		return
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/wahook/wahook/internal/logthrottle"
 	"github.com/wahook/wahook/processor/chwriter"
 	"github.com/wahook/wahook/schema"
 )
@@ -56,7 +57,16 @@ type Stage1 struct {
 	numbers *NumberMap
 	applyMu sync.Mutex
 	applyQ  []HeldEvent
+
+	// strikeLog throttles the warning of bodies that failed on their own
+	// and will be tried again: while a replica's tables are read-only,
+	// every body of every batch fails so, each on every delivery.
+	strikeLog logthrottle.Throttle
 }
+
+// strikeLogEvery is how often at most stage 1 warns of bodies that failed
+// on their own and will be tried again (a dead letter is always logged).
+const strikeLogEvery = 10 * time.Second
 
 // NewStage1 returns a stage 1 consumer; numbers and log may be nil.
 func NewStage1(cfg Config, js jetstream.JetStream, w Writer, n BodyNormalizer, numbers *NumberMap, reg prometheus.Registerer, log *zap.Logger) (*Stage1, error) {
@@ -67,6 +77,7 @@ func NewStage1(cfg Config, js jetstream.JetStream, w Writer, n BodyNormalizer, n
 		log = zap.NewNop()
 	}
 	s := &Stage1{cfg: cfg, js: js, w: w, n: n, numbers: numbers, log: log, metrics: newMetrics(reg), backoff: cfg.BackoffMin}
+	s.strikeLog.Every = strikeLogEvery
 	if cfg.PublishEvents {
 		s.events = newEventPublisher(js.Conn(), eventsWindow)
 	}
@@ -551,8 +562,10 @@ func (s *Stage1) strike(ctx context.Context, m jetstream.Msg, err error) {
 	delay := s.cfg.BackoffMin << min(n-1, 16)
 	delay = min(delay, s.cfg.BackoffMax)
 	_ = m.NakWithDelay(delay)
-	s.log.Warn("body not stored on its own, will retry", zap.Uint64("raw_seq", src.RawSeq), zap.Uint64("deliveries", n),
-		zap.Int("max_deliver", s.cfg.MaxDeliver), zap.Duration("retry_in", delay), zap.Error(err))
+	if count, due := s.strikeLog.Note(); due {
+		s.log.Warn("body not stored on its own, will retry", zap.Uint64("raw_seq", src.RawSeq), zap.Uint64("deliveries", n),
+			zap.Int("max_deliver", s.cfg.MaxDeliver), zap.Duration("retry_in", delay), zap.Int64("bodies_since_last_line", count), zap.Error(err))
+	}
 }
 
 // isOutage reports whether err says a store did not answer (EVENTS without

@@ -16,7 +16,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/processor"
@@ -45,6 +48,9 @@ type pipeline struct {
 	regs    []*prometheus.Registry // one per started instance
 	ctx     context.Context
 	running int
+	// warnings has what every started instance logged at warn and above.
+	warnCore zapcore.Core
+	warnings *observer.ObservedLogs
 }
 
 func newPipeline(t testing.TB, db *schematest.ClickHouseDB) *pipeline {
@@ -97,7 +103,11 @@ func (p *pipeline) start() {
 	if p.faults != nil {
 		w = p.faults(w)
 	}
-	s1, err := processor.NewStage1(p.cfg, p.js, w, p.norm, p.numbers, reg, zaptest.NewLogger(p.t))
+	if p.warnings == nil {
+		p.warnCore, p.warnings = observer.New(zap.WarnLevel)
+	}
+	logger := zap.New(zapcore.NewTee(zaptest.NewLogger(p.t).Core(), p.warnCore))
+	s1, err := processor.NewStage1(p.cfg, p.js, w, p.norm, p.numbers, reg, logger)
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -594,6 +604,7 @@ func TestStage1ReadOnlyClickHouse(t *testing.T) {
 		return w
 	}
 	p.start()
+	began := time.Now()
 	const n = 30
 	for i := range n {
 		p.publish("default", statusBody("107655290331184", "15557810001", fmt.Sprintf("wamid.readonly-%d", i), 1781514312+i))
@@ -617,6 +628,17 @@ func TestStage1ReadOnlyClickHouse(t *testing.T) {
 	}
 	if got := p.count("SELECT count() FROM {db}.dead_letters"); got != 0 {
 		t.Errorf("%d dead letters, want none", got)
+	}
+	// Each refused body was not logged on its own: one line per 10 s
+	// at most, with the count.
+	lines := p.warnings.FilterMessage("body not stored on its own, will retry").All()
+	var counted int64
+	for _, l := range lines {
+		n, _ := l.ContextMap()["bodies_since_last_line"].(int64)
+		counted += n
+	}
+	if most := 1 + int(time.Since(began)/(10*time.Second)); len(lines) == 0 || len(lines) > most || counted < 1 {
+		t.Errorf("%d writes refused, logged in %d lines counting %d bodies; want 1 to %d lines", w.refused.Load(), len(lines), counted, most)
 	}
 }
 
