@@ -144,7 +144,10 @@ func connectExternal(o natsOptions, name string, log *zap.Logger) (*nats.Conn, e
 
 // connLogging logs the connection's disconnects, reconnects and close:
 // while NATS is away, ingest answers 503 and the stages wait, and the log
-// says why. The server's URL is logged without its credentials.
+// says why. The server's URL is logged without its credentials. Errors the
+// client meets on its own (a subscription too slow for its messages, which
+// drops them; a failed write) are logged too: without a handler the client
+// prints them to stderr, outside the structured log.
 func connLogging(log *zap.Logger, name string) []nats.Option {
 	if log == nil {
 		return nil
@@ -156,6 +159,16 @@ func connLogging(log *zap.Logger, name string) []nats.Option {
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			l.Info("nats reconnected", zap.String("server", nc.ConnectedUrlRedacted()))
+		}),
+		nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
+			fields := []zap.Field{zap.Error(err)}
+			if sub != nil {
+				fields = append(fields, zap.String("subject", sub.Subject))
+				if dropped, derr := sub.Dropped(); derr == nil {
+					fields = append(fields, zap.Int("dropped", dropped))
+				}
+			}
+			l.Warn("nats client error", fields...)
 		}),
 		nats.ClosedHandler(func(nc *nats.Conn) {
 			if err := nc.LastError(); err != nil {
