@@ -102,6 +102,11 @@ type Resolver struct {
 	// tenure the lease's tenure it was learnt in.
 	mem    memory
 	tenure uint64
+	// replicated tells, once known, whether funnel_messages is a
+	// replicated table (syncReplica); synced is how long passes waited for
+	// their replica since Run last looked.
+	replicated *bool
+	synced     time.Duration
 }
 
 // New returns a resolver of the tables in database db. m may be nil.

@@ -196,7 +196,8 @@ func (r *Resolver) Run(ctx context.Context, lease *Lease) error {
 			// Passes take a tenth of the time at most: under a burst they
 			// come less often (each covers more), and the funnel lags
 			// rather than stage 1's writes, which share ClickHouse.
-			took := time.Since(start)
+			took := time.Since(start) - r.synced
+			r.synced = 0
 			wait = max(wait-took, 9*took)
 			switch {
 			case ctx.Err() != nil:

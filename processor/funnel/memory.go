@@ -4,6 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"go.uber.org/zap"
 )
 
 // This file is what a resolver remembers of funnel_messages while it holds
@@ -58,6 +63,9 @@ func (m *memory) forget() {
 func (r *Resolver) beginMemory(ctx context.Context, now uint32) error {
 	m := &r.mem
 	m.forget()
+	if err := r.syncReplica(ctx); err != nil {
+		return err
+	}
 	future := map[msgKey]uint32{}
 	rows, err := r.conn.Query(ctx, fmt.Sprintf(`SELECT phone_number_id, message_id, recipient_key, toUInt32(max(first))
 FROM %s
@@ -138,4 +146,45 @@ func (m *memory) rotate(now uint32) {
 	}
 	m.h = h
 	m.old, m.young, m.youngStart = m.young, map[msgKey]Row{}, now
+}
+
+// syncReplicaTimeout bounds the wait for this replica of funnel_messages to
+// catch up; a pass that times out fails, and the next tries again.
+const syncReplicaTimeout = 60 * time.Second
+
+// syncReplica brings the replica the resolver reads up to date with every
+// part of funnel_messages another replica took, when the table is
+// replicated. A tenure reads the rows to net its differences against;
+// rows written by the last tenure (or by a failed pass of this one) through
+// another replica, and not yet fetched here, would be taken for missing and
+// written again in full: counted twice once the parts meet. While the part
+// is on a replica that is down, the wait times out and the passes fail: the
+// funnel lags, and counts nothing twice.
+func (r *Resolver) syncReplica(ctx context.Context) error {
+	if r.replicated == nil {
+		var engine string
+		if err := r.conn.QueryRow(ctx, "SELECT engine FROM system.tables WHERE database = ? AND name = 'funnel_messages'", r.db).Scan(&engine); err != nil {
+			return fmt.Errorf("funnel: funnel_messages' engine: %w", err)
+		}
+		replicated := strings.HasPrefix(engine, "Replicated")
+		r.replicated = &replicated
+	}
+	if !*r.replicated {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, syncReplicaTimeout+10*time.Second)
+	defer cancel()
+	// The server waits receive_timeout for the replica's queue to empty.
+	ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"receive_timeout": int(syncReplicaTimeout / time.Second)}))
+	start := time.Now()
+	err := r.conn.Exec(ctx, "SYSTEM SYNC REPLICA "+r.table("funnel_messages"))
+	// Waiting is not work: Run paces passes by the time they took less it.
+	r.synced += time.Since(start)
+	if err != nil {
+		return fmt.Errorf("funnel: waiting for this replica of funnel_messages to catch up: %w", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		r.log.Info("funnel: this replica of funnel_messages caught up", zap.Duration("took", d))
+	}
+	return nil
 }

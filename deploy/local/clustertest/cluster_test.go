@@ -22,9 +22,11 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/processor/chwriter"
+	"github.com/wahook/wahook/processor/funnel"
 	"github.com/wahook/wahook/schema"
 )
 
@@ -805,6 +807,101 @@ func TestClusterMigrate(t *testing.T) {
 		t.Errorf("a row written through replica 1: %d copies on replica 2 after 30s", n)
 	}
 	t.Run("a retried insert reaches the views", func(t *testing.T) { retriedInsertReachesViews(t, conns[0]) })
+	t.Run("the funnel waits for its replica to catch up", func(t *testing.T) { funnelWaitsForItsReplica(t, conns) })
+}
+
+// statusRow is a status of message msg, with its id.
+func statusRow(msg, status string, at time.Time, codes ...int32) schema.StatusRow {
+	st := schema.StatusRow{Source: schema.Source{App: schema.DefaultApp, ReceivedAt: at, RawSeq: 7}, EventTime: at,
+		WabaID: "109000000000001", PhoneNumberID: "109000000000002", MessageID: msg, Status: status,
+		RecipientHash: "r", ErrorCodes: codes, PricingBillable: -1}
+	st.EventID = schema.EventID(schema.KindStatus, st.PhoneNumberID, st.MessageID, st.RecipientHash, "", st.Status,
+		at.Format(time.RFC3339), schema.CodesPart(st.ErrorCodes))
+	return st
+}
+
+// funnelWaitsForItsReplica: a new tenure of the funnel resolver nets its
+// rows against what funnel_messages holds. One resolver writes a message's
+// row through replica 1; replica 2 fetches none of it (fetches stopped),
+// as when replica 1 took a pass's insert and went down; a resolver on
+// replica 2 then resolves the message's next status. Reading replica 2 as
+// it was, it took the row for missing and wrote the message in full: the
+// message counted twice once the parts met. It now waits until replica 2
+// has caught up, and nets the message once.
+func funnelWaitsForItsReplica(t *testing.T, conns []clickhouse.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	r1, r2 := conns[0], conns[1]
+	exec := func(conn clickhouse.Conn, q string) {
+		t.Helper()
+		if err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	count := func(conn clickhouse.Conn, q string, args ...any) int64 {
+		t.Helper()
+		var n int64
+		if err := conn.QueryRow(ctx, q, args...).Scan(&n); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		return n
+	}
+	const msg = "wamid.funnel-replica"
+	at := time.Now().UTC().Truncate(time.Second).Add(-time.Minute)
+	exec(r2, "SYSTEM STOP FETCHES wahook.funnel_messages")
+	defer func() { _ = r2.Exec(context.Background(), "SYSTEM START FETCHES wahook.funnel_messages") }()
+
+	if err := chwriter.New(r1, "wahook").Write(ctx, &schema.Rows{Statuses: []schema.StatusRow{statusRow(msg, "sent", at)}}); err != nil {
+		t.Fatal(err)
+	}
+	if !testutil.Poll(30*time.Second, func() bool {
+		return count(r2, "SELECT toInt64(count()) FROM wahook.message_states WHERE message_id = ?", msg) > 0
+	}) {
+		t.Fatal("the sent status did not reach replica 2 within 30s")
+	}
+	cfg := funnel.DefaultConfig()
+	if _, err := funnel.New(cfg, r1, "wahook", nil, zaptest.NewLogger(t)).Pass(ctx, nil); err != nil {
+		t.Fatalf("the pass through replica 1: %v", err)
+	}
+	if n := count(r1, "SELECT toInt64(sum(n)) FROM wahook.funnel_messages WHERE kind = 0 AND message_id = ?", msg); n != 1 {
+		t.Fatalf("replica 1 nets %d rows of the message after the first pass, want 1", n)
+	}
+	if !testutil.Poll(30*time.Second, func() bool {
+		_, ok, err := funnel.Watermark(ctx, r2, "wahook")
+		return err == nil && ok
+	}) {
+		t.Fatal("the watermark did not reach replica 2 within 30s")
+	}
+	if err := chwriter.New(r2, "wahook").Write(ctx, &schema.Rows{Statuses: []schema.StatusRow{statusRow(msg, "delivered", at.Add(time.Second))}}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := funnel.New(cfg, r2, "wahook", nil, zaptest.NewLogger(t)).Pass(ctx, nil)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("the pass through replica 2 ended (%v) while replica 2 lacked replica 1's rows", err)
+	case <-time.After(3 * time.Second):
+	}
+	exec(r2, "SYSTEM START FETCHES wahook.funnel_messages")
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the pass through replica 2: %v", err)
+		}
+	case <-time.After(90 * time.Second):
+		t.Fatal("the pass through replica 2 did not end within 90s of its replica's fetches")
+	}
+	for i, conn := range conns {
+		exec(conn, "SYSTEM SYNC REPLICA wahook.funnel_messages")
+		n := count(conn, "SELECT toInt64(sum(n)) FROM wahook.funnel_messages WHERE kind = 0 AND message_id = ?", msg)
+		delivered := count(conn, "SELECT toInt64(sum(n_delivered)) FROM wahook.funnel_messages WHERE kind = 0 AND message_id = ?", msg)
+		if n != 1 || delivered != 1 {
+			t.Errorf("replica %d nets %d rows of the message, %d delivered; want 1 and 1", i+1, n, delivered)
+		}
+	}
 }
 
 // retriedInsertReachesViews: a server that stored a block in a replicated
