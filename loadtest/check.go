@@ -537,8 +537,9 @@ func (c *checker) extras(ctx context.Context) error {
 		since = time.Unix(c.l.Totals().FirstSecond, 0)
 	}
 	// These tables may not exist on an old schema; a missing answer is 0.
-	_ = c.conn.QueryRow(ctx, c.q(fmt.Sprintf("SELECT count() FROM {db}.dead_letters WHERE received_at >= toDateTime(%d)", since.Unix()))).Scan(&c.res.DeadLetters)
-	_ = c.conn.QueryRow(ctx, c.q(`SELECT count() FROM {db}.management_events WHERE waba_id IN `+c.wabas+` AND field = '_unknown_keys'`)).Scan(&c.res.UnknownKeys)
+	// FINAL: a row written twice (a retried insert) is one.
+	_ = c.conn.QueryRow(ctx, c.q(fmt.Sprintf("SELECT count() FROM {db}.dead_letters FINAL WHERE received_at >= toDateTime(%d)", since.Unix()))).Scan(&c.res.DeadLetters)
+	_ = c.conn.QueryRow(ctx, c.q(`SELECT count() FROM {db}.management_events FINAL WHERE waba_id IN `+c.wabas+` AND field = '_unknown_keys'`)).Scan(&c.res.UnknownKeys)
 	rows, err := c.conn.Query(ctx, `SELECT table, sum(rows), sum(data_compressed_bytes), sum(data_uncompressed_bytes)
 FROM system.parts WHERE database = '`+strings.ReplaceAll(c.db, "'", "")+`' AND active
 GROUP BY table ORDER BY table`)

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/wahook/wahook/ingest"
+	"github.com/wahook/wahook/internal/logthrottle"
 )
 
 // embeddedOptions are the flags of the embedded nats-server of serve.
@@ -153,6 +154,7 @@ func connLogging(log *zap.Logger, name string) []nats.Option {
 		return nil
 	}
 	l := log.With(zap.String("connection", name))
+	errs := &logthrottle.Throttle{Every: 10 * time.Second}
 	return []nats.Option{
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			l.Warn("nats disconnected, reconnecting", zap.Error(err))
@@ -160,10 +162,18 @@ func connLogging(log *zap.Logger, name string) []nats.Option {
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			l.Info("nats reconnected", zap.String("server", nc.ConnectedUrlRedacted()))
 		}),
+		// Once per 10 s at most, with the count: a subscription that stays
+		// slow reports each drop, and a KV watch while NATS is away reports
+		// every few seconds. Only the error and the count dropped: the
+		// subscription's subject is not read here (the client rewrites it
+		// under its own lock when it resets an ordered consumer).
 		nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
-			fields := []zap.Field{zap.Error(err)}
+			n, due := errs.Note()
+			if !due {
+				return
+			}
+			fields := []zap.Field{zap.Error(err), zap.Int64("errors_since_last_line", n)}
 			if sub != nil {
-				fields = append(fields, zap.String("subject", sub.Subject))
 				if dropped, derr := sub.Dropped(); derr == nil {
 					fields = append(fields, zap.Int("dropped", dropped))
 				}

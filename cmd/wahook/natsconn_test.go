@@ -14,7 +14,8 @@ import (
 
 // TestConnLoggingClientErrors: an error the NATS client meets on its own (a
 // subscription too slow for its messages, which drops them) is logged with
-// its subject and the count dropped, not printed to stderr.
+// the count dropped, not printed to stderr; a subscription that stays slow
+// is logged once, not once per drop.
 func TestConnLoggingClientErrors(t *testing.T) {
 	srv := schematest.StartJetStream(t)
 	core, logs := observer.New(zap.WarnLevel)
@@ -23,32 +24,58 @@ func TestConnLoggingClientErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	release := make(chan struct{})
-	defer close(release)
-	sub, err := nc.Subscribe("slow.subject", func(*nats.Msg) { <-release })
+	// The handler holds each message until released; the subscription
+	// keeps one more pending. Each round, one message waits and the next
+	// is dropped: the client reports a drop anew after it has queued one.
+	picked, release := make(chan struct{}), make(chan struct{})
+	sub, err := nc.Subscribe("slow.subject", func(*nats.Msg) {
+		picked <- struct{}{}
+		select {
+		case <-release:
+		case <-time.After(30 * time.Second):
+		}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sub.SetPendingLimits(1, -1); err != nil {
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := sub.SetPendingLimits(2, -1); err != nil {
 		t.Fatal(err)
 	}
-	for range 5 {
-		if err := nc.Publish("slow.subject", []byte("x")); err != nil {
+	publish := func(n int) {
+		t.Helper()
+		for range n {
+			if err := nc.Publish("slow.subject", []byte("x")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := nc.Flush(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, 10*time.Second, "the slow consumer logged", func() (bool, string) {
-		for _, e := range logs.FilterMessage("nats client error").All() {
-			m := e.ContextMap()
-			if m["subject"] == "slow.subject" && m["connection"] == "test" {
-				if d, _ := m["dropped"].(int64); d > 0 {
-					return true, ""
+	publish(1)
+	<-picked
+	for round := range 20 {
+		publish(2) // one pending, one dropped
+		if round == 0 {
+			testutil.Eventually(t, 10*time.Second, "the slow consumer logged", func() (bool, string) {
+				for _, e := range logs.FilterMessage("nats client error").All() {
+					m := e.ContextMap()
+					if d, _ := m["dropped"].(int64); d > 0 && m["connection"] == "test" {
+						return true, ""
+					}
 				}
-			}
+				return false, "no line with a count dropped"
+			})
 		}
-		return false, "no line with the subject and a count dropped"
-	})
+		release <- struct{}{}
+		<-picked
+	}
+	close(release)
+	if n := logs.FilterMessage("nats client error").Len(); n != 1 {
+		t.Fatalf("%d lines for one slow subscription within 10 s, want 1", n)
+	}
+	if d, _ := sub.Dropped(); d != 20 {
+		t.Fatalf("%d messages dropped, want 20 (the test's rounds went otherwise)", d)
+	}
 }

@@ -56,7 +56,8 @@ func New(conn driver.Conn, database string, opts ...Option) *Writer {
 // some: the caller writes the whole batch again, and the deduplicating tables
 // and queries count each row once (README.md of schema/migrations). Write
 // blocks until the server has answered, or ctx is done. It keeps no reference
-// to rows after it returns.
+// to rows after it returns. Its inserts carry their own ClickHouse settings
+// (insert_deduplicate = 0, insert.go): settings ctx carries are not sent.
 func (w *Writer) Write(ctx context.Context, rows *schema.Rows) error {
 	if w.err != nil {
 		return w.err
