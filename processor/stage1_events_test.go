@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wahook/wahook/processor"
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/schematest"
 )
@@ -18,6 +19,17 @@ import (
 func TestStage1NATSOutage(t *testing.T) {
 	p := newPipeline(t, schematest.ClickHouse(t))
 	p.cfg.BatchRows = 500
+	// The duplicate window outlasts the test: every event published again
+	// (a failed batch, bodies redelivered after the ack wait) falls within
+	// it, however slow the machine. With the default 30 s, a CI run whose
+	// redeliveries went on for longer stored 455 events twice: beyond the
+	// window the stream stores a republished event again, and consumers
+	// deduplicate it by event id (docs/architecture.md).
+	ecfg := processor.DefaultEventsConfig()
+	ecfg.DuplicateWindow = 10 * time.Minute
+	if err := processor.EnsureEventsStream(context.Background(), p.js, ecfg, true); err != nil {
+		t.Fatal(err)
+	}
 	p.start()
 	const per, bodies = 50, 400
 	body := func(i int) []byte {
@@ -65,6 +77,9 @@ func TestStage1NATSOutage(t *testing.T) {
 	info, err := s.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if info.Config.Duplicates != ecfg.DuplicateWindow {
+		t.Errorf("WAHOOK_EVENTS' duplicate window is %s, want the test's %s", info.Config.Duplicates, ecfg.DuplicateWindow)
 	}
 	if info.State.Msgs != per*bodies {
 		t.Errorf("WAHOOK_EVENTS holds %d events, want %d", info.State.Msgs, per*bodies)
