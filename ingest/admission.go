@@ -3,6 +3,8 @@ package ingest
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/wahook/wahook/internal/throttle"
 )
 
 // admission sheds load at the door, before a body is published. Past
@@ -14,11 +16,15 @@ import (
 // still come before its deadline; otherwise it is answered 503 at once,
 // with nothing published (ErrOverloaded).
 type admission struct {
-	queueWait time.Duration // 0: wait for a slot until the deadline
-	ackNanos  atomic.Int64  // moving average of the time to an ack
-	// freshAt is when the average last had news (monoNanos): an ack
-	// observed, or a probe let through.
-	freshAt atomic.Int64
+	queueWait time.Duration     // 0: wait for a slot until the deadline
+	ackNanos  atomic.Int64      // moving average of the time to an ack
+	probes    throttle.Throttle // one shed request an interval goes through
+}
+
+// shedPast makes a shed the requests that wait past d for a slot, or whose ack
+// the average expects after their deadline, with a probe every probeEvery.
+func (a *admission) shedPast(d time.Duration) {
+	a.queueWait, a.probes.Every = d, probeEvery
 }
 
 // probeEvery is how often at most a request that the average would shed is
@@ -40,8 +46,8 @@ func (a *admission) slotWait(wait time.Duration) (time.Duration, bool) {
 
 // late reports whether an ack is not expected before deadline: the time
 // left is less than twice the average time to an ack. Once every
-// probeEvery without news, it lets one such request through (a probe),
-// whose ack moves the average.
+// probeEvery, it lets one such request through (a probe), whose ack moves
+// the average.
 func (a *admission) late(deadline time.Time) bool {
 	if a.queueWait <= 0 {
 		return false
@@ -49,14 +55,13 @@ func (a *admission) late(deadline time.Time) bool {
 	if time.Until(deadline) >= 2*time.Duration(a.ackNanos.Load()) {
 		return false
 	}
-	now, fresh := monoNanos(), a.freshAt.Load()
-	return now-fresh < int64(probeEvery) || !a.freshAt.CompareAndSwap(fresh, now)
+	_, probe := a.probes.Note()
+	return !probe
 }
 
 // observe folds the time one publish took to its ack into the average
 // (weight 1/16).
 func (a *admission) observe(d time.Duration) {
-	a.freshAt.Store(monoNanos())
 	for {
 		old := a.ackNanos.Load()
 		next := old + (int64(d)-old)/16
@@ -68,11 +73,3 @@ func (a *admission) observe(d time.Duration) {
 		}
 	}
 }
-
-// epoch is a day before the process started, on the monotonic clock.
-var epoch = time.Now().Add(-24 * time.Hour)
-
-// monoNanos is a time in nanoseconds on the monotonic clock, which a step of
-// the wall clock (NTP) does not move: intervals between two of them are
-// true. It is more than a day from 0, so that a zero value reads as long ago.
-func monoNanos() int64 { return int64(time.Since(epoch)) }

@@ -48,13 +48,13 @@ func NewPublisher(nc *nats.Conn, cfg Config) (RawPublisher, error) {
 	case PublisherBatch:
 		p, err := NewBatchPublisher(nc, cfg.MaxInflight, cfg.AckTimeout, cfg.Batch)
 		if p != nil {
-			p.adm.queueWait = cfg.QueueWait
+			p.adm.shedPast(cfg.QueueWait)
 		}
 		return p, err
 	case PublisherAsync:
 		p, err := NewJetStreamPublisher(nc, cfg.MaxInflight, cfg.AckTimeout)
 		if p != nil {
-			p.adm.queueWait = cfg.QueueWait
+			p.adm.shedPast(cfg.QueueWait)
 		}
 		return p, err
 	}

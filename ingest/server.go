@@ -19,7 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
-	"github.com/wahook/wahook/internal/logthrottle"
+	"github.com/wahook/wahook/internal/throttle"
 	"github.com/wahook/wahook/schema"
 )
 
@@ -50,12 +50,9 @@ type Server struct {
 	// dups remembers the bodies stored within cfg.DedupeWindow; nil when
 	// off.
 	dups *dupIndex
-	// evictLogAt is when the index's early forgetting was last logged
-	// (monoNanos), so that it is logged once a minute at most.
-	evictLogAt atomic.Int64
-	// pubFailLog and shedLog throttle the warnings of failed and shed
-	// publishes (logPublishFailure, logShed).
-	pubFailLog, shedLog logthrottle.Throttle
+	// evictLog, pubFailLog and shedLog throttle the warnings of the
+	// index's early forgetting and of failed and shed publishes.
+	evictLog, pubFailLog, shedLog throttle.Throttle
 }
 
 // appRoute is what the hot path needs of one configured app.
@@ -89,7 +86,7 @@ func New(cfg Config, pub Publisher, ready ReadyFunc, reg *prometheus.Registry, l
 		metrics: newMetrics(reg),
 		apps:    make(map[string]*appRoute, len(cfg.Apps)),
 	}
-	s.pubFailLog.Every, s.shedLog.Every = publishFailureLogEvery, publishFailureLogEvery
+	s.evictLog.Every, s.pubFailLog.Every, s.shedLog.Every = time.Minute, publishFailureLogEvery, publishFailureLogEvery
 	_, lends := pub.(BodyLender)
 	s.copyBody = !lends
 	s.tokenDigest = sha256.Sum256([]byte(cfg.VerifyToken))
@@ -377,9 +374,7 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 // forgets ids before their window ends (VM lib/logger/throttler.go: never
 // flood the logs from the hot path; the counter has every one).
 func (s *Server) logEvictions() {
-	now := monoNanos()
-	last := s.evictLogAt.Load()
-	if now-last < int64(time.Minute) || !s.evictLogAt.CompareAndSwap(last, now) {
+	if _, due := s.evictLog.Note(); !due {
 		return
 	}
 	s.log.Warn("duplicate index full: forgetting the oldest body ids before their window ends; Meta's retries of those bodies will be stored again, and deduplicated downstream by event id",

@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	"github.com/wahook/wahook/internal/logthrottle"
+	"github.com/wahook/wahook/internal/throttle"
 	"github.com/wahook/wahook/processor/chwriter"
 	"github.com/wahook/wahook/schema"
 )
@@ -61,7 +61,7 @@ type Stage1 struct {
 	// strikeLog throttles the warning of bodies that failed on their own
 	// and will be tried again: while a replica's tables are read-only,
 	// every body of every batch fails so, each on every delivery.
-	strikeLog logthrottle.Throttle
+	strikeLog throttle.Throttle
 }
 
 // strikeLogEvery is how often at most stage 1 warns of bodies that failed

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/wahook/wahook/ingest"
-	"github.com/wahook/wahook/internal/logthrottle"
+	"github.com/wahook/wahook/internal/throttle"
 )
 
 // embeddedOptions are the flags of the embedded nats-server of serve.
@@ -154,7 +154,7 @@ func connLogging(log *zap.Logger, name string) []nats.Option {
 		return nil
 	}
 	l := log.With(zap.String("connection", name))
-	errs := &logthrottle.Throttle{Every: 10 * time.Second}
+	errs := &throttle.Throttle{Every: 10 * time.Second}
 	return []nats.Option{
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			l.Warn("nats disconnected, reconnecting", zap.Error(err))

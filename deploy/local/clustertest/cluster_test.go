@@ -917,14 +917,10 @@ func retriedInsertReachesViews(t *testing.T, conn clickhouse.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	at := time.Now().UTC().Truncate(time.Second)
-	src := schema.Source{App: schema.DefaultApp, ReceivedAt: at, RawSeq: 7}
-	st := schema.StatusRow{Source: src, EventTime: at, WabaID: "109000000000001", PhoneNumberID: "109000000000002",
-		MessageID: "wamid.retried-insert", Status: "failed", RecipientHash: "r", ErrorCodes: []int32{131026}, PricingBillable: -1}
-	st.EventID = schema.EventID(schema.KindStatus, st.PhoneNumberID, st.MessageID, st.RecipientHash, "", st.Status,
-		at.Format(time.RFC3339), schema.CodesPart(st.ErrorCodes))
+	st := statusRow("wamid.retried-insert", "failed", at, 131026)
 	rows := &schema.Rows{
 		Statuses: []schema.StatusRow{st},
-		Errors: []schema.ErrorRow{{Source: src, EventID: st.EventID, Origin: "status", EventTime: at, WabaID: st.WabaID,
+		Errors: []schema.ErrorRow{{Source: st.Source, EventID: st.EventID, Origin: "status", EventTime: at, WabaID: st.WabaID,
 			PhoneNumberID: st.PhoneNumberID, MessageID: st.MessageID, RecipientHash: st.RecipientHash, Code: 131026}},
 	}
 	views := []string{"wahook.failures_by_minute_mv", "wahook.message_states_mv"}
