@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/wahook/wahook/internal/deadline"
 	"github.com/wahook/wahook/internal/throttle"
 	"github.com/wahook/wahook/processor/chwriter"
 	"github.com/wahook/wahook/schema"
@@ -214,13 +215,17 @@ func (s *Stage1) Run(ctx context.Context) error {
 	}()
 	maxAge := s.cfg.AckWait / 4
 	var nextSweep time.Time // now: at start
+	// One context serves the reads until the batch is due.
+	var due deadline.Deadline
+	defer due.Stop()
 	for ctx.Err() == nil {
 		if s.numbers != nil {
 			s.applyHeld(pubCtx, b, &nextSweep)
 		}
+		now := time.Now()
 		wait := s.cfg.FlushInterval
 		if !b.empty() {
-			age := time.Since(b.first)
+			age := now.Sub(b.first)
 			if wait = s.cfg.FlushInterval - age; wait <= 0 {
 				if handOff(age >= maxAge) {
 					continue
@@ -229,9 +234,7 @@ func (s *Stage1) Run(ctx context.Context) error {
 				wait = writerPoll
 			}
 		}
-		nctx, cancel := context.WithTimeout(ctx, wait)
-		msg, err := it.Next(jetstream.NextContext(nctx))
-		cancel()
+		msg, err := it.Next(jetstream.NextContext(due.By(ctx, now.Add(wait))))
 		if err != nil {
 			switch {
 			case ctx.Err() != nil:

@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/wahook/wahook/internal/deadline"
 	"github.com/wahook/wahook/processor/pacing"
 	"github.com/wahook/wahook/schema"
 )
@@ -225,18 +225,22 @@ func (s *Stage2) consume(ctx context.Context, cons jetstream.Consumer) error {
 
 	nextRefresh := time.Now().Add(s.cfg.Refresh)
 	nextCheck := time.Now().Add(consumerCheck)
+	// One context serves the waits until the next wake-up: a timer per
+	// message read would cost more than most messages' handling.
+	var wake deadline.Deadline
+	defer wake.Stop()
 	for {
-		wait := time.Until(s.nextWake(nextRefresh))
+		next := s.nextWake(nextRefresh)
 		var msg jetstream.Msg
 		err = nil
-		if wait > 0 {
-			msg, err = it.Next(jetstream.NextMaxWait(wait))
+		if time.Until(next) > 0 {
+			msg, err = it.Next(jetstream.NextContext(wake.By(context.Background(), next)))
 		}
 		switch {
 		case err == nil && msg != nil:
 			s.handle(ctx, msg)
 		case err == nil:
-		case errors.Is(err, nats.ErrTimeout):
+		case errors.Is(err, context.DeadlineExceeded):
 		case ctx.Err() != nil:
 			return nil
 		default:
