@@ -21,8 +21,9 @@ type admission struct {
 	probes    throttle.Throttle // one shed request an interval goes through
 }
 
-// shedPast makes a shed the requests that wait past d for a slot, or whose ack
-// the average expects after their deadline, with a probe every probeEvery.
+// shedPast has a shed the requests that would wait past d for a slot, and
+// those whose ack the average expects after their deadline, but for one
+// probe every probeEvery; with d 0 it sheds none.
 func (a *admission) shedPast(d time.Duration) {
 	a.queueWait, a.probes.Every = d, probeEvery
 }

@@ -238,7 +238,7 @@ func (s *Stage1) Run(ctx context.Context) error {
 		if err != nil {
 			switch {
 			case ctx.Err() != nil:
-			case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+			case errors.Is(err, context.DeadlineExceeded):
 				// The loop hands the batch off when it is due.
 			case errors.Is(err, jetstream.ErrMsgIteratorClosed):
 				// The connection was closed, or the consumer deleted: a
