@@ -120,7 +120,7 @@ func New(cfg Config, conn driver.Conn, db string, m *Metrics, log *zap.Logger) *
 	if cfg.MemoryMessages == 0 {
 		cfg.MemoryMessages = DefaultMemoryMessages
 	}
-	r := &Resolver{conn: conn, db: db, cfg: cfg, log: log, mem: memory{size: max(cfg.MemoryMessages, 2)}}
+	r := &Resolver{conn: conn, db: db, cfg: cfg, log: log, mem: newMemory(max(cfg.MemoryMessages, 2))}
 	if m != nil {
 		r.m = m.m
 	}

@@ -793,3 +793,38 @@ func TestPassMemoryBounded(t *testing.T) {
 		t.Errorf("memory of 4: %+v (%d looked up), want more than 6 looked up and some known", few, looked)
 	}
 }
+
+// A message the resolver remembers whose later status brings another
+// campaign nets its old row with the old campaign, which the memory no
+// longer has in full: the resolver looks it up instead of recalling it, and
+// the funnel stays exact; the others are recalled.
+func TestPassRedimensioned(t *testing.T) {
+	w := newWorld(t)
+	r := funnel.New(funnel.DefaultConfig(), w.ch.Conn, w.ch.Database, nil, zaptest.NewLogger(t))
+	pass(t, r) // the backfill of nothing
+	base := time.Now().Add(10 * time.Minute).Truncate(time.Second)
+	var msgs []*msg
+	for i := range 3 {
+		msgs = append(msgs, &msg{phone: "p3", id: fmt.Sprint("wamid.D", i), recipient: fmt.Sprint("r", i), campaign: "c1", template: "t1"})
+	}
+	for _, m := range msgs {
+		w.post(item(m, "sent", base))
+	}
+	if st := pass(t, r); st.New != 3 || st.Changed != 3 {
+		t.Fatalf("first pass %+v: want 3 new, 3 changed", st)
+	}
+	w.check()
+	// A larger campaign (the state keeps the largest) for one message, a
+	// larger template for another.
+	w.msgs[msgs[0].key()].campaign = "c9"
+	w.msgs[msgs[1].key()].template = "t9"
+	for _, m := range msgs {
+		w.post(item(m, "delivered", base.Add(2*time.Second)))
+	}
+	st := pass(t, r)
+	t.Logf("second pass: %+v", st)
+	if st.Known != 1 || st.New != 0 || st.Lookups == 0 || st.Changed != 3 {
+		t.Errorf("second pass %+v: want 1 recalled, the 2 redimensioned looked up, 3 changed", st)
+	}
+	w.check()
+}

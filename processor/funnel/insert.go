@@ -20,6 +20,9 @@ type resolved struct {
 	State
 	row Row
 	ok  bool
+	// key and dims are row's key and dimensions hashed, when ok and the
+	// memory is valid.
+	key, dims memKey
 }
 
 // netRow is a distinct row of funnel_messages and its net multiplicity.
@@ -48,13 +51,12 @@ func (r *Resolver) netted(ctx context.Context, states []resolved, now uint32, st
 		if !s.ok {
 			continue // no status that counts: never had a row
 		}
-		k := row.key()
-		if had, ok := r.mem.known(k); ok {
-			out[k] = []netRow{{had, 1}}
+		switch had, rc := r.mem.recall(s.key, s.dims, row); {
+		case rc == remembered:
+			out[row.key()] = []netRow{{had, 1}}
 			st.Known++
 			continue
-		}
-		if r.mem.isNew(k, row.First) {
+		case rc == unknown && r.mem.isNew(s.key, row.First):
 			st.New++
 			continue
 		}

@@ -2,7 +2,9 @@ package funnel
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"strings"
 	"time"
@@ -24,7 +26,8 @@ import (
 // resolved. The memory holds, for a tenure of the lease:
 //
 //   - known: the row each message it resolved nets now (in two generations,
-//     so that it stays bounded);
+//     so that it stays bounded), by the hash of the message's key, with the
+//     row's strings hashed too (memKey, memRow);
 //   - h, a time: every message with rows in funnel_messages that is not
 //     known has a first status at or before h, or is in future;
 //   - future: the messages that had rows with a first status after h when
@@ -43,20 +46,85 @@ type memory struct {
 	h     uint32
 	// young and old are the known rows; youngStart is the start of the
 	// pass that began young.
-	young, old map[msgKey]Row
+	young, old map[memKey]memRow
 	youngStart uint32
-	future     map[msgKey]uint32
+	future     map[memKey]uint32
 	// size is how many known messages make a generation full.
 	size int
+	// seeds key the hashes of the memory's keys and dimensions.
+	seeds [2]maphash.Seed
 }
 
-// DefaultMemoryMessages bounds what a resolver remembers to ~40 MB (~370
-// bytes a message, measured: the strings of its row and the map's entry).
+// memKey is a message's key (phone number id, message id, recipient key),
+// or a row's dimensions (WABA, campaign, template), hashed to 128 bits by
+// two independently seeded hashes: two keys alike by chance, among the
+// memory's 100,000, would take about 10^28 passes to meet. A message's
+// strings are not kept: the pass has them in the state it read (its
+// campaign alone is up to 512 bytes, ~1 KB a message in all).
+type memKey struct{ a, b uint64 }
+
+// memRow is what the memory keeps of the row a message nets: the row but
+// for the strings, which a pass takes from the message's state when they
+// hash to dims.
+type memRow struct {
+	dims              memKey
+	first             uint32
+	toDeliver, toRead int32
+	stage             uint8
+}
+
+// recall is what the memory knows of a message's rows.
+type recall uint8
+
+const (
+	// unknown: the memory does not know the message's rows.
+	unknown recall = iota
+	// remembered: the message nets the row recalled.
+	remembered
+	// redimensioned: the message nets a row the memory knows, but with
+	// dimensions other than the state's (a later status brought another
+	// campaign or template): looked up, as the strings are not kept.
+	redimensioned
+)
+
+// DefaultMemoryMessages bounds what a resolver remembers to ~10 MB (about
+// 100 bytes a message, measured by TestMemoryFootprint: the maps' entries
+// and their room to grow).
 const DefaultMemoryMessages = 100_000
 
-func (m *memory) forget() {
-	*m = memory{size: m.size}
+func newMemory(size int) memory {
+	return memory{size: size, seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}}
 }
+
+func (m *memory) forget() {
+	*m = memory{size: m.size, seeds: m.seeds}
+}
+
+// hash returns the 128-bit hash of three strings, each preceded by its
+// length so that no two triples make the same stream.
+func (m *memory) hash(x, y, z string) memKey {
+	var k memKey
+	for i, seed := range m.seeds {
+		var h maphash.Hash
+		h.SetSeed(seed)
+		for _, s := range [3]string{x, y, z} {
+			var n [8]byte
+			binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
+			h.Write(n[:])
+			h.WriteString(s)
+		}
+		if i == 0 {
+			k.a = h.Sum64()
+		} else {
+			k.b = h.Sum64()
+		}
+	}
+	return k
+}
+
+func (m *memory) key(r Row) memKey { return m.hash(r.PhoneNumberID, r.MessageID, r.RecipientKey) }
+
+func (m *memory) dims(r Row) memKey { return m.hash(r.WabaID, r.Campaign, r.Template) }
 
 // beginMemory makes the memory valid at a pass that started at now (the
 // server's clock), reading the messages with rows dated after it.
@@ -66,7 +134,7 @@ func (r *Resolver) beginMemory(ctx context.Context, now uint32) error {
 	if err := r.syncReplica(ctx); err != nil {
 		return err
 	}
-	future := map[msgKey]uint32{}
+	future := map[memKey]uint32{}
 	rows, err := r.conn.Query(ctx, fmt.Sprintf(`SELECT phone_number_id, message_id, recipient_key, toUInt32(max(first))
 FROM %s
 WHERE toDate(first) >= toDate(toDateTime(%[2]d)) AND kind = %[3]d AND first > toDateTime(%[2]d)
@@ -82,13 +150,13 @@ LIMIT %[4]d`, r.table("funnel_messages"), now, KindMessage, m.size+1))
 		if err := rows.Scan(&k.phone, &k.message, &k.recipient, &first); err != nil {
 			return fmt.Errorf("funnel: rows dated ahead: %w", err)
 		}
-		future[k] = first
+		future[m.hash(k.phone, k.message, k.recipient)] = first
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("funnel: rows dated ahead: %w", err)
 	}
 	m.valid, m.h, m.youngStart = true, now, now
-	m.young, m.old, m.future = map[msgKey]Row{}, map[msgKey]Row{}, future
+	m.young, m.old, m.future = map[memKey]memRow{}, map[memKey]memRow{}, future
 	if len(future) > m.size {
 		// More than the memory holds: this tenure looks every message up.
 		m.h, m.future = math.MaxUint32, nil
@@ -96,21 +164,30 @@ LIMIT %[4]d`, r.table("funnel_messages"), now, KindMessage, m.size+1))
 	return nil
 }
 
-// known returns the row k nets, when the memory knows it.
-func (m *memory) known(k msgKey) (Row, bool) {
+// recall returns the row the message of want (a row resolved from its
+// state, whose key hashes to k and dimensions to dims) nets, when the
+// memory knows it and its dimensions are want's.
+func (m *memory) recall(k, dims memKey, want Row) (Row, recall) {
 	if !m.valid {
-		return Row{}, false
+		return Row{}, unknown
 	}
-	if r, ok := m.young[k]; ok {
-		return r, true
+	r, ok := m.young[k]
+	if !ok {
+		if r, ok = m.old[k]; !ok {
+			return Row{}, unknown
+		}
 	}
-	r, ok := m.old[k]
-	return r, ok
+	if r.dims != dims {
+		return Row{}, redimensioned
+	}
+	had := want
+	had.First, had.Stage, had.ToDeliver, had.ToRead = r.first, r.stage, r.toDeliver, r.toRead
+	return had, remembered
 }
 
-// isNew reports whether a message with this key and first status (not
-// known) has no rows.
-func (m *memory) isNew(k msgKey, first uint32) bool {
+// isNew reports whether a message whose key hashes to k and whose first
+// status is first (not known) has no rows.
+func (m *memory) isNew(k memKey, first uint32) bool {
 	if !m.valid || first <= m.h {
 		return false
 	}
@@ -118,15 +195,16 @@ func (m *memory) isNew(k msgKey, first uint32) bool {
 	return !ahead
 }
 
-// put records that k nets row, during a pass that started at now.
-func (m *memory) put(k msgKey, row Row, now uint32) {
+// put records that the message whose key hashes to k nets row, whose
+// dimensions hash to dims, during a pass that started at now.
+func (m *memory) put(k, dims memKey, row Row, now uint32) {
 	if !m.valid {
 		return
 	}
 	if len(m.young) >= m.size/2 {
 		m.rotate(now)
 	}
-	m.young[k] = row
+	m.young[k] = memRow{dims: dims, first: row.First, toDeliver: row.ToDeliver, toRead: row.ToRead, stage: row.Stage}
 	delete(m.old, k)
 }
 
@@ -135,7 +213,7 @@ func (m *memory) put(k msgKey, row Row, now uint32) {
 func (m *memory) rotate(now uint32) {
 	h := max(m.h, m.youngStart)
 	for k, r := range m.old {
-		if r.First > h {
+		if r.first > h {
 			m.young[k] = r
 		}
 	}
@@ -145,7 +223,7 @@ func (m *memory) rotate(now uint32) {
 		}
 	}
 	m.h = h
-	m.old, m.young, m.youngStart = m.young, map[msgKey]Row{}, now
+	m.old, m.young, m.youngStart = m.young, map[memKey]memRow{}, now
 }
 
 // syncReplicaTimeout bounds the wait for this replica of funnel_messages to

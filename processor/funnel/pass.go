@@ -129,6 +129,9 @@ func (r *Resolver) resolvePart(ctx context.Context, cond string, now uint32, st 
 	for i, s := range states {
 		want[i].State = s
 		want[i].row, want[i].ok = Resolve(s)
+		if want[i].ok && r.mem.valid {
+			want[i].key, want[i].dims = r.mem.key(want[i].row), r.mem.dims(want[i].row)
+		}
 	}
 	have, err := r.netted(ctx, want, now, st)
 	if err != nil {
@@ -148,7 +151,7 @@ func (r *Resolver) resolvePart(ctx context.Context, cond string, now uint32, st 
 	// Each message now nets exactly its resolved row.
 	for _, s := range want {
 		if s.ok {
-			r.mem.put(s.row.key(), s.row, now)
+			r.mem.put(s.key, s.dims, s.row, now)
 		}
 	}
 	return nil
