@@ -20,8 +20,7 @@ type resolved struct {
 	State
 	row Row
 	ok  bool
-	// key and dims are row's key and dimensions hashed, when ok and the
-	// memory is valid.
+	// key and dims are row's key and dimensions hashed, when ok.
 	key, dims memKey
 }
 

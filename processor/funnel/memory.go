@@ -87,8 +87,8 @@ const (
 	redimensioned
 )
 
-// DefaultMemoryMessages bounds what a resolver remembers to ~10 MB (about
-// 100 bytes a message, measured by TestMemoryFootprint: the maps' entries
+// DefaultMemoryMessages bounds what a resolver remembers to ~7 MB (about
+// 75 bytes a message, measured by TestMemoryFootprint: the maps' entries
 // and their room to grow).
 const DefaultMemoryMessages = 100_000
 

@@ -25,7 +25,9 @@ func TestMemoryRecall(t *testing.T) {
 	m.put(m.key(row), m.dims(row), row, 2)
 
 	want := row
-	want.Stage, want.ToRead = StageRead, 9 // a later status resolved
+	// A later status resolved: read, and a sent status stamped earlier
+	// than the delivered one that came first.
+	want.First, want.Stage, want.ToDeliver, want.ToRead = row.First-5, StageRead, 8, 9
 	had, rc := m.recall(m.key(want), m.dims(want), want)
 	if rc != remembered || had != row {
 		t.Errorf("recall = %+v, %d; want the row put, remembered", had, rc)
@@ -36,7 +38,8 @@ func TestMemoryRecall(t *testing.T) {
 		t.Errorf("another campaign: %d, want redimensioned", rc)
 	}
 	other = want
-	other.Template, other.WabaID = "", "104281907735512winter_sale" // the same bytes, split elsewhere
+	// The same bytes in the same order, split elsewhere between the three.
+	other.WabaID, other.Campaign = want.WabaID+want.Campaign[:1], want.Campaign[1:]
 	if _, rc := m.recall(m.key(other), m.dims(other), other); rc != redimensioned {
 		t.Errorf("the same bytes split otherwise: %d, want redimensioned", rc)
 	}

@@ -129,7 +129,7 @@ func (r *Resolver) resolvePart(ctx context.Context, cond string, now uint32, st 
 	for i, s := range states {
 		want[i].State = s
 		want[i].row, want[i].ok = Resolve(s)
-		if want[i].ok && r.mem.valid {
+		if want[i].ok {
 			want[i].key, want[i].dims = r.mem.key(want[i].row), r.mem.dims(want[i].row)
 		}
 	}
