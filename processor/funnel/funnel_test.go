@@ -682,18 +682,24 @@ func slicesIndex(s []string, v string) int {
 	return -1
 }
 
+// aheadWorld is a world with a resolver past its first pass (the backfill
+// of nothing), and a time for statuses sent after the resolver's memory
+// begins (its next pass), by its clock: ahead of it here, so that the test
+// need not wait.
+func aheadWorld(t *testing.T) (*world, *funnel.Resolver, time.Time) {
+	w := newWorld(t)
+	r := funnel.New(funnel.DefaultConfig(), w.ch.Conn, w.ch.Database, nil, zaptest.NewLogger(t))
+	pass(t, r)
+	return w, r, time.Now().Add(10 * time.Minute).Truncate(time.Second)
+}
+
 // A resolver that holds the lease remembers the rows it wrote and knows
 // which messages are new, so that it looks up only the others; what it
 // skips still nets exactly. A second resolver (a new tenure) remembers
 // nothing, and still does not take rows dated ahead of its start, written
 // by the first, for new ones.
 func TestPassRemembers(t *testing.T) {
-	w := newWorld(t)
-	r := funnel.New(funnel.DefaultConfig(), w.ch.Conn, w.ch.Database, nil, zaptest.NewLogger(t))
-	pass(t, r) // the backfill of nothing
-	// Sent after the resolver's memory begins (its next pass), by its
-	// clock: ahead of it here, so that the test need not wait.
-	base := time.Now().Add(10 * time.Minute).Truncate(time.Second)
+	w, r, base := aheadWorld(t)
 	var msgs []*msg
 	for i := range 10 {
 		msgs = append(msgs, &msg{phone: "p1", id: fmt.Sprint("wamid.N", i), recipient: fmt.Sprint("r", i), campaign: "c1"})
@@ -799,10 +805,7 @@ func TestPassMemoryBounded(t *testing.T) {
 // longer has in full: the resolver looks it up instead of recalling it, and
 // the funnel stays exact; the others are recalled.
 func TestPassRedimensioned(t *testing.T) {
-	w := newWorld(t)
-	r := funnel.New(funnel.DefaultConfig(), w.ch.Conn, w.ch.Database, nil, zaptest.NewLogger(t))
-	pass(t, r) // the backfill of nothing
-	base := time.Now().Add(10 * time.Minute).Truncate(time.Second)
+	w, r, base := aheadWorld(t)
 	var msgs []*msg
 	for i := range 3 {
 		msgs = append(msgs, &msg{phone: "p3", id: fmt.Sprint("wamid.D", i), recipient: fmt.Sprint("r", i), campaign: "c1", template: "t1"})

@@ -2,7 +2,6 @@ package funnel
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"hash/maphash"
 	"math"
@@ -100,26 +99,12 @@ func (m *memory) forget() {
 	*m = memory{size: m.size, seeds: m.seeds}
 }
 
-// hash returns the 128-bit hash of three strings, each preceded by its
-// length so that no two triples make the same stream.
+// hash returns the 128-bit hash of three strings: the hash a map of
+// [3]string would use, once per seed, so that the same bytes split
+// otherwise between the three hash apart.
 func (m *memory) hash(x, y, z string) memKey {
-	var k memKey
-	for i, seed := range m.seeds {
-		var h maphash.Hash
-		h.SetSeed(seed)
-		for _, s := range [3]string{x, y, z} {
-			var n [8]byte
-			binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
-			h.Write(n[:])
-			h.WriteString(s)
-		}
-		if i == 0 {
-			k.a = h.Sum64()
-		} else {
-			k.b = h.Sum64()
-		}
-	}
-	return k
+	v := [3]string{x, y, z}
+	return memKey{maphash.Comparable(m.seeds[0], v), maphash.Comparable(m.seeds[1], v)}
 }
 
 func (m *memory) key(r Row) memKey { return m.hash(r.PhoneNumberID, r.MessageID, r.RecipientKey) }
