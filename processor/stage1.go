@@ -121,7 +121,6 @@ func (s *Stage1) ConsumerConfig() jetstream.ConsumerConfig {
 		AckWait:       s.cfg.AckWait,
 		MaxAckPending: s.cfg.MaxAckPending,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-		FilterSubject: schema.SubjectRawAll,
 		MaxDeliver:    -1,
 	}
 }

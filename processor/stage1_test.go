@@ -741,3 +741,63 @@ func TestStage1TwoInstances(t *testing.T) {
 	}
 	t.Logf("bodies per instance: %v and %v", a, b)
 }
+
+// TestStage1ConsumerUnfiltered checks the upgrade from a consumer that
+// filtered on every RAW subject (releases before 2026-12-04) to the
+// unfiltered one stage 1 now asks for: the durable keeps its position, so
+// the bodies acked under the old filter are not delivered again and the
+// others are, once each.
+func TestStage1ConsumerUnfiltered(t *testing.T) {
+	p := newPipeline(t, schematest.ClickHouse(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	old := p.cfg
+	oldCfg := jetstream.ConsumerConfig{
+		Durable: old.Consumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: old.AckWait,
+		MaxAckPending: old.MaxAckPending, DeliverPolicy: jetstream.DeliverAllPolicy,
+		FilterSubject: schema.SubjectRawAll, MaxDeliver: -1,
+	}
+	cons, err := p.js.CreateOrUpdateConsumer(ctx, schema.StreamRaw, oldCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := func(i int) []byte {
+		return []byte(fmt.Sprintf(`{"object":"whatsapp_business_account","entry":[{"id":"1","changes":[{"field":"messages","value":{"metadata":{"display_phone_number":"15557810009","phone_number_id":"109"},"statuses":[{"id":"wamid.upgrade-%d","status":"sent","timestamp":"%d","recipient_id":"4915155500734"}]}}]}]}`, i, 1781514312+i))
+	}
+	for i := 0; i < 5; i++ {
+		p.publish("default", body(i))
+	}
+	// The old release took and acked the first two.
+	batch, err := cons.Fetch(2, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked := 0
+	for m := range batch.Messages() {
+		if err := m.DoubleAck(ctx); err != nil {
+			t.Fatal(err)
+		}
+		acked++
+	}
+	if acked != 2 {
+		t.Fatalf("the old consumer took %d bodies, want 2", acked)
+	}
+	p.start()
+	p.drained(30 * time.Second)
+	info, err := p.consumerInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Config.FilterSubject != "" || len(info.Config.FilterSubjects) != 0 {
+		t.Fatalf("consumer still filtered: %q %q", info.Config.FilterSubject, info.Config.FilterSubjects)
+	}
+	if got := p.count("SELECT count() FROM {db}.status_events"); got != 3 {
+		t.Fatalf("status rows: got %d, want 3 (the bodies the old consumer had not acked)", got)
+	}
+	if got := p.count("SELECT count() FROM {db}.status_events WHERE message_id IN ('wamid.upgrade-0', 'wamid.upgrade-1')"); got != 0 {
+		t.Fatalf("%d rows of bodies acked under the old filter: delivered again", got)
+	}
+	if info.NumRedelivered != 0 {
+		t.Fatalf("%d redelivered", info.NumRedelivered)
+	}
+}

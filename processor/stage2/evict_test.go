@@ -182,3 +182,37 @@ func TestRunWaitsForTheStream(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 }
+
+// The consumer of every EVENTS subject is unfiltered (cheaper for the
+// server to deliver from); one made with the filter by an earlier release
+// is updated in place and keeps its position: an event published while
+// no stage 2 ran is still delivered.
+func TestConsumerUnfilteredUpgrade(t *testing.T) {
+	h := startServer(t, sec(10))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cfg := DefaultConfig()
+	if _, err := h.js.CreateOrUpdateConsumer(ctx, schema.StreamEvents, jetstream.ConsumerConfig{
+		Durable: cfg.Durable, DeliverPolicy: jetstream.DeliverNewPolicy, AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: cfg.AckWait, MaxAckPending: cfg.MaxAckPending, FilterSubject: schema.SubjectEventsAll,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	id := "ev-unfiltered"
+	h.publish(schema.KindNumber, "5101", id, schema.ManagementRow{
+		EventID: id, Kind: schema.KindNumber, Field: "phone_number_quality_update", EventTime: sec(5),
+		PhoneNumberID: "5101", Event: "THROUGHPUT_UPGRADE", NewValue: "TIER_UNLIMITED",
+	})
+	cfg.Now = h.clock.Now
+	h.cfg = cfg
+	h.run()
+	t.Cleanup(h.close)
+	h.waitSignal("5101", "the upgrade published before the update", func(s schema.PacingSignal) bool { return s.TierMPS == 1000 })
+	c, err := h.js.Consumer(ctx, schema.StreamEvents, cfg.Durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci := c.CachedInfo(); ci.Config.FilterSubject != "" || len(ci.Config.FilterSubjects) != 0 {
+		t.Fatalf("consumer still filtered: %q %q", ci.Config.FilterSubject, ci.Config.FilterSubjects)
+	}
+}

@@ -81,7 +81,10 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, c Config) (jets
 		MaxAckPending:  c.MaxAckPending,
 		FilterSubjects: c.FilterSubjects,
 	}
-	if len(c.FilterSubjects) == 1 {
+	switch {
+	case len(c.FilterSubjects) == 1 && c.FilterSubjects[0] == schema.SubjectEventsAll:
+		cc.FilterSubjects = nil
+	case len(c.FilterSubjects) == 1:
 		cc.FilterSubject, cc.FilterSubjects = c.FilterSubjects[0], nil
 	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, schema.StreamEvents, cc)
