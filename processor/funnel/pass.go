@@ -207,8 +207,14 @@ func (r *Resolver) backfill(ctx context.Context, held func() error) error {
 		"max_bytes_before_external_group_by": 2 << 30,
 		"max_execution_time":                 0,
 	}))
-	// (The statuses stored before message_states existed were copied in by
-	// the migration 0012_message_lifecycle_merge.)
+	// The statuses stored before message_states existed (copied again
+	// after a backfill cut short: a copy changes no minimum or maximum).
+	if err := r.conn.Exec(bctx, fmt.Sprintf(`INSERT INTO %s
+SELECT phone_number_id, message_id, recipient_key, month, waba_id, campaign, template,
+       sent_at, delivered_at, read_at, played_at, failed_at, failed
+FROM %s`, r.table("message_states"), r.table("message_lifecycle"))); err != nil {
+		return fmt.Errorf("funnel: backfill: %w", err)
+	}
 	if err := held(); err != nil {
 		return err
 	}

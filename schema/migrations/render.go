@@ -80,16 +80,12 @@ func (m Migration) Statements(data Data) ([]string, error) {
 // NOT EXISTS db.name", or "CREATE DATABASE IF NOT EXISTS db".
 var createObject = regexp.MustCompile(`(?s)^((?:--[^\n]*\n|\s)*CREATE\s+(TABLE|MATERIALIZED\s+VIEW|DATABASE)\s+IF\s+NOT\s+EXISTS\s+([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?))`)
 
-// dropTable matches the head of a DROP statement up to its table's name:
-// "DROP TABLE IF EXISTS db.name" (a materialized view is dropped as a table).
-var dropTable = regexp.MustCompile(`(?s)^((?:--[^\n]*\n|\s)*DROP\s+TABLE\s+IF\s+EXISTS\s+([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?))`)
-
 // mergeTreeEngine matches a MergeTree family engine and its arguments, if any
 // (one level of nested parentheses, as in SummingMergeTree((a, b))).
 var mergeTreeEngine = regexp.MustCompile(`ENGINE\s*=\s*(Replacing|Aggregating|Summing|Collapsing|VersionedCollapsing|Graphite)?MergeTree(\((?:[^()]|\([^()]*\))*\))?`)
 
 // OnCluster rewrites one rendered statement for a ClickHouse cluster: every
-// CREATE and DROP TABLE runs ON CLUSTER cluster, and every MergeTree engine becomes its
+// CREATE runs ON CLUSTER cluster, and every MergeTree engine becomes its
 // Replicated form with the ZooKeeper path
 // /clickhouse/tables/{shard}/DATABASE.TABLE and replica '{replica}' (the
 // servers' macros), so that every replica of a shard holds all rows. A
@@ -97,9 +93,6 @@ var mergeTreeEngine = regexp.MustCompile(`ENGINE\s*=\s*(Replacing|Aggregating|Su
 // replicated table. Other statements (ALTER) are returned unchanged: an ALTER
 // of a replicated table reaches the other replicas through ZooKeeper.
 func OnCluster(stmt, cluster string) string {
-	if m := dropTable.FindStringSubmatchIndex(stmt); m != nil {
-		return stmt[:m[1]] + " ON CLUSTER " + cluster + stmt[m[1]:]
-	}
 	m := createObject.FindStringSubmatchIndex(stmt)
 	if m == nil {
 		return stmt
