@@ -48,7 +48,8 @@ func DefaultCapacity() Capacity {
 			"status_events": 81, "errors": 92, "inbound_messages": 82,
 			"management_events": 120, // not measured (a handful of rows): an estimate
 			// per status event or error that feeds them
-			"message_lifecycle": 27, "status_counts_by_minute": 16, "failures_by_minute": 19,
+			// (message_states holds what message_lifecycle, a Merge table over it, shows)
+			"message_states": 27, "status_counts_by_minute": 16, "failures_by_minute": 19,
 		},
 	}
 }
@@ -56,7 +57,7 @@ func DefaultCapacity() Capacity {
 // aggregateSource is the table that feeds each aggregate.
 var aggregateSource = map[string]string{
 	"status_counts_by_minute": "status_events",
-	"message_lifecycle":       "status_events",
+	"message_states":          "status_events",
 	"failures_by_minute":      "errors",
 }
 
@@ -253,7 +254,7 @@ func Size(in SizingInput) (*Sizing, error) {
 		"errors":                  failures * day,
 		"inbound_messages":        r.Inbound * day,
 		"management_events":       r.Echoes * day,
-		"message_lifecycle":       apiOut * day,
+		"message_states":          apiOut * day,
 		"status_counts_by_minute": math.Min(statuses, float64(m.Numbers)*4*4*7/60) * day,
 		"failures_by_minute":      math.Min(failures, float64(m.Numbers)*codes/60) * day,
 	}
@@ -355,7 +356,7 @@ func (s *Sizing) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "  WAHOOK_EVENTS, %s retention: %s (%.0f bytes per event record)\n", days(in.EventsRetention), bytesText(s.EventsBytes), s.EventRecordBytes)
 	fmt.Fprintln(w, "ClickHouse per day (compressed bytes per row from the capacity's run; aggregate rows are at most one per key")
 	fmt.Fprintln(w, "and minute, their bytes grow with the events they count)")
-	for _, t := range []string{"status_events", "errors", "inbound_messages", "management_events", "message_lifecycle", "status_counts_by_minute", "failures_by_minute"} {
+	for _, t := range []string{"status_events", "errors", "inbound_messages", "management_events", "message_states", "status_counts_by_minute", "failures_by_minute"} {
 		fmt.Fprintf(w, "  %-24s %12s rows %12s\n", t, num(s.RowsPerDay[t]), bytesText(s.BytesPerDay[t]))
 	}
 	fmt.Fprintf(w, "  %-24s %12s rows %12s\n", "total", num(s.TotalRows), bytesText(s.TotalBytes))

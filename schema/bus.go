@@ -47,7 +47,8 @@ const (
 	// the number is learned (docs/architecture.md, "Numbers learned late").
 	BucketNumbersPending = "wahook_numbers_pending"
 	// BucketLeases holds leases with a TTL: the key "funnel" names the one
-	// instance that resolves the delivery funnel (processor/funnel).
+	// instance that resolves the delivery funnel (processor/funnel), the key
+	// "migrations" the one process applying the ClickHouse migrations.
 	BucketLeases = "wahook_leases"
 )
 

@@ -104,7 +104,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return nil
 	}
 	po.migrate = true
-	conn, db, err := openClickHouse(cctx, &po, log)
+	conn, db, err := openClickHouse(cctx, &po, migrationLock(pub.JetStream(), kv, log), log)
 	if err != nil {
 		return err
 	}

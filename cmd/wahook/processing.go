@@ -172,8 +172,69 @@ func phoneHashKey(configured, dataDir string, create bool) ([]byte, error) {
 	return []byte(k), nil
 }
 
-// openClickHouse connects and, unless told not to, applies the migrations.
-func openClickHouse(ctx context.Context, o *processOptions, log *zap.Logger) (driver.Conn, string, error) {
+// migrationsLeaseKey is the key of the lease in schema.BucketLeases under
+// which one process at a time applies the ClickHouse migrations.
+const migrationsLeaseKey = "migrations"
+
+// migrationLock is the lock migrations.Apply holds: the lease
+// migrationsLeaseKey, taken by an atomic create, renewed while held, and
+// given up by its holder or TTL after its last renewal (a holder that died).
+func migrationLock(js jetstream.JetStream, replicas int, log *zap.Logger) migrations.Lock {
+	return func(ctx context.Context) (func(), error) {
+		host, _ := os.Hostname()
+		lease, err := funnel.NewLease(ctx, js, migrationsLeaseKey, fmt.Sprintf("%s/%d", host, os.Getpid()), funnel.DefaultConfig().LeaseTTL, replicas)
+		if err != nil {
+			return nil, err
+		}
+		waited := time.Now()
+		for logged := false; ; {
+			held, err := lease.Hold(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if held {
+				break
+			}
+			if !logged && time.Since(waited) > 2*time.Second {
+				log.Info("waiting for another process to finish migrating clickhouse", zap.String("lease", schema.BucketLeases+"/"+migrationsLeaseKey))
+				logged = true
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+		rctx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			t := time.NewTicker(lease.TTL() / 4)
+			defer t.Stop()
+			for {
+				select {
+				case <-rctx.Done():
+					return
+				case <-t.C:
+					if held, err := lease.Hold(rctx); !held && rctx.Err() == nil {
+						log.Warn("lost the migrations lease while migrating", zap.Error(err))
+					}
+				}
+			}
+		}()
+		return func() {
+			stop()
+			<-done
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			lease.Release(cctx)
+		}, nil
+	}
+}
+
+// openClickHouse connects and, unless told not to, applies the migrations
+// under lock (nil: none).
+func openClickHouse(ctx context.Context, o *processOptions, lock migrations.Lock, log *zap.Logger) (driver.Conn, string, error) {
 	opts, db, err := parseClickHouseDSN(o.dsn)
 	if err != nil {
 		return nil, "", err
@@ -187,7 +248,7 @@ func openClickHouse(ctx context.Context, o *processOptions, log *zap.Logger) (dr
 		return nil, "", fmt.Errorf("clickhouse %v: %w", opts.Addr, err)
 	}
 	if o.migrate {
-		res, err := migrations.Apply(ctx, conn, db, migrations.WithCluster(o.chCluster))
+		res, err := migrations.Apply(ctx, conn, db, migrations.WithCluster(o.chCluster), migrations.WithLock(lock))
 		if err != nil {
 			conn.Close()
 			return nil, "", fmt.Errorf("migrate clickhouse: %w", err)
@@ -224,7 +285,7 @@ func setupStage1(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *process
 	var db string
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		conn, db, err = openClickHouse(cctx, o, log)
+		conn, db, err = openClickHouse(cctx, o, migrationLock(js, replicas, log), log)
 		cancel()
 		if err == nil {
 			break

@@ -135,7 +135,7 @@ func TestReadmeQueriesCountOnce(t *testing.T) {
 		{"retried in another POST", func() error { return w.Write(ctx, retry) }},
 		{"after merges", func() error {
 			for _, table := range []string{"status_events", "errors", "inbound_messages", "management_events",
-				"dead_letters", "failures_by_minute", "message_lifecycle", "status_counts_by_minute"} {
+				"dead_letters", "failures_by_minute", "message_states", "status_counts_by_minute"} {
 				if err := ch.Conn.Exec(ctx, "OPTIMIZE TABLE "+table+" FINAL"); err != nil {
 					return fmt.Errorf("optimize %s: %w", table, err)
 				}

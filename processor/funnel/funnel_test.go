@@ -3,10 +3,12 @@ package funnel_test
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -468,23 +470,134 @@ func TestPassRepairsWhatItFinds(t *testing.T) {
 	w.check()
 }
 
-// On a database whose statuses predate message_states (an upgrade), the
-// first pass takes them from message_lifecycle.
+// On a database whose statuses predate message_states (an upgrade from
+// before 0010_funnel), the migration that makes message_lifecycle a Merge
+// table over message_states and the renamed old table (0012) keeps showing
+// them, and the resolver's first pass copies them into message_states and
+// resolves them. The migration run again, after a crash between its rename
+// and its create or after it finished, changes nothing.
 func TestBackfillAfterUpgrade(t *testing.T) {
-	w := newWorld(t)
+	ctx := context.Background()
+	ch := schematest.ClickHouse(t)
+	before := fstest.MapFS{}
+	var upgrade []byte
+	err := fs.WalkDir(migrations.Files(), ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(migrations.Files(), path)
+		switch {
+		case err != nil:
+			return err
+		case strings.HasPrefix(path, "0012_"):
+			upgrade = b
+		case path < "0012_":
+			before[path] = &fstest.MapFile{Data: b}
+		}
+		return nil
+	})
+	if err != nil || upgrade == nil {
+		t.Fatalf("migrations: %v, 0012 found: %v", err, upgrade != nil)
+	}
+	if _, err := migrations.Apply(ctx, ch.Conn, ch.Database, migrations.WithFiles(before)); err != nil {
+		t.Fatal(err)
+	}
+	w := &world{t: t, ch: ch, w: chwriter.New(ch.Conn, ch.Database), msgs: map[string]*msg{}}
 	a := &msg{phone: "p1", id: "wamid.A", recipient: "r1", campaign: "c1"}
 	b := &msg{phone: "p2", id: "wamid.B", recipient: "r2", campaign: "c2"}
 	w.post(item(a, "sent", t0), item(a, "read", t0.Add(time.Minute)), item(b, "sent", t0), item(b, "failed", t0.Add(time.Second)))
 	for _, table := range []string{"message_states", "funnel_touched"} {
-		if err := w.ch.Conn.Exec(context.Background(), "TRUNCATE TABLE "+w.ch.Database+"."+table); err != nil {
+		if err := ch.Conn.Exec(ctx, "TRUNCATE TABLE "+ch.Database+"."+table); err != nil {
 			t.Fatal(err)
 		}
 	}
-	r := funnel.New(funnel.DefaultConfig(), w.ch.Conn, w.ch.Database, nil, zaptest.NewLogger(t))
+	lifecycle := func() string {
+		t.Helper()
+		var out []string
+		rows, err := ch.Conn.Query(ctx, `SELECT phone_number_id, message_id, maxMerge(campaign), toUInt32(minIfMerge(sent_at)),
+       toUInt32(minIfMerge(read_at)), maxMerge(failed) FROM `+ch.Database+`.message_lifecycle
+GROUP BY phone_number_id, message_id, recipient_key ORDER BY phone_number_id, message_id`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var p, id, c string
+			var sent, read uint32
+			var failed uint8
+			if err := rows.Scan(&p, &id, &c, &sent, &read, &failed); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, fmt.Sprint(p, id, c, sent-uint32(t0.Unix()), read, failed))
+		}
+		return strings.Join(out, "; ")
+	}
+	old := lifecycle()
+	if !strings.Contains(old, "wamid.A") || !strings.Contains(old, "wamid.B") {
+		t.Fatalf("message_lifecycle before the upgrade: %q", old)
+	}
+	// A process that died after the migration's first two statements.
+	for _, q := range []string{
+		"DROP TABLE IF EXISTS {db}.message_lifecycle_mv",
+		"CREATE TABLE IF NOT EXISTS {db}.message_lifecycle_merge AS {db}.message_states ENGINE = Merge({db}, '^message_states$|^message_lifecycle_0007$')",
+	} {
+		if err := ch.Conn.Exec(ctx, strings.ReplaceAll(q, "{db}", ch.Database)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	both := fstest.MapFS{"0012_upgrade.sql": &fstest.MapFile{Data: upgrade}}
+	for k, v := range before {
+		both[k] = v
+	}
+	if _, err := migrations.Apply(ctx, ch.Conn, ch.Database, migrations.WithFiles(both)); err != nil {
+		t.Fatal(err)
+	}
+	var engine string
+	if err := ch.Conn.QueryRow(ctx, "SELECT engine FROM system.tables WHERE database = ? AND name = 'message_lifecycle'", ch.Database).Scan(&engine); err != nil {
+		t.Fatal(err)
+	}
+	if engine != "Merge" {
+		t.Fatalf("message_lifecycle is a %s table after the upgrade, want Merge", engine)
+	}
+	if got := lifecycle(); got != old {
+		t.Fatalf("message_lifecycle after the upgrade:\n%s\nwant\n%s", got, old)
+	}
+	r := funnel.New(funnel.DefaultConfig(), ch.Conn, ch.Database, nil, zaptest.NewLogger(t))
 	if st := pass(t, r); !st.Backfill {
 		t.Fatalf("%+v, want a backfill", st)
 	}
 	w.check()
+	var states uint64
+	if err := ch.Conn.QueryRow(ctx, "SELECT uniqExact(message_id) FROM "+ch.Database+".message_states").Scan(&states); err != nil || states != 2 {
+		t.Fatalf("message_states holds %d messages after the first pass (%v), want the 2 stored before it existed", states, err)
+	}
+	// The whole file again, as after a crash before it was recorded.
+	both["0013_again.sql"] = &fstest.MapFile{Data: upgrade}
+	if _, err := migrations.Apply(ctx, ch.Conn, ch.Database, migrations.WithFiles(both)); err != nil {
+		t.Fatalf("0012 again: %v", err)
+	}
+	if got := lifecycle(); got != old {
+		t.Fatalf("message_lifecycle after 0012 ran again:\n%s\nwant\n%s", got, old)
+	}
+	var tables string
+	if err := ch.Conn.QueryRow(ctx, "SELECT arrayStringConcat(groupArray(concat(name, ':', engine)), ' ') FROM (SELECT name, engine FROM system.tables WHERE database = ? AND name LIKE 'message_lifecycle%' ORDER BY name)", ch.Database).Scan(&tables); err != nil {
+		t.Fatal(err)
+	}
+	if want := "message_lifecycle:Merge message_lifecycle_0007:AggregatingMergeTree"; tables != want {
+		t.Fatalf("tables %s, want %s", tables, want)
+	}
+	// Should the old table be back under its name (a process applying 0007
+	// without the lock), the migration fails instead of recording itself.
+	if err := ch.Conn.Exec(ctx, "RENAME TABLE "+ch.Database+".message_lifecycle TO "+ch.Database+".message_lifecycle_moved"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Conn.Exec(ctx, "CREATE TABLE "+ch.Database+".message_lifecycle AS "+ch.Database+".message_lifecycle_0007"); err != nil {
+		t.Fatal(err)
+	}
+	both["0014_again.sql"] = &fstest.MapFile{Data: upgrade}
+	if _, err := migrations.Apply(ctx, ch.Conn, ch.Database, migrations.WithFiles(both)); err == nil {
+		t.Fatal("0012 recorded with message_lifecycle an AggregatingMergeTree")
+	}
 	// Later statuses of those messages find their state whole.
 	w.post(item(a, "delivered", t0.Add(2*time.Second)))
 	pass(t, r)

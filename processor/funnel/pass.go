@@ -196,6 +196,36 @@ func (r *Resolver) states(ctx context.Context, cond string) ([]State, error) {
 	return out, nil
 }
 
+// oldLifecycle names the table that holds the statuses stored before
+// message_states existed: message_lifecycle_0007 (message_lifecycle until
+// 0012_message_lifecycle_merge made that a Merge table over it and
+// message_states), message_lifecycle before that migration, or none.
+func (r *Resolver) oldLifecycle(ctx context.Context) (string, error) {
+	rows, err := r.conn.Query(ctx, "SELECT name, engine FROM system.tables WHERE database = ? AND name IN ('message_lifecycle', 'message_lifecycle_0007')", r.db)
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	engines := map[string]string{}
+	for rows.Next() {
+		var name, engine string
+		if err := rows.Scan(&name, &engine); err != nil {
+			return "", err
+		}
+		engines[name] = engine
+	}
+	if err := rows.Err(); err != nil {
+		return "", err
+	}
+	switch {
+	case engines["message_lifecycle_0007"] != "":
+		return "message_lifecycle_0007", nil
+	case engines["message_lifecycle"] != "" && engines["message_lifecycle"] != "Merge":
+		return "message_lifecycle", nil
+	}
+	return "", nil
+}
+
 // backfill resolves every message of message_states into an emptied
 // funnel_messages, inside ClickHouse. A backfill cut short leaves no
 // watermark, so the next pass starts it again from empty.
@@ -209,11 +239,15 @@ func (r *Resolver) backfill(ctx context.Context, held func() error) error {
 	}))
 	// The statuses stored before message_states existed (copied again
 	// after a backfill cut short: a copy changes no minimum or maximum).
-	if err := r.conn.Exec(bctx, fmt.Sprintf(`INSERT INTO %s
+	if src, err := r.oldLifecycle(ctx); err != nil {
+		return fmt.Errorf("funnel: backfill: %w", err)
+	} else if src != "" {
+		if err := r.conn.Exec(bctx, fmt.Sprintf(`INSERT INTO %s
 SELECT phone_number_id, message_id, recipient_key, month, waba_id, campaign, template,
        sent_at, delivered_at, read_at, played_at, failed_at, failed
-FROM %s`, r.table("message_states"), r.table("message_lifecycle"))); err != nil {
-		return fmt.Errorf("funnel: backfill: %w", err)
+FROM %s`, r.table("message_states"), r.table(src))); err != nil {
+			return fmt.Errorf("funnel: backfill: %w", err)
+		}
 	}
 	if err := held(); err != nil {
 		return err

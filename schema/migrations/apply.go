@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -25,7 +26,17 @@ type Config struct {
 	Cluster string
 	// Now stamps applied_at; default time.Now.
 	Now func() time.Time
+	// Lock, when set, is held while Apply reads the log and applies what it
+	// lacks, so that no two processes apply files at once; see Lock.
+	Lock Lock
 }
+
+// Lock takes a lock shared by every process that applies migrations to the
+// database, waiting until it holds it or ctx ends, and returns the function
+// that releases it. A migration that drops or renames what an earlier one
+// creates needs it: without it, a second process still applying the earlier
+// file could create the object again after the later file has run.
+type Lock func(ctx context.Context) (release func(), err error)
 
 // DefaultConfig returns the configuration that applies the embedded migrations
 // with the server's features and no retention limit.
@@ -61,6 +72,9 @@ func WithFeatures(f Features) Option { return func(c *Config) { c.Features = &f 
 
 // WithRetentionDays sets the retention of tables that use {{.Retention}}.
 func WithRetentionDays(days int) Option { return func(c *Config) { c.RetentionDays = days } }
+
+// WithLock makes Apply hold lock while it reads the log and applies.
+func WithLock(lock Lock) Option { return func(c *Config) { c.Lock = lock } }
 
 // WithCluster creates the schema ON CLUSTER cluster with replicated tables.
 func WithCluster(cluster string) Option { return func(c *Config) { c.Cluster = cluster } }
@@ -132,6 +146,20 @@ func Apply(ctx context.Context, conn driver.Conn, database string, opts ...Optio
 	if err := execIdempotent(ctx, conn, createLog); err != nil {
 		return nil, fmt.Errorf("create %s.%s: %w", database, logTable, err)
 	}
+	if cfg.Lock != nil {
+		release, err := cfg.Lock(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("migrations: lock: %w", err)
+		}
+		defer release()
+	}
+	if cfg.Cluster != "" {
+		// The log this replica holds may lag what another process recorded
+		// through another replica just before it gave the lock up.
+		if err := conn.Exec(ctx, "SYSTEM SYNC REPLICA "+database+"."+logTable); err != nil {
+			return nil, fmt.Errorf("migrations: sync %s.%s: %w", database, logTable, err)
+		}
+	}
 	applied, err := readLog(ctx, conn, database)
 	if err != nil {
 		return nil, err
@@ -176,10 +204,21 @@ func Apply(ctx context.Context, conn driver.Conn, database string, opts ...Optio
 }
 
 // execIdempotent runs one statement; an answer that its object exists already
-// counts as success, since the statement may race with another Apply.
+// counts as success, since the statement may race with another Apply or run
+// again after a crash (for a rename: its target exists). So does a rename of
+// one table whose source is gone and whose target exists: it was made before.
+// A file that relies on a rename checks its outcome in a later statement.
 func execIdempotent(ctx context.Context, conn driver.Conn, stmt string) error {
-	if err := conn.Exec(ctx, stmt); err != nil && !alreadyDone(err) {
-		return err
+	err := conn.Exec(ctx, stmt)
+	if err == nil || alreadyDone(err) {
+		return nil
 	}
-	return nil
+	if m := renameTable.FindStringSubmatch(stmt); m != nil && m[2] == "" && unknownTable(err) {
+		db, name, _ := strings.Cut(m[1], ".")
+		var n uint64
+		if qerr := conn.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = ? AND name = ?", db, name).Scan(&n); qerr == nil && n == 1 {
+			return nil
+		}
+	}
+	return err
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -89,6 +90,19 @@ func TestApplyConcurrently(t *testing.T) {
 		}
 		t.Cleanup(func() { conns[i].Close() })
 	}
+	// The runners share a lock, as processes share cmd/wahook's lease: a
+	// later file (0012) renames what an earlier one creates.
+	sem := make(chan struct{}, 1)
+	var calls, releases atomic.Int32
+	lock := func(ctx context.Context) (func(), error) {
+		calls.Add(1)
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return func() { releases.Add(1); <-sem }, nil
+	}
 	// Several rounds, each on a new database, to give the race a real chance.
 	for r := 0; r < rounds; r++ {
 		name := fmt.Sprintf("%s%d", db, r)
@@ -101,7 +115,7 @@ func TestApplyConcurrently(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				_, errs[i] = migrations.Apply(ctx, conns[i], name)
+				_, errs[i] = migrations.Apply(ctx, conns[i], name, migrations.WithLock(lock))
 			}()
 		}
 		close(start)
@@ -122,6 +136,16 @@ func TestApplyConcurrently(t *testing.T) {
 		if !tableExists(t, ch, name, "dead_letters") {
 			t.Errorf("round %d: dead_letters missing", r)
 		}
+		var engines string
+		if err := ch.Conn.QueryRow(ctx, "SELECT arrayStringConcat(groupArray(concat(name, ':', engine)), ' ') FROM (SELECT name, engine FROM system.tables WHERE database = ? AND name LIKE 'message_lifecycle%' ORDER BY name)", name).Scan(&engines); err != nil {
+			t.Fatal(err)
+		}
+		if want := "message_lifecycle:Merge message_lifecycle_0007:AggregatingMergeTree"; engines != want {
+			t.Errorf("round %d: %s, want %s", r, engines, want)
+		}
+	}
+	if calls.Load() != rounds*runners || releases.Load() != calls.Load() {
+		t.Errorf("lock taken %d times and released %d times, want %d each", calls.Load(), releases.Load(), rounds*runners)
 	}
 }
 
@@ -308,4 +332,33 @@ func logRows(t *testing.T, ch *schematest.ClickHouseDB, db string) uint64 {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestApplyRenameTwice: a RENAME run again after a crash (its source gone,
+// its target there) counts as done; a rename of a table that never existed
+// still fails. (18.16 answers the rerun "target exists"; a server that looks
+// at the source first answers "unknown table", which Apply checks too.)
+func TestApplyRenameTwice(t *testing.T) {
+	ch := schematest.ClickHouse(t)
+	ctx := context.Background()
+	create := "CREATE TABLE IF NOT EXISTS {{.Database}}.before (n UInt8) ENGINE = MergeTree ORDER BY n;\n"
+	rename := "RENAME TABLE {{.Database}}.before TO {{.Database}}.after;\n"
+	v1 := fstest.MapFS{"0001_before.sql": {Data: []byte(create)}, "0002_rename.sql": {Data: []byte(rename)}}
+	if _, err := migrations.Apply(ctx, ch.Conn, ch.Database, migrations.WithFiles(v1)); err != nil {
+		t.Fatal(err)
+	}
+	v2 := fstest.MapFS{"0001_before.sql": {Data: []byte(create)}, "0002_rename.sql": {Data: []byte(rename)},
+		"0003_rename_again.sql": {Data: []byte(rename)}}
+	if _, err := migrations.Apply(ctx, ch.Conn, ch.Database, migrations.WithFiles(v2)); err != nil {
+		t.Fatalf("a rename already made: %v, want it taken as done", err)
+	}
+	if !tableExists(t, ch, ch.Database, "after") || tableExists(t, ch, ch.Database, "before") {
+		t.Error("the rename did not stay made")
+	}
+	v3 := fstest.MapFS{"0001_before.sql": {Data: []byte(create)}, "0002_rename.sql": {Data: []byte(rename)},
+		"0003_rename_again.sql": {Data: []byte(rename)},
+		"0004_nothing.sql":      {Data: []byte("RENAME TABLE {{.Database}}.never TO {{.Database}}.nowhere;\n")}}
+	if _, err := migrations.Apply(ctx, ch.Conn, ch.Database, migrations.WithFiles(v3)); err == nil {
+		t.Error("a rename of a table that never existed succeeded")
+	}
 }

@@ -80,12 +80,20 @@ func (m Migration) Statements(data Data) ([]string, error) {
 // NOT EXISTS db.name", or "CREATE DATABASE IF NOT EXISTS db".
 var createObject = regexp.MustCompile(`(?s)^((?:--[^\n]*\n|\s)*CREATE\s+(TABLE|MATERIALIZED\s+VIEW|DATABASE)\s+IF\s+NOT\s+EXISTS\s+([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?))`)
 
+// dropTable matches the head of a DROP statement up to its table's name:
+// "DROP TABLE IF EXISTS db.name" (a materialized view is dropped as a table).
+var dropTable = regexp.MustCompile(`(?s)^((?:--[^\n]*\n|\s)*DROP\s+TABLE\s+IF\s+EXISTS\s+([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?))`)
+
+// renameTable matches a rename of one or more tables, "RENAME TABLE db.a TO
+// db.b[, db.c TO db.d]", with the target of its first pair.
+var renameTable = regexp.MustCompile(`(?s)^(?:--[^\n]*\n|\s)*RENAME\s+TABLE\s+[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*\s+TO\s+([A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*)(\s*,\s*[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*\s+TO\s+[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*)*\s*$`)
+
 // mergeTreeEngine matches a MergeTree family engine and its arguments, if any
 // (one level of nested parentheses, as in SummingMergeTree((a, b))).
 var mergeTreeEngine = regexp.MustCompile(`ENGINE\s*=\s*(Replacing|Aggregating|Summing|Collapsing|VersionedCollapsing|Graphite)?MergeTree(\((?:[^()]|\([^()]*\))*\))?`)
 
 // OnCluster rewrites one rendered statement for a ClickHouse cluster: every
-// CREATE runs ON CLUSTER cluster, and every MergeTree engine becomes its
+// CREATE, DROP TABLE and RENAME TABLE runs ON CLUSTER cluster, and every MergeTree engine becomes its
 // Replicated form with the ZooKeeper path
 // /clickhouse/tables/{shard}/DATABASE.TABLE and replica '{replica}' (the
 // servers' macros), so that every replica of a shard holds all rows. A
@@ -93,6 +101,12 @@ var mergeTreeEngine = regexp.MustCompile(`ENGINE\s*=\s*(Replacing|Aggregating|Su
 // replicated table. Other statements (ALTER) are returned unchanged: an ALTER
 // of a replicated table reaches the other replicas through ZooKeeper.
 func OnCluster(stmt, cluster string) string {
+	if m := dropTable.FindStringSubmatchIndex(stmt); m != nil {
+		return stmt[:m[1]] + " ON CLUSTER " + cluster + stmt[m[1]:]
+	}
+	if renameTable.MatchString(stmt) {
+		return strings.TrimRight(stmt, " \t\n") + " ON CLUSTER " + cluster
+	}
 	m := createObject.FindStringSubmatchIndex(stmt)
 	if m == nil {
 		return stmt

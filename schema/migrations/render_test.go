@@ -158,8 +158,9 @@ func TestRenderGolden(t *testing.T) {
 	}
 }
 
-// TestOnCluster: CREATEs get ON CLUSTER and Replicated engines with their
-// arguments kept; an ALTER and an insert are left as they are.
+// TestOnCluster: CREATEs, DROPs and RENAMEs get ON CLUSTER, MergeTree engines their
+// Replicated forms with their arguments kept (a Merge table stays one); an
+// ALTER and an insert are left as they are.
 func TestOnCluster(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"CREATE DATABASE IF NOT EXISTS wahook", "CREATE DATABASE IF NOT EXISTS wahook ON CLUSTER c"},
@@ -171,6 +172,11 @@ func TestOnCluster(t *testing.T) {
 			"CREATE TABLE IF NOT EXISTS db.m ON CLUSTER c (a UInt8) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/db.m', '{replica}') ORDER BY a"},
 		{"CREATE MATERIALIZED VIEW IF NOT EXISTS db.v TO db.t AS SELECT a FROM db.x",
 			"CREATE MATERIALIZED VIEW IF NOT EXISTS db.v ON CLUSTER c TO db.t AS SELECT a FROM db.x"},
+		{"-- gone\nDROP TABLE IF EXISTS db.v", "-- gone\nDROP TABLE IF EXISTS db.v ON CLUSTER c"},
+		{"RENAME TABLE db.a TO db.b", "RENAME TABLE db.a TO db.b ON CLUSTER c"},
+		{"RENAME TABLE db.a TO db.b,\n    db.c TO db.a\n", "RENAME TABLE db.a TO db.b,\n    db.c TO db.a ON CLUSTER c"},
+		{"CREATE TABLE IF NOT EXISTS db.l AS db.t ENGINE = Merge(db, '^t$')",
+			"CREATE TABLE IF NOT EXISTS db.l ON CLUSTER c AS db.t ENGINE = Merge(db, '^t$')"},
 		{"ALTER TABLE db.t ADD COLUMN b String DEFAULT ''", "ALTER TABLE db.t ADD COLUMN b String DEFAULT ''"},
 		{"INSERT INTO db.t (a) SELECT 1", "INSERT INTO db.t (a) SELECT 1"},
 	} {

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/wahook/wahook/processor/funnel"
+	"github.com/wahook/wahook/schema/schematest"
+)
+
+// TestMigrationsWaitForTheLease: a process applies the ClickHouse
+// migrations only while it holds the migrations lease, so it waits for
+// another holder to finish, and gives the lease up when done.
+func TestMigrationsWaitForTheLease(t *testing.T) {
+	ch := schematest.ClickHouse(t)
+	srv := schematest.StartJetStream(t)
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	other, err := funnel.NewLease(ctx, js, migrationsLeaseKey, "another process", 30*time.Second, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held, err := other.Hold(ctx); !held || err != nil {
+		t.Fatalf("the other process's hold: %v %v", held, err)
+	}
+
+	f := newFlags("process", os.Stderr)
+	var o processOptions
+	o.register(f, false)
+	if err := f.Parse([]string{"--clickhouse-dsn", ch.DSN}); err != nil {
+		t.Fatal(err)
+	}
+	o.migrate = true
+	log := zaptest.NewLogger(t)
+	done := make(chan error, 1)
+	go func() {
+		conn, _, err := openClickHouse(ctx, &o, migrationLock(js, 1, log), log)
+		if err == nil {
+			conn.Close()
+		}
+		done <- err
+	}()
+	tables := func() uint64 {
+		var n uint64
+		if err := ch.Conn.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = ? AND name = 'status_events'", ch.Database).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("migrated while another process held the lease: %v", err)
+	case <-time.After(1500 * time.Millisecond): // the test: nothing happens for a while
+	}
+	if n := tables(); n != 0 {
+		t.Fatal("status_events made while another process held the lease")
+	}
+	other.Release(ctx)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("not migrated 30 s after the lease was given up")
+	}
+	if n := tables(); n != 1 {
+		t.Fatal("status_events missing after the migration")
+	}
+	// It gave the lease up: the other process takes it at once.
+	if held, err := other.Hold(ctx); !held || err != nil {
+		t.Fatalf("the lease after the migration: held %v, %v", held, err)
+	}
+}
