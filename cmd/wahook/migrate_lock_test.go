@@ -87,3 +87,52 @@ func TestMigrationsWaitForTheLease(t *testing.T) {
 		t.Fatalf("the lease after the migration: held %v, %v", held, err)
 	}
 }
+
+// TestMigrationLockLost: when another process has taken the lease (the
+// holder's renewals did not reach NATS for a TTL), the holder's next renewal
+// ends the context Apply runs under, and its release leaves the other's
+// lease alone.
+func TestMigrationLockLost(t *testing.T) {
+	srv := schematest.StartJetStream(t)
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// A bucket whose entries lapse 2 s after their last write: renewals
+	// every 500 ms.
+	other, err := funnel.NewLease(ctx, js, migrationsLeaseKey, "another process", 2*time.Second, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, release, err := migrationLock(js, 1, zaptest.NewLogger(t))(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, "wahook_leases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, migrationsLeaseKey); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := other.Hold(ctx); !ok || err != nil {
+		t.Fatalf("the other process's hold: %v %v", ok, err)
+	}
+	select {
+	case <-held.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lock's context still open 5 s after another process took the lease")
+	}
+	release()
+	e, err := kv.Get(ctx, migrationsLeaseKey)
+	if err != nil || string(e.Value()) != "another process" {
+		t.Fatalf("the other's lease after the release: %v, %v", e, err)
+	}
+}

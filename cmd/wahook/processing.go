@@ -179,18 +179,20 @@ const migrationsLeaseKey = "migrations"
 // migrationLock is the lock migrations.Apply holds: the lease
 // migrationsLeaseKey, taken by an atomic create, renewed while held, and
 // given up by its holder or TTL after its last renewal (a holder that died).
+// A renewal that finds the lease lost ends the context it returns, which
+// stops Apply before its next statement.
 func migrationLock(js jetstream.JetStream, replicas int, log *zap.Logger) migrations.Lock {
-	return func(ctx context.Context) (func(), error) {
+	return func(ctx context.Context) (context.Context, func(), error) {
 		host, _ := os.Hostname()
 		lease, err := funnel.NewLease(ctx, js, migrationsLeaseKey, fmt.Sprintf("%s/%d", host, os.Getpid()), funnel.DefaultConfig().LeaseTTL, replicas)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		waited := time.Now()
 		for logged := false; ; {
 			held, err := lease.Hold(ctx)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if held {
 				break
@@ -201,11 +203,11 @@ func migrationLock(js jetstream.JetStream, replicas int, log *zap.Logger) migrat
 			}
 			select {
 			case <-ctx.Done():
-				return nil, ctx.Err()
+				return nil, nil, ctx.Err()
 			case <-time.After(250 * time.Millisecond):
 			}
 		}
-		rctx, stop := context.WithCancel(context.Background())
+		held, lost := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -213,17 +215,19 @@ func migrationLock(js jetstream.JetStream, replicas int, log *zap.Logger) migrat
 			defer t.Stop()
 			for {
 				select {
-				case <-rctx.Done():
+				case <-held.Done():
 					return
 				case <-t.C:
-					if held, err := lease.Hold(rctx); !held && rctx.Err() == nil {
-						log.Warn("lost the migrations lease while migrating", zap.Error(err))
+					if ok, err := lease.Hold(held); !ok && held.Err() == nil {
+						log.Warn("lost the migrations lease while migrating: stopping", zap.Error(err))
+						lost()
+						return
 					}
 				}
 			}
 		}()
-		return func() {
-			stop()
+		return held, func() {
+			lost()
 			<-done
 			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()

@@ -32,11 +32,12 @@ type Config struct {
 }
 
 // Lock takes a lock shared by every process that applies migrations to the
-// database, waiting until it holds it or ctx ends, and returns the function
-// that releases it. A migration that drops or renames what an earlier one
-// creates needs it: without it, a second process still applying the earlier
-// file could create the object again after the later file has run.
-type Lock func(ctx context.Context) (release func(), err error)
+// database, waiting until it holds it or ctx ends. It returns a context that
+// ends when the lock is lost (Apply then stops before its next statement) and
+// the function that releases it. A migration that drops or renames what an
+// earlier one creates needs it: without it, a second process still applying
+// the earlier file could create the object again after the later file has run.
+type Lock func(ctx context.Context) (held context.Context, release func(), err error)
 
 // DefaultConfig returns the configuration that applies the embedded migrations
 // with the server's features and no retention limit.
@@ -147,11 +148,12 @@ func Apply(ctx context.Context, conn driver.Conn, database string, opts ...Optio
 		return nil, fmt.Errorf("create %s.%s: %w", database, logTable, err)
 	}
 	if cfg.Lock != nil {
-		release, err := cfg.Lock(ctx)
+		held, release, err := cfg.Lock(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("migrations: lock: %w", err)
 		}
 		defer release()
+		ctx = held
 	}
 	if cfg.Cluster != "" {
 		// The log this replica holds may lag what another process recorded

@@ -94,14 +94,14 @@ func TestApplyConcurrently(t *testing.T) {
 	// later file (0012) renames what an earlier one creates.
 	sem := make(chan struct{}, 1)
 	var calls, releases atomic.Int32
-	lock := func(ctx context.Context) (func(), error) {
+	lock := func(ctx context.Context) (context.Context, func(), error) {
 		calls.Add(1)
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
-		return func() { releases.Add(1); <-sem }, nil
+		return ctx, func() { releases.Add(1); <-sem }, nil
 	}
 	// Several rounds, each on a new database, to give the race a real chance.
 	for r := 0; r < rounds; r++ {
@@ -360,5 +360,29 @@ func TestApplyRenameTwice(t *testing.T) {
 		"0004_nothing.sql":      {Data: []byte("RENAME TABLE {{.Database}}.never TO {{.Database}}.nowhere;\n")}}
 	if _, err := migrations.Apply(ctx, ch.Conn, ch.Database, migrations.WithFiles(v3)); err == nil {
 		t.Error("a rename of a table that never existed succeeded")
+	}
+}
+
+// TestApplyStopsWhenTheLockIsLost: Apply runs its statements under the
+// context its lock gives, so a lock lost (that context ended) stops it
+// before it changes anything more, and it records nothing.
+func TestApplyStopsWhenTheLockIsLost(t *testing.T) {
+	ch := schematest.ClickHouse(t)
+	ctx := context.Background()
+	released := false
+	lost := func(ctx context.Context) (context.Context, func(), error) {
+		held, cancel := context.WithCancel(ctx)
+		cancel() // lost at once
+		return held, func() { released = true }, nil
+	}
+	files := fstest.MapFS{"0001_things.sql": {Data: []byte("CREATE TABLE IF NOT EXISTS {{.Database}}.things (n UInt8) ENGINE = MergeTree ORDER BY n;\n")}}
+	if _, err := migrations.Apply(ctx, ch.Conn, ch.Database, migrations.WithFiles(files), migrations.WithLock(lost)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Apply with its lock lost: %v, want context.Canceled", err)
+	}
+	if !released {
+		t.Error("the lock was not released")
+	}
+	if tableExists(t, ch, ch.Database, "things") {
+		t.Error("a table made after the lock was lost")
 	}
 }
