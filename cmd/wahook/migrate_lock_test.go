@@ -14,11 +14,10 @@ import (
 	"github.com/wahook/wahook/schema/schematest"
 )
 
-// TestMigrationsWaitForTheLease: a process applies the ClickHouse
-// migrations only while it holds the migrations lease, so it waits for
-// another holder to finish, and gives the lease up when done.
-func TestMigrationsWaitForTheLease(t *testing.T) {
-	ch := schematest.ClickHouse(t)
+// leaseJetStream is a JetStream on a server of the test's own, where the
+// leases bucket is made.
+func leaseJetStream(t *testing.T) jetstream.JetStream {
+	t.Helper()
 	srv := schematest.StartJetStream(t)
 	nc, err := nats.Connect(srv.URL())
 	if err != nil {
@@ -29,6 +28,15 @@ func TestMigrationsWaitForTheLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return js
+}
+
+// TestMigrationsWaitForTheLease: a process applies the ClickHouse
+// migrations only while it holds the migrations lease, so it waits for
+// another holder to finish, and gives the lease up when done.
+func TestMigrationsWaitForTheLease(t *testing.T) {
+	ch := schematest.ClickHouse(t)
+	js := leaseJetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	other, err := funnel.NewLease(ctx, js, migrationsLeaseKey, "another process", 30*time.Second, 1)
@@ -93,16 +101,7 @@ func TestMigrationsWaitForTheLease(t *testing.T) {
 // ends the context Apply runs under, and its release leaves the other's
 // lease alone.
 func TestMigrationLockLost(t *testing.T) {
-	srv := schematest.StartJetStream(t)
-	nc, err := nats.Connect(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := leaseJetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// A bucket whose entries lapse 2 s after their last write: renewals

@@ -2,6 +2,7 @@ package funnel
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -201,29 +202,14 @@ func (r *Resolver) states(ctx context.Context, cond string) ([]State, error) {
 // 0012_message_lifecycle_merge made that a Merge table over it and
 // message_states), message_lifecycle before that migration, or none.
 func (r *Resolver) oldLifecycle(ctx context.Context) (string, error) {
-	rows, err := r.conn.Query(ctx, "SELECT name, engine FROM system.tables WHERE database = ? AND name IN ('message_lifecycle', 'message_lifecycle_0007')", r.db)
-	if err != nil {
-		return "", err
+	var name string
+	err := r.conn.QueryRow(ctx, `SELECT name FROM system.tables WHERE database = ?
+  AND (name = 'message_lifecycle_0007' OR name = 'message_lifecycle' AND engine != 'Merge')
+ORDER BY name DESC LIMIT 1`, r.db).Scan(&name)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
 	}
-	defer rows.Close()
-	engines := map[string]string{}
-	for rows.Next() {
-		var name, engine string
-		if err := rows.Scan(&name, &engine); err != nil {
-			return "", err
-		}
-		engines[name] = engine
-	}
-	if err := rows.Err(); err != nil {
-		return "", err
-	}
-	switch {
-	case engines["message_lifecycle_0007"] != "":
-		return "message_lifecycle_0007", nil
-	case engines["message_lifecycle"] != "" && engines["message_lifecycle"] != "Merge":
-		return "message_lifecycle", nil
-	}
-	return "", nil
+	return name, err
 }
 
 // backfill resolves every message of message_states into an emptied

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"strings"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -207,20 +206,11 @@ func Apply(ctx context.Context, conn driver.Conn, database string, opts ...Optio
 
 // execIdempotent runs one statement; an answer that its object exists already
 // counts as success, since the statement may race with another Apply or run
-// again after a crash (for a rename: its target exists). So does a rename of
-// one table whose source is gone and whose target exists: it was made before.
-// A file that relies on a rename checks its outcome in a later statement.
+// again after a crash (for a rename: its target exists). A file that relies on
+// a rename checks its outcome in a later statement.
 func execIdempotent(ctx context.Context, conn driver.Conn, stmt string) error {
-	err := conn.Exec(ctx, stmt)
-	if err == nil || alreadyDone(err) {
-		return nil
+	if err := conn.Exec(ctx, stmt); err != nil && !alreadyDone(err) {
+		return err
 	}
-	if m := renameTable.FindStringSubmatch(stmt); m != nil && m[2] == "" && unknownTable(err) {
-		db, name, _ := strings.Cut(m[1], ".")
-		var n uint64
-		if qerr := conn.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = ? AND name = ?", db, name).Scan(&n); qerr == nil && n == 1 {
-			return nil
-		}
-	}
-	return err
+	return nil
 }

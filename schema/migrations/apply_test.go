@@ -335,9 +335,8 @@ func logRows(t *testing.T, ch *schematest.ClickHouseDB, db string) uint64 {
 }
 
 // TestApplyRenameTwice: a RENAME run again after a crash (its source gone,
-// its target there) counts as done; a rename of a table that never existed
-// still fails. (18.16 answers the rerun "target exists"; a server that looks
-// at the source first answers "unknown table", which Apply checks too.)
+// its target there) counts as done, as its target exists; a rename of a table
+// that never existed still fails.
 func TestApplyRenameTwice(t *testing.T) {
 	ch := schematest.ClickHouse(t)
 	ctx := context.Background()

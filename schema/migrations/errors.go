@@ -22,7 +22,6 @@ var (
 // already done, for example by a process applying the same migration at once.
 const (
 	codeIllegalColumn         = 44 // "Cannot add column x: column with this name already exists" (18.16 has no ADD COLUMN IF NOT EXISTS)
-	codeUnknownTable          = 60
 	codeTableAlreadyExists    = 57
 	codeDatabaseAlreadyExists = 82
 )
@@ -41,10 +40,4 @@ func alreadyDone(err error) bool {
 		return strings.Contains(exc.Message, "already exists")
 	}
 	return false
-}
-
-// unknownTable reports whether err says that a table does not exist.
-func unknownTable(err error) bool {
-	var exc *clickhouse.Exception
-	return errors.As(err, &exc) && exc.Code == codeUnknownTable
 }

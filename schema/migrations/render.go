@@ -85,8 +85,8 @@ var createObject = regexp.MustCompile(`(?s)^((?:--[^\n]*\n|\s)*CREATE\s+(TABLE|M
 var dropTable = regexp.MustCompile(`(?s)^((?:--[^\n]*\n|\s)*DROP\s+TABLE\s+IF\s+EXISTS\s+([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?))`)
 
 // renameTable matches a rename of one or more tables, "RENAME TABLE db.a TO
-// db.b[, db.c TO db.d]", with the target of its first pair.
-var renameTable = regexp.MustCompile(`(?s)^(?:--[^\n]*\n|\s)*RENAME\s+TABLE\s+[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*\s+TO\s+([A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*)(\s*,\s*[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*\s+TO\s+[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*)*\s*$`)
+// db.b[, db.c TO db.d]".
+var renameTable = regexp.MustCompile(`(?s)^(?:--[^\n]*\n|\s)*RENAME\s+TABLE\s+[A-Za-z_]\w*\.[A-Za-z_]\w*\s+TO\s+[A-Za-z_]\w*\.[A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*\.[A-Za-z_]\w*\s+TO\s+[A-Za-z_]\w*\.[A-Za-z_]\w*)*\s*$`)
 
 // mergeTreeEngine matches a MergeTree family engine and its arguments, if any
 // (one level of nested parentheses, as in SummingMergeTree((a, b))).
