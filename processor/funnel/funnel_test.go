@@ -944,3 +944,62 @@ func TestPassRedimensioned(t *testing.T) {
 	}
 	w.check()
 }
+
+// A part's rows go out in INSERTs of at most InsertRows message rows, each
+// with its own share of the hourly sums: a pass cut short between two of
+// them leaves sums that match the message rows it wrote, and the next pass
+// nets the messages against what landed and ends exact.
+func TestPassInsertsInBatches(t *testing.T) {
+	w := newWorld(t)
+	cfg := funnel.DefaultConfig()
+	cfg.InsertRows = 3
+	r := funnel.New(cfg, w.ch.Conn, w.ch.Database, nil, zaptest.NewLogger(t))
+	if st := pass(t, r); !st.Backfill {
+		t.Fatalf("%+v, want a backfill first", st)
+	}
+	var msgs []*msg
+	for i := range 10 {
+		msgs = append(msgs, &msg{phone: "p1", id: fmt.Sprint("wamid.B", i), recipient: fmt.Sprint("r", i), campaign: fmt.Sprint("campaign-", i%4)})
+	}
+	postAll := func(name string, after time.Duration) {
+		t.Helper()
+		var items []struct {
+			m *msg
+			s st
+		}
+		for i, m := range msgs {
+			items = append(items, item(m, name, t0.Add(time.Duration(i)*time.Second+after)))
+		}
+		w.post(items...)
+	}
+	postAll("sent", 0)
+	st := pass(t, r)
+	if st.Rows != 10 || st.Inserts != 4 {
+		t.Errorf("%+v: want 10 rows in 4 inserts of 3 at most", st)
+	}
+	w.check()
+
+	// Every message delivered: a row taken back and a new one each, 20
+	// rows in 7 inserts; the lease is lost after the third.
+	postAll("delivered", 2*time.Second)
+	checks := 0
+	st, err := r.Pass(context.Background(), func() bool { checks++; return checks <= 3 })
+	if err == nil || !strings.Contains(err.Error(), "lease lost") || st.Inserts != 3 {
+		t.Fatalf("%+v, %v: want the pass to stop after 3 inserts, its lease lost", st, err)
+	}
+	if got := w.mismatches(); len(got) == 0 {
+		t.Error("the pass cut short left the funnel as if it had finished")
+	}
+	if got := w.sumMismatches(); len(got) != 0 {
+		t.Errorf("the inserts that landed left the hourly sums apart from their message rows: %v", got)
+	}
+	st = pass(t, r)
+	if st.Changed == 0 || st.Inserts == 0 {
+		t.Errorf("%+v: want the next pass to finish the work", st)
+	}
+	w.check()
+	if err := w.ch.Conn.Exec(context.Background(), "OPTIMIZE TABLE "+w.ch.Database+".funnel_messages FINAL"); err != nil {
+		t.Fatal(err)
+	}
+	w.check()
+}

@@ -21,6 +21,7 @@ type PassStats struct {
 	Messages  int       // messages whose state was read
 	Changed   int       // messages whose row changed
 	Rows      int       // rows inserted (n = -1 and n = 1)
+	Inserts   int       // INSERTs into funnel_messages (InsertRows message rows each at most)
 	Lookups   int       // queries of funnel_messages' rows (LookupKeys message-days each at most)
 	Parts     int       // parts the touched messages were resolved in (PassMessages each, about)
 	Known     int       // messages whose rows the resolver remembered (not looked up)
@@ -141,13 +142,18 @@ func (r *Resolver) resolvePart(ctx context.Context, cond string, now uint32, st 
 	rows, changed := diff(want, have)
 	st.Changed += changed
 	st.Rows += len(rows)
-	if len(rows) > 0 {
+	// Each batch carries its rows' share of the hourly sums, so that
+	// whatever batches land before a failure are right as they stand: the
+	// pass fails, the memory is forgotten, and the next pass nets the
+	// messages against what funnel_messages then holds.
+	for start := 0; start < len(rows); start += r.cfg.InsertRows {
 		if err := held(); err != nil {
 			return err
 		}
-		if err := r.insert(ctx, rows); err != nil {
+		if err := r.insert(ctx, rows[start:min(start+r.cfg.InsertRows, len(rows))]); err != nil {
 			return err
 		}
+		st.Inserts++
 	}
 	// Each message now nets exactly its resolved row.
 	for _, s := range want {
