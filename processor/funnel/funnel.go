@@ -7,9 +7,10 @@
 // (funnel_touched, with a slack for inserts that became visible late),
 // computes their state from message_states, reads the rows funnel_messages
 // nets for them (those it does not know already, memory.go), and inserts,
-// part by part of about PassMessages messages and in batches of at most
-// InsertRows rows, each of those rows with the opposite multiplicity and
-// the new row (each batch with its share of the hourly sums). A message whose row is already
+// part by part of about PassMessages messages and in batches of about
+// InsertRows message rows, each of those rows with the opposite
+// multiplicity and the new row (a message's rows in one batch, each batch
+// with its share of the hourly sums). A message whose row is already
 // right costs no write. Each pass nets whatever funnel_messages holds for a
 // message (or, under the lease, what the resolver wrote), and the watermark moves only after a pass has written
 // everything, so a pass cut short (an insert that failed half way, a crash)
@@ -50,9 +51,10 @@ type Config struct {
 	// after an outage or a burst, resolves them in parts by a hash of the
 	// message id, so that its memory stays bounded.
 	PassMessages int
-	// InsertRows is the most message rows one INSERT into funnel_messages
-	// carries (0: DefaultInsertRows, set by New); a part with more is
-	// written in several, each with its own share of the hourly sums.
+	// InsertRows is about the most message rows one INSERT into
+	// funnel_messages carries (0: DefaultInsertRows, set by New; a batch
+	// ends after a message's last row); a part with more is written in
+	// several, each with its own share of the hourly sums.
 	InsertRows int
 	// MemoryMessages is about the most messages whose rows a resolver
 	// remembers while it holds the lease, to skip their lookups (0:
@@ -135,7 +137,7 @@ func New(cfg Config, conn driver.Conn, db string, m *Metrics, log *zap.Logger) *
 	if cfg.PassMessages == 0 {
 		cfg.PassMessages = DefaultPassMessages
 	}
-	if cfg.InsertRows == 0 {
+	if cfg.InsertRows <= 0 {
 		cfg.InsertRows = DefaultInsertRows
 	}
 	if cfg.MemoryMessages == 0 {

@@ -945,10 +945,11 @@ func TestPassRedimensioned(t *testing.T) {
 	w.check()
 }
 
-// A part's rows go out in INSERTs of at most InsertRows message rows, each
-// with its own share of the hourly sums: a pass cut short between two of
-// them leaves sums that match the message rows it wrote, and the next pass
-// nets the messages against what landed and ends exact.
+// A part's rows go out in INSERTs of about InsertRows message rows, each
+// with its own share of the hourly sums and never splitting a message's
+// rows: a pass cut short between two of them leaves every message netting
+// one row (old or new) and sums that match the message rows, and the next
+// pass nets the messages against what landed and ends exact.
 func TestPassInsertsInBatches(t *testing.T) {
 	w := newWorld(t)
 	cfg := funnel.DefaultConfig()
@@ -980,15 +981,21 @@ func TestPassInsertsInBatches(t *testing.T) {
 	w.check()
 
 	// Every message delivered: a row taken back and a new one each, 20
-	// rows in 7 inserts; the lease is lost after the third.
+	// rows in 5 inserts of 4 (3 rows would split a message); the lease is
+	// lost after the third.
 	postAll("delivered", 2*time.Second)
 	checks := 0
 	st, err := r.Pass(context.Background(), func() bool { checks++; return checks <= 3 })
-	if err == nil || !strings.Contains(err.Error(), "lease lost") || st.Inserts != 3 {
-		t.Fatalf("%+v, %v: want the pass to stop after 3 inserts, its lease lost", st, err)
+	if err == nil || !strings.Contains(err.Error(), "lease lost") || st.Inserts != 3 || st.Rows != 12 {
+		t.Fatalf("%+v, %v: want the pass to stop after 3 inserts of 4 rows, its lease lost", st, err)
 	}
 	if got := w.mismatches(); len(got) == 0 {
 		t.Error("the pass cut short left the funnel as if it had finished")
+	}
+	for _, m := range msgs {
+		if g := net(t, w.ch)[m.key()]; len(g) != 1 || g[0].n != 1 {
+			t.Errorf("%s nets %+v after the pass cut short, want one row, old or new", m.key(), g)
+		}
 	}
 	if got := w.sumMismatches(); len(got) != 0 {
 		t.Errorf("the inserts that landed left the hourly sums apart from their message rows: %v", got)

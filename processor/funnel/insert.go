@@ -172,8 +172,7 @@ const (
 
 // insert writes rows in one batch: each message row, and with it, with the
 // same multiplicity, its share of the hourly sums (kinds 1 to 3), so that
-// the sums always are those of the message rows, part by part (a batch
-// lands whole in each partition, and a row's sums share its partition). The shares
+// the sums always are those of the message rows, batch by batch. The shares
 // of one hour, number, WABA, campaign and template (and to_deliver or
 // to_read) are added up before the insert, as the table's merges would add
 // them, and those that add up to nothing are left out: the batch has a row

@@ -20,8 +20,8 @@ type PassStats struct {
 	Watermark time.Time // funnel_touched is read up to here
 	Messages  int       // messages whose state was read
 	Changed   int       // messages whose row changed
-	Rows      int       // rows inserted (n = -1 and n = 1)
-	Inserts   int       // INSERTs into funnel_messages (InsertRows message rows each at most)
+	Rows      int       // message rows inserted (n = -1 and n = 1)
+	Inserts   int       // INSERTs into funnel_messages (about InsertRows message rows each at most)
 	Lookups   int       // queries of funnel_messages' rows (LookupKeys message-days each at most)
 	Parts     int       // parts the touched messages were resolved in (PassMessages each, about)
 	Known     int       // messages whose rows the resolver remembered (not looked up)
@@ -33,8 +33,8 @@ type PassStats struct {
 // message; otherwise only those touched since the watermark, less the
 // slack. The watermark moves only when the pass has written everything.
 // stillHeld, when not nil, is asked before each write; a pass whose lease
-// is gone writes nothing more (parts written before are right, and the
-// watermark does not move).
+// is gone writes nothing more (the batches written before are right, each
+// message in them replaced whole, and the watermark does not move).
 func (r *Resolver) Pass(ctx context.Context, stillHeld func() bool) (PassStats, error) {
 	start := time.Now()
 	st, err := r.pass(ctx, stillHeld)
@@ -141,19 +141,27 @@ func (r *Resolver) resolvePart(ctx context.Context, cond string, now uint32, st 
 	}
 	rows, changed := diff(want, have)
 	st.Changed += changed
-	st.Rows += len(rows)
-	// Each batch carries its rows' share of the hourly sums, so that
-	// whatever batches land before a failure are right as they stand: the
-	// pass fails, the memory is forgotten, and the next pass nets the
-	// messages against what funnel_messages then holds.
-	for start := 0; start < len(rows); start += r.cfg.InsertRows {
+	// In batches of InsertRows message rows, or a few more: a message's
+	// rows (its old ones taken back, its new one) are never split, so that
+	// every message nets exactly one row, old or new, whichever batches
+	// landed. Each batch carries its rows' share of the hourly sums, so
+	// that what landed before a failure is right as it stands: the pass
+	// fails, the memory is forgotten, and the next pass nets the messages
+	// against what funnel_messages then holds.
+	for start := 0; start < len(rows); {
+		end := min(start+r.cfg.InsertRows, len(rows))
+		for end < len(rows) && rows[end].key() == rows[end-1].key() {
+			end++
+		}
 		if err := held(); err != nil {
 			return err
 		}
-		if err := r.insert(ctx, rows[start:min(start+r.cfg.InsertRows, len(rows))]); err != nil {
+		if err := r.insert(ctx, rows[start:end]); err != nil {
 			return err
 		}
 		st.Inserts++
+		st.Rows += end - start
+		start = end
 	}
 	// Each message now nets exactly its resolved row.
 	for _, s := range want {
