@@ -104,7 +104,12 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return nil
 	}
 	po.migrate = true
-	conn, db, err := openClickHouse(cctx, &po, migrationLock(pub.JetStream(), kv, log), log)
+	// The migrations get a budget of their own: on a cluster each
+	// statement waits for every replica, and another process may hold the
+	// lock while it applies them.
+	mctx, mcancel := context.WithTimeout(ctx, migrateTimeout)
+	defer mcancel()
+	conn, db, err := openClickHouse(mctx, &po, migrationLock(pub.JetStream(), kv, log), log)
 	if err != nil {
 		return err
 	}
@@ -112,6 +117,10 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fmt.Fprintf(stdout, "clickhouse database %s migrated\n", db)
 	return nil
 }
+
+// migrateTimeout bounds wahook migrate's ClickHouse step: taking the lock
+// (after another process's migrations) and applying what is missing.
+const migrateTimeout = 10 * time.Minute
 
 // ensureStreamReplicas gives the stream name (a KV bucket's is KV_bucket)
 // replicas copies if it has another count.

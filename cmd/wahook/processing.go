@@ -184,27 +184,43 @@ const migrationsLeaseKey = "migrations"
 func migrationLock(js jetstream.JetStream, replicas int, log *zap.Logger) migrations.Lock {
 	return func(ctx context.Context) (context.Context, func(), error) {
 		host, _ := os.Hostname()
-		lease, err := funnel.NewLease(ctx, js, migrationsLeaseKey, fmt.Sprintf("%s/%d", host, os.Getpid()), funnel.DefaultConfig().LeaseTTL, replicas)
-		if err != nil {
-			return nil, nil, err
+		// Each request to JetStream gets leaseRequestTimeout and is tried
+		// again until ctx ends: a request lost while the cluster elects a
+		// leader (just formed, or a node restarting) is never answered,
+		// and would otherwise hold the whole budget.
+		var lease *funnel.Lease
+		var last error
+		for lease == nil {
+			rctx, cancel := context.WithTimeout(ctx, leaseRequestTimeout)
+			lease, last = funnel.NewLease(rctx, js, migrationsLeaseKey, fmt.Sprintf("%s/%d", host, os.Getpid()), funnel.DefaultConfig().LeaseTTL, replicas)
+			cancel()
+			if lease == nil && !sleepOrDone(ctx, 250*time.Millisecond) {
+				return nil, nil, fmt.Errorf("%w (last: %w)", ctx.Err(), last)
+			}
 		}
 		waited := time.Now()
 		for logged := false; ; {
-			held, err := lease.Hold(ctx)
-			if err != nil {
-				return nil, nil, err
-			}
+			rctx, cancel := context.WithTimeout(ctx, leaseRequestTimeout)
+			held, err := lease.Hold(rctx)
+			cancel()
 			if held {
 				break
+			}
+			if err != nil {
+				// Tried again: a take that landed but whose answer was
+				// lost shows as taken, and lapses after the lease's TTL.
+				last = err
+				log.Debug("migrations lease", zap.Error(err))
 			}
 			if !logged && time.Since(waited) > 2*time.Second {
 				log.Info("waiting for another process to finish migrating clickhouse", zap.String("lease", schema.BucketLeases+"/"+migrationsLeaseKey))
 				logged = true
 			}
-			select {
-			case <-ctx.Done():
+			if !sleepOrDone(ctx, 250*time.Millisecond) {
+				if last != nil {
+					return nil, nil, fmt.Errorf("%w (last: %w)", ctx.Err(), last)
+				}
 				return nil, nil, ctx.Err()
-			case <-time.After(250 * time.Millisecond):
 			}
 		}
 		held, lost := context.WithCancel(ctx)
@@ -218,7 +234,12 @@ func migrationLock(js jetstream.JetStream, replicas int, log *zap.Logger) migrat
 				case <-held.Done():
 					return
 				case <-t.C:
-					if ok, err := lease.Hold(held); !ok && held.Err() == nil {
+					// A renewal not answered in time counts as lost, before
+					// the lease could lapse and be taken by another.
+					rctx, cancel := context.WithTimeout(held, min(leaseRequestTimeout, lease.TTL()/4))
+					ok, err := lease.Hold(rctx)
+					cancel()
+					if !ok && held.Err() == nil {
 						log.Warn("lost the migrations lease while migrating: stopping", zap.Error(err))
 						lost()
 						return
@@ -233,6 +254,20 @@ func migrationLock(js jetstream.JetStream, replicas int, log *zap.Logger) migrat
 			defer cancel()
 			lease.Release(cctx)
 		}, nil
+	}
+}
+
+// leaseRequestTimeout bounds one request of the migrations lock to
+// JetStream.
+const leaseRequestTimeout = 5 * time.Second
+
+// sleepOrDone waits d, and reports false when ctx ended first.
+func sleepOrDone(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
 	}
 }
 
