@@ -236,6 +236,9 @@ func (r *Resolver) backfill(ctx context.Context, held func() error) error {
 	bctx := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{
 		"max_bytes_before_external_group_by": 2 << 30,
 		"max_execution_time":                 0,
+		// Every backfill starts from an emptied table: a block like one
+		// a cut-short backfill inserted is new data, never a retry.
+		"insert_deduplicate": 0,
 	}))
 	// The statuses stored before message_states existed (copied again
 	// after a backfill cut short: a copy changes no minimum or maximum).
