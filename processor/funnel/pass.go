@@ -255,6 +255,10 @@ FROM %s`, r.table("message_states"), r.table(src))); err != nil {
 	if err := held(); err != nil {
 		return err
 	}
+	// On ClickHouse 18.16 replicas, a TRUNCATE through the replica that
+	// has just inserted into funnel_messages (a backfill redone right after
+	// one cut short) was seen to wait minutes: the leader, which runs it,
+	// waited for its fetch of that replica's new part.
 	if err := r.conn.Exec(ctx, "TRUNCATE TABLE "+r.table("funnel_messages")); err != nil {
 		return fmt.Errorf("funnel: backfill: %w", err)
 	}

@@ -832,55 +832,6 @@ func TestClusterMigrate(t *testing.T) {
 	}
 	t.Run("a retried insert reaches the views", func(t *testing.T) { retriedInsertReachesViews(t, conns[0]) })
 	t.Run("the funnel waits for its replica to catch up", func(t *testing.T) { funnelWaitsForItsReplica(t, conns) })
-	t.Run("a backfill cut short is done again in full", func(t *testing.T) { backfillRetried(t, conns[0]) })
-}
-
-// backfillRetried: a backfill cut short after it wrote the message rows
-// (its lease lost before the hourly sums) is done again from the start by
-// the next pass, which truncates funnel_messages and inserts the same rows
-// again. A replicated table drops a block identical to one it took before
-// unless the block's hash went with its partition or the insert turns
-// deduplication off (the backfill does both): otherwise the funnel would be
-// left without its message rows, its watermark set.
-func backfillRetried(t *testing.T, conn clickhouse.Conn) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	rows := func() int64 {
-		t.Helper()
-		var n int64
-		if err := conn.QueryRow(ctx, "SELECT toInt64(sum(n)) FROM wahook.funnel_messages WHERE kind = 0").Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	// No watermark: the next pass backfills.
-	if err := conn.Exec(ctx, "TRUNCATE TABLE wahook.funnel_resolver"); err != nil {
-		t.Fatal(err)
-	}
-	cfg := funnel.DefaultConfig()
-	checks := 0
-	st, err := funnel.New(cfg, conn, "wahook", nil, zaptest.NewLogger(t)).Pass(ctx, func() bool { checks++; return checks <= 2 })
-	if err == nil || !st.Backfill {
-		t.Fatalf("%+v, %v: want a backfill stopped by its lease", st, err)
-	}
-	cut := rows()
-	if cut < 2 {
-		t.Fatalf("the backfill cut short wrote %d message rows, want those of the messages written so far", cut)
-	}
-	st, err = funnel.New(cfg, conn, "wahook", nil, zaptest.NewLogger(t)).Pass(ctx, nil)
-	if err != nil || !st.Backfill {
-		t.Fatalf("%+v, %v: want a backfill", st, err)
-	}
-	if n := rows(); n != cut {
-		t.Errorf("the backfill done again nets %d message rows, want %d", n, cut)
-	}
-	var counts int64
-	if err := conn.QueryRow(ctx, "SELECT toInt64(sum(n)) FROM wahook.funnel_messages WHERE kind = 1").Scan(&counts); err != nil {
-		t.Fatal(err)
-	}
-	if counts != cut {
-		t.Errorf("the hourly counts sum to %d messages, the message rows to %d", counts, cut)
-	}
 }
 
 // statusRow is a status of message msg, with its id.
