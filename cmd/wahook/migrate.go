@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
 
 	"github.com/wahook/wahook/ingest"
 	"github.com/wahook/wahook/processor"
@@ -66,37 +69,27 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	// The streams and buckets: tried again while the cluster cannot place
+	// them yet (a node still joining or restarting), within natsTimeout.
+	cctx, cancel := context.WithTimeout(ctx, natsTimeout)
 	defer cancel()
-	info, err := ingest.EnsureRawStream(cctx, pub.JetStream(), io_.stream, true)
-	if err != nil {
-		return err
+	js := pub.JetStream()
+	kv := kvr.or(io_.stream.Replicas)
+	var info *jetstream.StreamInfo
+	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		actx, acancel := context.WithTimeout(cctx, natsAttemptTimeout)
+		info, err = provisionForMigrate(actx, js, io_.stream, po.events, kv)
+		acancel()
+		if err == nil {
+			break
+		}
+		if !transientJetStream(err) || !sleepOrDone(cctx, wait) {
+			return err
+		}
+		log.Warn("provisioning the streams and buckets, retrying", zap.Error(err), zap.Duration("in", wait))
 	}
 	fmt.Fprintf(stdout, "stream %s: %d messages, max age %s, replicas %d, duplicate window %s\n",
 		info.Config.Name, info.State.Msgs, info.Config.MaxAge, info.Config.Replicas, info.Config.Duplicates)
-	if err := processor.EnsureEventsStream(cctx, pub.JetStream(), po.events, true); err != nil {
-		return err
-	}
-	kv := kvr.or(io_.stream.Replicas)
-	if _, err := processor.NewNumberMap(cctx, pub.JetStream(), kv); err != nil {
-		return err
-	}
-	if err := stage2.EnsureBuckets(cctx, pub.JetStream(), kv, stage2.DefaultConfig().SignalTTL); err != nil {
-		return err
-	}
-	// The buckets are kept as they are when they exist: a changed replica
-	// count is applied here, as EnsureRawStream does for RAW. The lease
-	// bucket is made by the first process; if it exists, it follows too.
-	for _, b := range []string{schema.BucketNumbers, schema.BucketNumbersPending, schema.BucketPacing, schema.BucketPairCooldown, schema.BucketLeases} {
-		if b == schema.BucketLeases {
-			if _, err := pub.JetStream().Stream(cctx, "KV_"+b); err != nil {
-				continue
-			}
-		}
-		if err := ensureStreamReplicas(cctx, pub.JetStream(), "KV_"+b, kv); err != nil {
-			return err
-		}
-	}
 	fmt.Fprintf(stdout, "stream WAHOOK_EVENTS and buckets %s, %s, %s, %s ready (%d replicas)\n", schema.BucketNumbers, schema.BucketNumbersPending,
 		schema.BucketPacing, schema.BucketPairCooldown, kv)
 	if po.dsn == "" {
@@ -117,6 +110,76 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fmt.Fprintf(stdout, "clickhouse database %s migrated\n", db)
 	return nil
 }
+
+// natsTimeout bounds wahook migrate's streams and buckets, retries
+// included; natsAttemptTimeout one attempt.
+const (
+	natsTimeout        = 2 * time.Minute
+	natsAttemptTimeout = 20 * time.Second
+)
+
+// provisionForMigrate creates or updates RAW and EVENTS, the numbers map
+// and stage 2's buckets, and gives every bucket kv replicas. Each step
+// leaves what is already right as it is, so a retry after a failed step
+// does again only what is left.
+func provisionForMigrate(ctx context.Context, js jetstream.JetStream, raw ingest.StreamConfig, events processor.EventsConfig, kv int) (*jetstream.StreamInfo, error) {
+	info, err := ingest.EnsureRawStream(ctx, js, raw, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := processor.EnsureEventsStream(ctx, js, events, true); err != nil {
+		return nil, err
+	}
+	if _, err := processor.NewNumberMap(ctx, js, kv); err != nil {
+		return nil, err
+	}
+	if err := stage2.EnsureBuckets(ctx, js, kv, stage2.DefaultConfig().SignalTTL); err != nil {
+		return nil, err
+	}
+	// The buckets are kept as they are when they exist: a changed replica
+	// count is applied here, as EnsureRawStream does for RAW. The lease
+	// bucket is made by the first process; if it exists, it follows too.
+	for _, b := range []string{schema.BucketNumbers, schema.BucketNumbersPending, schema.BucketPacing, schema.BucketPairCooldown, schema.BucketLeases} {
+		if b == schema.BucketLeases {
+			if _, err := js.Stream(ctx, "KV_"+b); err != nil {
+				continue
+			}
+		}
+		if err := ensureStreamReplicas(ctx, js, "KV_"+b, kv); err != nil {
+			return nil, err
+		}
+	}
+	return info, nil
+}
+
+// transientJetStream reports whether err is one a JetStream cluster gives
+// while it forms or recovers (no peers to place replicas on, the system
+// unavailable, no answer in time), which the same request may not get
+// later; a refused configuration is not.
+func transientJetStream(err error) bool {
+	var api *jetstream.APIError
+	if errors.As(err, &api) {
+		switch api.ErrorCode {
+		case jsErrClusterNoPeers, jsErrClusterNotAvailable:
+			return true
+		case jetstream.JSErrCodeJetStreamNotEnabled, jetstream.JSErrCodeJetStreamNotEnabledForAccount:
+			return false
+		}
+		return api.Code == 503
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionReconnecting)
+}
+
+// JetStream's error codes for a cluster that cannot place a stream's
+// replicas ("no suitable peers for placement") and for a system
+// temporarily unavailable (nats-server's JSClusterNoPeersErrF and
+// JSClusterNotAvailErr).
+const (
+	jsErrClusterNoPeers      jetstream.ErrorCode = 10005
+	jsErrClusterNotAvailable jetstream.ErrorCode = 10008
+)
 
 // migrateTimeout bounds wahook migrate's ClickHouse step: taking the lock
 // (after another process's migrations) and applying what is missing.

@@ -679,7 +679,8 @@ func TestClusterFaults(t *testing.T) {
 
 // TestClusterMigrate: wahook migrate on the cluster. Streams and the numbers
 // bucket made with one replica get three when migrate runs again with
-// --raw-replicas 3 --events-replicas 3; two migrates at once, one through
+// --raw-replicas 3 --events-replicas 3, started while a NATS node is down
+// (restarted 3 s later) and a bucket is to be made; two migrates at once, one through
 // each ClickHouse replica, with --clickhouse-cluster, leave on both replicas
 // the same replicated tables, each migration recorded, and a row written
 // through one replica is read through the other.
@@ -706,6 +707,33 @@ func TestClusterMigrate(t *testing.T) {
 	if err := migrate("--clickhouse-dsn", ""); err != nil {
 		t.Fatal(err)
 	}
+	// A node down while the two migrates start, and a bucket to make (as a
+	// release that adds one would): its three replicas cannot be placed
+	// until the node is back, and each migrate tries again meanwhile.
+	{
+		nc, err := nats.Connect(urls)
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err = js.DeleteStream(ctx, "KV_"+schema.BucketPairCooldown)
+		cancel()
+		nc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.kill(t, "nats-3/pid")
+	restarted := make(chan struct{})
+	go func() {
+		defer close(restarted)
+		time.Sleep(3 * time.Second)
+		c.restart(t, "restart-nats", "3")
+	}()
 	errs := make(chan error, 2)
 	for _, dsn := range dsns {
 		go func() {
@@ -717,6 +745,7 @@ func TestClusterMigrate(t *testing.T) {
 			t.Error(err)
 		}
 	}
+	<-restarted
 
 	nc, err := nats.Connect(urls)
 	if err != nil {
