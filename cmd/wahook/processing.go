@@ -184,17 +184,24 @@ const migrationsLeaseKey = "migrations"
 func migrationLock(js jetstream.JetStream, replicas int, log *zap.Logger) migrations.Lock {
 	return func(ctx context.Context) (context.Context, func(), error) {
 		host, _ := os.Hostname()
-		// Each request to JetStream gets leaseRequestTimeout and is tried
+		// Each request to JetStream gets leaseRequestTimeout and, when it
+		// fails as a forming or recovering cluster makes it fail, is tried
 		// again until ctx ends: a request lost while the cluster elects a
-		// leader (just formed, or a node restarting) is never answered,
-		// and would otherwise hold the whole budget.
+		// leader is never answered, and would otherwise hold the whole
+		// budget.
 		var lease *funnel.Lease
 		var last error
 		for lease == nil {
 			rctx, cancel := context.WithTimeout(ctx, leaseRequestTimeout)
 			lease, last = funnel.NewLease(rctx, js, migrationsLeaseKey, fmt.Sprintf("%s/%d", host, os.Getpid()), funnel.DefaultConfig().LeaseTTL, replicas)
 			cancel()
-			if lease == nil && !sleepOrDone(ctx, 250*time.Millisecond) {
+			if lease != nil {
+				break
+			}
+			if !transientJetStream(last) {
+				return nil, nil, last
+			}
+			if !sleepCtx(ctx, 250*time.Millisecond) {
 				return nil, nil, fmt.Errorf("%w (last: %w)", ctx.Err(), last)
 			}
 		}
@@ -207,6 +214,9 @@ func migrationLock(js jetstream.JetStream, replicas int, log *zap.Logger) migrat
 				break
 			}
 			if err != nil {
+				if !transientJetStream(err) {
+					return nil, nil, err
+				}
 				// Tried again: a take that landed but whose answer was
 				// lost shows as taken, and lapses after the lease's TTL.
 				last = err
@@ -216,7 +226,7 @@ func migrationLock(js jetstream.JetStream, replicas int, log *zap.Logger) migrat
 				log.Info("waiting for another process to finish migrating clickhouse", zap.String("lease", schema.BucketLeases+"/"+migrationsLeaseKey))
 				logged = true
 			}
-			if !sleepOrDone(ctx, 250*time.Millisecond) {
+			if !sleepCtx(ctx, 250*time.Millisecond) {
 				if last != nil {
 					return nil, nil, fmt.Errorf("%w (last: %w)", ctx.Err(), last)
 				}
@@ -260,16 +270,6 @@ func migrationLock(js jetstream.JetStream, replicas int, log *zap.Logger) migrat
 // leaseRequestTimeout bounds one request of the migrations lock to
 // JetStream.
 const leaseRequestTimeout = 5 * time.Second
-
-// sleepOrDone waits d, and reports false when ctx ended first.
-func sleepOrDone(ctx context.Context, d time.Duration) bool {
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(d):
-		return true
-	}
-}
 
 // openClickHouse connects and, unless told not to, applies the migrations
 // under lock (nil: none).
@@ -426,12 +426,15 @@ func runFunnel(ctx context.Context, log *zap.Logger, js jetstream.JetStream, o *
 	return funnel.New(o.funnel, conn, db, m, log).Run(ctx, lease)
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) {
+// sleepCtx waits d, and reports false when ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
+		return false
 	case <-t.C:
+		return true
 	}
 }
 

@@ -710,22 +710,20 @@ func TestClusterMigrate(t *testing.T) {
 	// A node down while the two migrates start, and a bucket to make (as a
 	// release that adds one would): its three replicas cannot be placed
 	// until the node is back, and each migrate tries again meanwhile.
-	{
-		nc, err := nats.Connect(urls)
-		if err != nil {
-			t.Fatal(err)
-		}
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err = js.DeleteStream(ctx, "KV_"+schema.BucketPairCooldown)
-		cancel()
-		nc.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
+	nc, err := nats.Connect(urls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The migrates below take up to natsTimeout (2 minutes) of it.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	if err := js.DeleteStream(ctx, "KV_"+schema.BucketPairCooldown); err != nil {
+		t.Fatal(err)
 	}
 	c.kill(t, "nats-3/pid")
 	restarted := make(chan struct{})
@@ -747,17 +745,6 @@ func TestClusterMigrate(t *testing.T) {
 	}
 	<-restarted
 
-	nc, err := nats.Connect(urls)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	for _, name := range []string{schema.StreamRaw, "WAHOOK_EVENTS", "KV_" + schema.BucketNumbers, "KV_" + schema.BucketPacing, "KV_" + schema.BucketPairCooldown} {
 		s, err := js.Stream(ctx, name)
 		if err != nil {
