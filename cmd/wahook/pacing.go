@@ -37,7 +37,7 @@ func (o *pacingOptions) register(f *flags) {
 		f.DurationVar(&o.cfg.Coalesce, "pacing-coalesce", o.cfg.Coalesce, fmt.Sprintf("least time between two writes of one number's signal (at most %s: the events a write carries are acked once it is stored)", o.cfg.AckWait/4))
 		f.DurationVar(&o.cfg.Refresh, "pacing-refresh", o.cfg.Refresh, "how often an active number's signal is written again while its rates change")
 		f.DurationVar(&o.cfg.SignalTTL, "pacing-ttl", o.cfg.SignalTTL, "how long a number's last signal stays in "+schema.BucketPacing+" after its last write; a number without events for that long is forgotten")
-		f.DurationVar(&o.cfg.MessageMemory, "stage2-message-memory", o.cfg.MessageMemory, "how long stage 2 remembers a message it counted: a message counts once, at its first evidence (send result, any status, echo), and its later statuses within this time do not count it again (about 40 bytes per message)")
+		f.DurationVar(&o.cfg.MessageMemory, "stage2-message-memory", o.cfg.MessageMemory, "how long stage 2 remembers a message it counted: a message counts once, at its first evidence (send result, any status, echo), and its later statuses within this time (and up to 64 s more) do not count it again (about 15 bytes per message)")
 		f.IntVar(&o.cfg.Partitions, "stage2-partitions", 0, "share the numbers among several stage 2 instances in this many partitions, fixed for the group's life (0: this instance owns every number)")
 		f.StringVar(&o.cfg.Member, "stage2-member", "", "with --stage2-partitions: this instance's member name in the group")
 		f.StringVar(&o.members, "stage2-members", "", "with --stage2-partitions: every member's name, comma-separated; set as the group's membership at start (empty: leave it as it is)")

@@ -2,6 +2,8 @@ package pacing
 
 import (
 	"hash/maphash"
+	"math/bits"
+	"slices"
 	"time"
 )
 
@@ -11,19 +13,34 @@ import (
 // evidence it has seen for longer (the message memory, 10 minutes by
 // default), so that a message counts once whatever evidence of it comes
 // first and however late the rest comes within that memory. It is one per
-// stage 2 instance, sized by the traffic (16 bytes or so per event of the
-// last minute, and some 40 per message of the memory), not per number.
+// stage 2 instance, sized by the traffic (some 30 bytes per event of the
+// last minute, and some 10 per message of the memory, 30 for those of the
+// last two minutes), not per number.
+//
+// The message memory is kept by epochs of 64 seconds of Meta's time (the
+// windows' length). The messages first seen in the head's epoch and the one
+// before it, which hold every second the windows do, are a map to the
+// second each counts at; an earlier epoch's are a sorted set of their
+// hashes (8 bytes and a little index each instead of the map's 30 or so),
+// kept until the epoch's last second is older than the memory. A message
+// is so remembered for at least the memory after its first evidence, and at
+// most 64 seconds longer.
 type Deduper struct {
 	seed    maphash.Seed
 	head    int64
 	buckets [slots]map[uint64]struct{}
-	// msgs are the keys of SeenMessage with their second, whatever
-	// second they come again at; msgSlots lists them by second (modulo
-	// msgSpan), to forget them msgSpan seconds later.
-	msgs     map[uint64]int64
-	msgSlots [][]uint64
-	msgSpan  int64
+	// young[e&1] holds the messages first seen in epoch e (youngEpoch),
+	// with the earliest second of their evidence.
+	young      [2]map[uint64]int64
+	youngEpoch [2]int64
+	// old are the earlier epochs within the memory, oldest first.
+	old  []hashSet
+	span int64
 }
+
+// epochBits: an epoch of the message memory is 1<<epochBits seconds, the
+// windows' length, so that the windows' seconds lie in two epochs.
+const epochBits = 6
 
 // DefaultMessageMemory is how long a Deduper remembers a message by
 // default: statuses that come later than that after a message's first
@@ -37,7 +54,7 @@ func NewDeduper() *Deduper { return NewDeduperFor(DefaultMessageMemory) }
 // least the 64 seconds of the windows.
 func NewDeduperFor(memory time.Duration) *Deduper {
 	span := max(int64(memory/time.Second), slots)
-	return &Deduper{seed: maphash.MakeSeed(), msgs: map[uint64]int64{}, msgSlots: make([][]uint64, span), msgSpan: span}
+	return &Deduper{seed: maphash.MakeSeed(), span: span}
 }
 
 // advance moves the window's head to at, forgetting the seconds it leaves.
@@ -53,20 +70,53 @@ func (d *Deduper) advance(at int64) {
 	for s := at - n + 1; s <= at; s++ {
 		d.buckets[s&(slots-1)] = nil
 	}
-	n = min(at-d.head, d.msgSpan)
-	if first {
-		n = 1
-	}
-	for s := at - n + 1; s <= at; s++ {
-		i := s % d.msgSpan
-		for _, h := range d.msgSlots[i] {
-			if d.msgs[h] <= s-d.msgSpan {
-				delete(d.msgs, h)
-			}
-		}
-		d.msgSlots[i] = d.msgSlots[i][:0]
-	}
 	d.head = at
+	if e := at >> epochBits; first || d.youngEpoch[e&1] != e {
+		d.age(e, first)
+	}
+	drop := 0
+	for drop < len(d.old) && !d.remembers(d.old[drop].epoch) {
+		drop++
+	}
+	if drop > 0 {
+		d.old = slices.Delete(d.old, 0, drop)
+	}
+}
+
+// age makes e the head's epoch: the young epochs before e-1 become sets
+// of hashes (oldest first), unless they are older than the memory.
+func (d *Deduper) age(e int64, first bool) {
+	a, b := e&1, (e-1)&1 // the slots of e and e-1
+	if first {
+		d.young[a], d.young[b] = map[uint64]int64{}, map[uint64]int64{}
+		d.youngEpoch[a], d.youngEpoch[b] = e, e-1
+		return
+	}
+	// Freeze the older of the two first, so that old stays in order.
+	order := [2]int64{a, b}
+	if d.youngEpoch[b] < d.youngEpoch[a] {
+		order = [2]int64{b, a}
+	}
+	for _, i := range order {
+		want := e
+		if i == b {
+			want = e - 1
+		}
+		if d.youngEpoch[i] == want {
+			continue
+		}
+		if m := d.young[i]; len(m) > 0 && d.remembers(d.youngEpoch[i]) {
+			d.old = append(d.old, newHashSet(d.youngEpoch[i], m))
+		}
+		clear(d.young[i])
+		d.youngEpoch[i] = want
+	}
+}
+
+// remembers reports whether the messages first seen in epoch are still
+// within the memory: the epoch's last second is not older than it.
+func (d *Deduper) remembers(epoch int64) bool {
+	return epoch<<epochBits+1<<epochBits-1 > d.head-d.span
 }
 
 // SeenMessage reports whether key (a message id) was seen before within
@@ -80,7 +130,8 @@ func (d *Deduper) SeenMessage(key string, at int64) bool {
 }
 
 // FirstEvidence is SeenMessage that also gives the second the message
-// counts at: the earliest evidence of it seen so far. When evidence earlier
+// counts at: the earliest evidence of it seen so far (for a message first
+// seen before the windows, a second before them). When evidence earlier
 // than that comes later (a sent status retried after its delivered), the
 // message's second becomes at, and the caller moves its count from the
 // second returned to at.
@@ -90,18 +141,74 @@ func (d *Deduper) FirstEvidence(key string, at int64) (seen bool, counted int64)
 		return true, at
 	}
 	h := maphash.String(d.seed, key)
-	if was, ok := d.msgs[h]; ok {
-		if at < was {
-			// Listed still under its first second, which forgets it
-			// later than at's would: remembered a little longer.
-			d.msgs[h] = at
+	for _, m := range d.young {
+		if was, ok := m[h]; ok {
+			if at < was {
+				// Kept still in its first epoch, which forgets it
+				// no sooner than at's would: remembered a little longer.
+				m[h] = at
+			}
+			return true, was
 		}
-		return true, was
 	}
-	d.msgs[h] = at
-	i := at % d.msgSpan
-	d.msgSlots[i] = append(d.msgSlots[i], h)
+	for i := len(d.old) - 1; i >= 0; i-- {
+		if d.old[i].has(h) {
+			return true, d.old[i].epoch<<epochBits + 1<<epochBits - 1
+		}
+	}
+	d.young[(at>>epochBits)&1][h] = at
 	return false, at
+}
+
+// messages is how many messages the memory holds.
+func (d *Deduper) messages() int {
+	n := len(d.young[0]) + len(d.young[1])
+	for _, s := range d.old {
+		n += len(s.keys)
+	}
+	return n
+}
+
+// hashSet is a sorted set of 64-bit hashes with an index of where each
+// value of their top bits starts: a lookup reads one entry of the index
+// and a few neighbouring keys.
+type hashSet struct {
+	epoch int64
+	keys  []uint64
+	// start[b] is the first key whose top bits are at least b.
+	start []uint32
+	shift uint
+}
+
+func newHashSet(epoch int64, m map[uint64]int64) hashSet {
+	keys := make([]uint64, 0, len(m))
+	for h := range m {
+		keys = append(keys, h)
+	}
+	slices.Sort(keys)
+	width := bits.Len(uint(len(keys) / 8)) // about 4 to 8 keys per bucket
+	start := make([]uint32, 1<<width+1)
+	shift := uint(64 - width)
+	b := 0
+	for i, k := range keys {
+		for kb := int(k >> shift); b <= kb; b++ {
+			start[b] = uint32(i)
+		}
+	}
+	for ; b < len(start); b++ {
+		start[b] = uint32(len(keys))
+	}
+	return hashSet{epoch: epoch, keys: keys, start: start, shift: shift}
+}
+
+func (s *hashSet) has(h uint64) bool {
+	b := h >> s.shift
+	for _, k := range s.keys[s.start[b]:s.start[b+1]] {
+		if k >= h {
+			return k == h
+		}
+	}
+	return false
 }
 
 // Seen reports whether id was seen before at second at, and remembers it.

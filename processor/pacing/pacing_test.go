@@ -2,7 +2,6 @@ package pacing
 
 import (
 	"fmt"
-	"hash/maphash"
 	"math"
 	"math/rand"
 	"runtime"
@@ -259,7 +258,7 @@ func TestDeduper(t *testing.T) {
 }
 
 // A message key counts once across seconds, and is forgotten once its
-// second leaves the message memory (here as short as it gets: the window).
+// epoch leaves the message memory (here as short as it gets: the window).
 func TestDeduperMessage(t *testing.T) {
 	d := NewDeduperFor(0)
 	if d.SeenMessage("m1", at(10)) || !d.SeenMessage("m1", at(11)) || !d.SeenMessage("m1", at(9)) || d.SeenMessage("m2", at(9)) {
@@ -271,15 +270,16 @@ func TestDeduperMessage(t *testing.T) {
 	if !d.SeenMessage("m3", at(10-64)) {
 		t.Fatal("older than the window counts as seen")
 	}
-	d.SeenMessage("m4", at(80)) // the window now ends at 80: 10 left it
-	if len(d.msgs) != 1 || d.SeenMessage("m1", at(75)) || len(d.msgs) != 2 {
-		t.Fatalf("forgotten keys: %d left", len(d.msgs))
+	d.SeenMessage("m4", at(10+2*64)) // 10's epoch has left the memory
+	if d.messages() != 1 || d.SeenMessage("m1", at(10+2*64-1)) || d.messages() != 2 {
+		t.Fatalf("forgotten keys: %d left", d.messages())
 	}
 }
 
 // With the default memory, a message is remembered past the windows: a
 // read ten seconds short of the memory after the message's sent status
-// does not count it again; once the memory has passed, the key is gone.
+// does not count it again; once the memory and an epoch have passed, the
+// key is gone.
 func TestDeduperMessageMemory(t *testing.T) {
 	d := NewDeduper()
 	mem := int(DefaultMessageMemory / time.Second)
@@ -292,12 +292,80 @@ func TestDeduperMessageMemory(t *testing.T) {
 	if !d.SeenMessage("m1", at(mem)) {
 		t.Fatal("a message seen within the memory counted again")
 	}
-	d.SeenMessage("late", at(10+mem+100))
-	if _, ok := d.msgs[maphash.String(d.seed, "m1")]; ok {
-		t.Fatal("a message outlived the memory")
+	d.SeenMessage("late", at(10+mem+1<<epochBits))
+	if d.SeenMessage("m1", at(10+mem+1<<epochBits)) {
+		t.Fatal("a message outlived the memory and an epoch")
 	}
-	if len(d.msgs) > mem/7+2 {
-		t.Errorf("%d keys held, want at most the memory's", len(d.msgs))
+	if n := d.messages(); n > (mem+1<<epochBits)/7+3 {
+		t.Errorf("%d keys held, want at most the memory's and an epoch's", n)
+	}
+}
+
+// The message memory against a model of its contract, over random
+// traffic: evidence late, early, repeated within and past the memory, and
+// gaps in time. A message first seen at second s in epoch e (s>>6) is
+// remembered while e is the head's epoch or the one before, or e's last
+// second is within the memory: at least the memory after s, at most an
+// epoch longer. Within the windows' two epochs it counts at its earliest
+// evidence.
+func TestDeduperMessageModel(t *testing.T) {
+	for _, memory := range []time.Duration{0, 200 * time.Second, DefaultMessageMemory} {
+		d := NewDeduperFor(memory)
+		span := max(int64(memory/time.Second), slots)
+		type msg struct{ epoch, min int64 }
+		// remembered: the epoch is one of the head's two or its last
+		// second is within the memory.
+		remembered := func(epoch, head int64) bool {
+			return epoch >= head>>epochBits-1 || epoch<<epochBits+1<<epochBits-1 > head-span
+		}
+		model := map[string]msg{}
+		rng := rand.New(rand.NewSource(int64(memory)))
+		head := at(0)
+		for i := range 200_000 {
+			switch r := rng.Intn(1000); {
+			case r == 0:
+				head += int64(rng.Intn(3 * int(span)))
+			case r == 1: // past an epoch or two, within the memory
+				head += int64(64 + rng.Intn(128))
+			case r < 300:
+				head++
+			}
+			sec := head - int64(rng.Intn(70)) // late, some past the windows
+			key := fmt.Sprint("m", rng.Intn(20_000))
+			mhead := max(d.head, sec)
+			var wantSeen bool
+			wantAt := sec
+			switch m, ok := model[key]; {
+			case sec <= mhead-slots:
+				wantSeen = true
+			case ok && remembered(m.epoch, mhead):
+				wantSeen = true
+				if m.epoch >= mhead>>epochBits-1 {
+					wantAt = m.min
+					if sec < m.min {
+						model[key] = msg{m.epoch, sec}
+					}
+				} else {
+					wantAt = m.epoch<<epochBits + 1<<epochBits - 1
+				}
+			default:
+				model[key] = msg{sec >> epochBits, sec}
+			}
+			seen, counted := d.FirstEvidence(key, sec)
+			if seen != wantSeen || counted != wantAt {
+				t.Fatalf("memory %s, event %d (%s at %d, head %d): seen %v at %d, want %v at %d",
+					memory, i, key, sec-at(0), mhead-at(0), seen, counted-at(0), wantSeen, wantAt-at(0))
+			}
+		}
+		held := 0
+		for _, m := range model {
+			if remembered(m.epoch, d.head) {
+				held++
+			}
+		}
+		if n := d.messages(); n != held {
+			t.Errorf("memory %s: %d messages held, the model holds %d", memory, n, held)
+		}
 	}
 }
 
@@ -405,5 +473,43 @@ func TestFirstEvidenceMoves(t *testing.T) {
 	n.MoveOutbound(98, 100-slots) // out of the window: the count leaves it
 	if _, out := n.traffic.sum(100, slots); out != 0 {
 		t.Errorf("moved out of the window, still %d", out)
+	}
+}
+
+// BenchmarkMessageMemory drives the message memory as stage 2 does at
+// 8,000 new messages a second, each with a sent, delivered and read status
+// (the read a minute later), for 12 minutes of Meta's time: past the
+// default memory, so that it holds its steady state. It reports the heap
+// the Deduper holds per message remembered and the time per status.
+func BenchmarkMessageMemory(b *testing.B) {
+	const rate, seconds = 8000, 12 * 60
+	keys := make([]string, rate*seconds)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("wamid.HBgLMTY1MDM4NzkwOTkVAgARGBI%016X", i)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		d := NewDeduper()
+		for s := range seconds {
+			sec := at(s)
+			for k := range rate {
+				d.FirstEvidence(keys[s*rate+k], sec)
+				if s >= 2 {
+					d.FirstEvidence(keys[(s-2)*rate+k], sec)
+				}
+				if s >= 60 {
+					d.FirstEvidence(keys[(s-60)*rate+k], sec)
+				}
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		held := int(DefaultMessageMemory/time.Second) * rate
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(held), "bytes/message")
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(i+1)/float64(3*rate*seconds), "ns/status")
+		runtime.KeepAlive(d)
 	}
 }

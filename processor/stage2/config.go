@@ -72,8 +72,9 @@ type Config struct {
 	// MessageMemory is how long stage 2 remembers a message it counted
 	// (pacing.Deduper): a message counts once, at its first evidence (a
 	// send result, any status, an echo), and its statuses within
-	// MessageMemory after that do not count it again. A status later than
-	// that (a read hours after the send) would count it once more.
+	// MessageMemory after that (and up to 64 s more: the memory is kept by
+	// epochs of 64 s) do not count it again. A status later than that (a
+	// read hours after the send) would count it once more.
 	MessageMemory time.Duration
 	// Now is the clock of the signals (updated_at, the end of the windows,
 	// the expiry of cool-downs); time.Now unless a test sets it. Timers
