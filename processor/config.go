@@ -33,6 +33,14 @@ type Config struct {
 	// MaxDeliver stays unlimited, since it cannot tell an outage from a bad
 	// body and would drop bodies that only waited one out.
 	MaxDeliver int
+	// StallAfter is how long stage 1 waits for a message while its
+	// consumer holds undelivered ones (and may deliver: below
+	// MaxAckPending, not paused) before it reads the consumer again. A
+	// pull request lost with a consumer's leader is never answered, and
+	// the client keeps waiting for it: nats.go watches for missed
+	// heartbeats only within one Next, and stage 1's calls of Next are
+	// shorter than that watch.
+	StallAfter time.Duration
 }
 
 // DefaultConfig returns the defaults documented in docs/operations.md.
@@ -48,6 +56,7 @@ func DefaultConfig() Config {
 		BackoffMin:    250 * time.Millisecond,
 		BackoffMax:    30 * time.Second,
 		MaxDeliver:    5,
+		StallAfter:    30 * time.Second,
 	}
 }
 
@@ -68,6 +77,8 @@ func (c Config) Validate() error {
 		return errors.New("backoff must be positive, min not above max")
 	case c.MaxDeliver < 1:
 		return errors.New("max deliver must be at least 1")
+	case c.StallAfter < time.Second:
+		return fmt.Errorf("stall after %s: use at least 1s", c.StallAfter)
 	}
 	return nil
 }

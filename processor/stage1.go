@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -58,6 +59,12 @@ type Stage1 struct {
 	numbers *NumberMap
 	applyMu sync.Mutex
 	applyQ  []HeldEvent
+
+	// undelivered is how many messages the consumer held undelivered, and
+	// could deliver, at its last backlog poll (undeliveredAt, Unix ns):
+	// the evidence that a reader waiting that long is stalled.
+	undelivered   atomic.Uint64
+	undeliveredAt atomic.Int64
 
 	// strikeLog throttles the warning of bodies that failed on their own
 	// and will be tried again: while a replica's tables are read-only,
@@ -214,6 +221,8 @@ func (s *Stage1) Run(ctx context.Context) error {
 	}()
 	maxAge := s.cfg.AckWait / 4
 	var nextSweep time.Time // now: at start
+	// idle is how long Next has waited without a message since the last.
+	var idle time.Duration
 	// One context serves the reads until the batch is due.
 	var due deadline.Deadline
 	defer due.Stop()
@@ -239,6 +248,17 @@ func (s *Stage1) Run(ctx context.Context) error {
 			case ctx.Err() != nil:
 			case errors.Is(err, context.DeadlineExceeded):
 				// The loop hands the batch off when it is due.
+				idle += time.Since(now)
+				if n := s.waiting(); idle >= s.cfg.StallAfter && n > 0 {
+					s.metrics.restarts.Inc()
+					s.log.Warn("raw stream consumer delivered nothing while it holds bodies: reading it again",
+						zap.Duration("idle", idle), zap.Uint64("undelivered", n))
+					idle = 0
+					it.Stop()
+					if it = s.open(ctx); it == nil {
+						return nil
+					}
+				}
 			case errors.Is(err, jetstream.ErrMsgIteratorClosed):
 				// The connection was closed, or the consumer deleted: a
 				// failure of the bus never ends stage 1. The batch in hand
@@ -257,6 +277,7 @@ func (s *Stage1) Run(ctx context.Context) error {
 			}
 			continue
 		}
+		idle = 0
 		s.add(pubCtx, b, msg)
 		if s.events != nil && b.eventsErr == nil {
 			b.eventsErr = s.events.send(pubCtx, &b.rows, &b.sent)
@@ -281,6 +302,12 @@ func (s *Stage1) pollBacklog(ctx context.Context) {
 		if c, err := s.js.Consumer(cctx, schema.StreamRaw, s.cfg.Consumer); err == nil {
 			if info, err := c.Info(cctx); err == nil {
 				s.metrics.rawPending.Set(float64(info.NumPending + uint64(info.NumAckPending)))
+				var n uint64
+				if info.NumAckPending < info.Config.MaxAckPending && !info.Paused {
+					n = info.NumPending
+				}
+				s.undelivered.Store(n)
+				s.undeliveredAt.Store(time.Now().UnixNano())
 			}
 		}
 		cancel()
@@ -290,6 +317,15 @@ func (s *Stage1) pollBacklog(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// waiting is how many messages the consumer held undelivered, and could
+// deliver, at the last backlog poll, if that poll is recent (0 if not).
+func (s *Stage1) waiting() uint64 {
+	if time.Since(time.Unix(0, s.undeliveredAt.Load())) > 2*backlogPoll {
+		return 0
+	}
+	return s.undelivered.Load()
 }
 
 // open provisions stage 1's consumer and starts reading it, retrying with

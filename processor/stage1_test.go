@@ -40,7 +40,9 @@ type pipeline struct {
 	cfg    processor.Config
 	writer *chwriter.Writer
 	// faults, when set, stands between stage 1 and the writer.
-	faults  func(processor.Writer) processor.Writer
+	faults func(processor.Writer) processor.Writer
+	// stageJS, when set, is the JetStream stage 1 uses instead of js.
+	stageJS jetstream.JetStream
 	norm    *processor.Normalizer
 	numbers *processor.NumberMap
 	cancel  context.CancelFunc
@@ -107,7 +109,11 @@ func (p *pipeline) start() {
 		p.warnCore, p.warnings = observer.New(zap.WarnLevel)
 	}
 	logger := zap.New(zapcore.NewTee(zaptest.NewLogger(p.t).Core(), p.warnCore))
-	s1, err := processor.NewStage1(p.cfg, p.js, w, p.norm, p.numbers, reg, logger)
+	js := p.js
+	if p.stageJS != nil {
+		js = p.stageJS
+	}
+	s1, err := processor.NewStage1(p.cfg, js, w, p.norm, p.numbers, reg, logger)
 	if err != nil {
 		p.t.Fatal(err)
 	}

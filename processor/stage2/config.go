@@ -55,6 +55,13 @@ type Config struct {
 
 	// MaxAckPending bounds the events fetched and not yet acked.
 	MaxAckPending int
+	// StallAfter is how long stage 2 waits for an event while its
+	// consumer holds undelivered ones (and may deliver: below
+	// MaxAckPending, not paused) before it reads the consumer again: a
+	// pull request lost with the consumer's leader is never answered,
+	// and nats.go's watch for missed heartbeats runs within one Next,
+	// longer than stage 2's.
+	StallAfter time.Duration
 	// AckWait is how long JetStream waits for an ack before redelivering.
 	// With Partitions it also times the hand-over (pcgroups): a stopped
 	// member's consumer goes after AckWait without pulls, and a member
@@ -91,6 +98,7 @@ func DefaultConfig() Config {
 		Durable:        "wahook_stage2",
 		FilterSubjects: []string{schema.SubjectEventsAll},
 		MaxAckPending:  10_000,
+		StallAfter:     30 * time.Second,
 		AckWait:        30 * time.Second,
 		Replicas:       1,
 		SignalTTL:      30 * 24 * time.Hour,
@@ -126,6 +134,8 @@ func (c Config) Validate() error {
 		return errors.New("refresh interval must not be shorter than the coalesce interval")
 	case c.MaxAckPending < 1:
 		return errors.New("max ack pending must be positive")
+	case c.StallAfter < time.Second:
+		return fmt.Errorf("stall after %s: use at least 1s", c.StallAfter)
 	case c.MessageMemory < 0:
 		return errors.New("message memory must not be negative")
 	case c.AckWait < time.Second:

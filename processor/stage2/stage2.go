@@ -197,6 +197,10 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
+// errStalled: the consumer holds events it does not deliver to a reader
+// waiting for them, as when its pull request was lost.
+var errStalled = errors.New("the consumer delivers nothing while it holds events (a pull request lost?)")
+
 // Restarts of a failed consumer wait restartMin, doubling to restartMax.
 const (
 	restartMin = 250 * time.Millisecond
@@ -224,7 +228,10 @@ func (s *Stage2) consume(ctx context.Context, cons jetstream.Consumer) error {
 	defer func() { close(quit); <-stopped }()
 
 	nextRefresh := time.Now().Add(s.cfg.Refresh)
-	nextCheck := time.Now().Add(consumerCheck)
+	check := min(consumerCheck, s.cfg.StallAfter/2)
+	nextCheck := time.Now().Add(check)
+	// idle is how long Next has waited without a message since the last.
+	var idle time.Duration
 	// One context serves the waits until the next wake-up: a timer per
 	// message read would cost more than most messages' handling.
 	var wake deadline.Deadline
@@ -233,11 +240,16 @@ func (s *Stage2) consume(ctx context.Context, cons jetstream.Consumer) error {
 		next := s.nextWake(nextRefresh)
 		var msg jetstream.Msg
 		err = nil
-		if time.Until(next) > 0 {
+		if wait := time.Until(next); wait > 0 {
+			before := next.Add(-wait)
 			msg, err = it.Next(jetstream.NextContext(wake.By(context.Background(), next)))
+			if msg == nil {
+				idle += time.Since(before)
+			}
 		}
 		switch {
 		case err == nil && msg != nil:
+			idle = 0
 			s.handle(ctx, msg)
 		case err == nil:
 		case errors.Is(err, context.DeadlineExceeded):
@@ -250,11 +262,19 @@ func (s *Stage2) consume(ctx context.Context, cons jetstream.Consumer) error {
 		nextRefresh = s.tick(ctx, now, nextRefresh)
 		if !now.Before(nextCheck) {
 			// A pull to a consumer deleted before it arrived gets no
-			// answer, and the iterator waits for ever: look.
-			if _, err := cons.Info(ctx); errors.Is(err, jetstream.ErrConsumerNotFound) {
+			// answer, and the iterator waits for ever: look. So does a
+			// pull lost with the consumer's leader: the consumer then
+			// holds events it does not deliver.
+			info, err := cons.Info(ctx)
+			if errors.Is(err, jetstream.ErrConsumerNotFound) {
 				return fmt.Errorf("consume %s: %w", schema.StreamEvents, err)
 			}
-			nextCheck = now.Add(consumerCheck)
+			if err == nil && idle >= s.cfg.StallAfter && info.NumPending > 0 &&
+				info.NumAckPending < info.Config.MaxAckPending && !info.Paused {
+				return fmt.Errorf("consume %s: %w (%d events undelivered, none delivered in %s of waiting)",
+					schema.StreamEvents, errStalled, info.NumPending, idle.Round(time.Second))
+			}
+			nextCheck = now.Add(check)
 		}
 	}
 }

@@ -1,0 +1,71 @@
+package stage2
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wahook/wahook/internal/testutil"
+	"github.com/wahook/wahook/schema"
+)
+
+// TestStalledConsumer: a pull request lost on its way to the consumer (as
+// when the NATS node leading the consumer dies holding it) is never
+// answered, and nats.go keeps waiting for it: its watch for missed
+// heartbeats runs within one Next, and stage 2's calls are shorter. Here a
+// proxy between stage 2 and the server drops stage 2's pull requests for a
+// while: stage 2 notices that its consumer holds events it does not
+// deliver and reads it again, until a pull passes; then every event is
+// applied. (Without the check, stage 2 waits for ever: the test times out
+// in flushed.)
+func TestStalledConsumer(t *testing.T) {
+	h := startServer(t, sec(0))
+	proxy := testutil.StartNATSProxy(t, h.url)
+	proxy.Drop("$JS.API.CONSUMER.MSG.NEXT." + schema.StreamEvents + ".")
+	nc, err := nats.Connect(proxy.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if h.js, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096)); err != nil {
+		t.Fatal(err)
+	}
+	h.cfg = DefaultConfig()
+	h.cfg.Now = h.clock.Now
+	h.cfg.StallAfter = 2 * time.Second
+	h.run()
+	t.Cleanup(h.close)
+	const n = 20
+	for i := range n {
+		h.sent1("1001", fmt.Sprint("stall-", i), sec(0))
+	}
+	// Stage 2 reads its consumer again, and that pull is lost too.
+	h.eventually("stage 2 to read its stalled consumer again", func() (bool, string) {
+		got := metricValue(h.s.m.restarts)
+		return got >= 1 && proxy.Dropped() >= 2, fmt.Sprintf("%v restarts, %d pulls dropped", got, proxy.Dropped())
+	})
+	c, err := h.js.Consumer(context.Background(), schema.StreamEvents, h.cfg.Durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumPending != n || info.NumWaiting != 0 || proxy.Dropped() < 2 {
+		t.Fatalf("while pulls are dropped: %d pending, %d pulls waiting, %d pulls dropped; want %d, 0, at least 2",
+			info.NumPending, info.NumWaiting, proxy.Dropped(), n)
+	}
+	if got := h.count(resultApplied); got != 0 {
+		t.Fatalf("%d events applied while every pull was dropped", got)
+	}
+	proxy.Drop("")
+	h.flushed()
+	if got := h.count(resultApplied); got != n {
+		t.Errorf("events applied: got %d, want %d", got, n)
+	}
+}
