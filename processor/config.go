@@ -34,12 +34,12 @@ type Config struct {
 	// body and would drop bodies that only waited one out.
 	MaxDeliver int
 	// StallAfter is how long stage 1 waits for a message while its
-	// consumer holds undelivered ones (and may deliver: below
-	// MaxAckPending, not paused) before it reads the consumer again. A
-	// pull request lost with a consumer's leader is never answered, and
-	// the client keeps waiting for it: nats.go watches for missed
-	// heartbeats only within one Next, and stage 1's calls of Next are
-	// shorter than that watch.
+	// consumer holds messages and no pull request waits for them (two
+	// backlog polls in a row saw it, not paused) before it reads the
+	// consumer again. A pull request lost with a consumer's leader is
+	// never answered, and the client keeps waiting for it: nats.go watches
+	// for missed heartbeats only within one Next, and stage 1's calls of
+	// Next are shorter than that watch.
 	StallAfter time.Duration
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -60,11 +59,8 @@ type Stage1 struct {
 	applyMu sync.Mutex
 	applyQ  []HeldEvent
 
-	// undelivered is how many messages the consumer held undelivered, and
-	// could deliver, at its last backlog poll (undeliveredAt, Unix ns):
-	// the evidence that a reader waiting that long is stalled.
-	undelivered   atomic.Uint64
-	undeliveredAt atomic.Int64
+	// stall is what the backlog polls saw of a stalled consumer.
+	stall stallWatch
 
 	// strikeLog throttles the warning of bodies that failed on their own
 	// and will be tried again: while a replica's tables are read-only,
@@ -221,8 +217,10 @@ func (s *Stage1) Run(ctx context.Context) error {
 	}()
 	maxAge := s.cfg.AckWait / 4
 	var nextSweep time.Time // now: at start
-	// idle is how long Next has waited without a message since the last.
+	// idle is how long Next has waited without a message since the last
+	// (at lastMsg).
 	var idle time.Duration
+	lastMsg := time.Now()
 	// One context serves the reads until the batch is due.
 	var due deadline.Deadline
 	defer due.Stop()
@@ -249,11 +247,11 @@ func (s *Stage1) Run(ctx context.Context) error {
 			case errors.Is(err, context.DeadlineExceeded):
 				// The loop hands the batch off when it is due.
 				idle += time.Since(now)
-				if n := s.waiting(); idle >= s.cfg.StallAfter && n > 0 {
+				if n, stalled := s.stall.seen(lastMsg); idle >= s.cfg.StallAfter && stalled {
 					s.metrics.restarts.Inc()
-					s.log.Warn("raw stream consumer delivered nothing while it holds bodies: reading it again",
-						zap.Duration("idle", idle), zap.Uint64("undelivered", n))
-					idle = 0
+					s.log.Warn("raw stream consumer delivered nothing while it holds bodies and no pull request waits for them: reading it again",
+						zap.Duration("idle", idle), zap.Uint64("bodies", n))
+					idle, lastMsg = 0, time.Now()
 					it.Stop()
 					if it = s.open(ctx); it == nil {
 						return nil
@@ -271,13 +269,14 @@ func (s *Stage1) Run(ctx context.Context) error {
 				if it = s.open(ctx); it == nil {
 					return nil
 				}
+				idle, lastMsg = 0, time.Now()
 			default:
 				s.log.Warn("fetch from raw stream", zap.Error(err))
 				sleep(ctx, s.cfg.BackoffMin)
 			}
 			continue
 		}
-		idle = 0
+		idle, lastMsg = 0, now
 		s.add(pubCtx, b, msg)
 		if s.events != nil && b.eventsErr == nil {
 			b.eventsErr = s.events.send(pubCtx, &b.rows, &b.sent)
@@ -300,15 +299,13 @@ func (s *Stage1) pollBacklog(ctx context.Context) {
 	for {
 		cctx, cancel := context.WithTimeout(ctx, backlogPoll)
 		if c, err := s.js.Consumer(cctx, schema.StreamRaw, s.cfg.Consumer); err == nil {
-			if info, err := c.Info(cctx); err == nil {
+			info, err := c.Info(cctx)
+			if err == nil {
 				s.metrics.rawPending.Set(float64(info.NumPending + uint64(info.NumAckPending)))
-				var n uint64
-				if info.NumAckPending < info.Config.MaxAckPending && !info.Paused {
-					n = info.NumPending
-				}
-				s.undelivered.Store(n)
-				s.undeliveredAt.Store(time.Now().UnixNano())
 			}
+			s.stall.observe(info, err, time.Now())
+		} else {
+			s.stall.observe(nil, err, time.Now())
 		}
 		cancel()
 		select {
@@ -319,13 +316,37 @@ func (s *Stage1) pollBacklog(ctx context.Context) {
 	}
 }
 
-// waiting is how many messages the consumer held undelivered, and could
-// deliver, at the last backlog poll, if that poll is recent (0 if not).
-func (s *Stage1) waiting() uint64 {
-	if time.Since(time.Unix(0, s.undeliveredAt.Load())) > 2*backlogPoll {
-		return 0
+// stallWatch is what the backlog polls saw of a stalled consumer: one
+// that holds messages (undelivered, or unacked and due again) while no
+// pull request waits for them. A reader with nothing to read keeps a pull
+// request waiting; none means it was lost. Its methods are safe for
+// concurrent use.
+type stallWatch struct {
+	mu       sync.Mutex
+	polls      int       // the polls in a row that saw it
+	prev, last time.Time // the latest two of them
+	messages   uint64    // the messages the latest saw
+}
+
+// observe takes a poll's answer at time at; a failed poll ends a run.
+func (w *stallWatch) observe(info *jetstream.ConsumerInfo, err error, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err != nil || info.NumWaiting > 0 || info.Paused || info.NumPending+uint64(info.NumAckPending) == 0 {
+		w.polls = 0
+		return
 	}
-	return s.undelivered.Load()
+	w.polls++
+	w.prev, w.last, w.messages = w.last, at, info.NumPending+uint64(info.NumAckPending)
+}
+
+// seen reports a stall seen by at least two polls in a row since the
+// reader's last message (or its last new start, at lastMsg), the latest
+// recent, and the messages the consumer holds.
+func (w *stallWatch) seen(lastMsg time.Time) (uint64, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.messages, w.polls >= 2 && w.prev.After(lastMsg) && time.Since(w.last) <= 2*backlogPoll
 }
 
 // open provisions stage 1's consumer and starts reading it, retrying with

@@ -42,8 +42,9 @@ func TestStage1StalledConsumer(t *testing.T) {
 	for i := range n {
 		p.publish("default", []byte(fmt.Sprintf(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","changes":[{"field":"messages","value":{"messaging_product":"whatsapp","metadata":{"display_phone_number":"15557810001","phone_number_id":"107655290331184"},"statuses":[{"id":"wamid.stall-%d","status":"sent","timestamp":"%d","recipient_id":"4915155500734"}]}}]}]}`, i, 1781514312+i)))
 	}
-	// Stage 1 reads its consumer again, and that pull is lost too.
-	testutil.Eventually(t, 30*time.Second, "stage 1 to read its stalled consumer again", func() (bool, string) {
+	// Stage 1 reads its consumer again, and that pull is lost too. Each
+	// look takes two backlog polls (5 s apart) after the last start.
+	testutil.Eventually(t, 60*time.Second, "stage 1 to read its stalled consumer again", func() (bool, string) {
 		got := p.metric(0, "wahook_processor_consumer_restarts_total")
 		return got >= 1 && proxy.Dropped() >= 2, fmt.Sprintf("%v restarts, %d pulls dropped", got, proxy.Dropped())
 	})
@@ -56,7 +57,7 @@ func TestStage1StalledConsumer(t *testing.T) {
 			info.NumPending, info.NumWaiting, proxy.Dropped(), n)
 	}
 	proxy.Drop("")
-	p.drained(30 * time.Second)
+	p.drained(60 * time.Second)
 	if got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events"); got != n {
 		t.Fatalf("statuses stored: got %d, want %d", got, n)
 	}

@@ -38,7 +38,7 @@ func (o *pacingOptions) register(f *flags) {
 		f.DurationVar(&o.cfg.Refresh, "pacing-refresh", o.cfg.Refresh, "how often an active number's signal is written again while its rates change")
 		f.DurationVar(&o.cfg.SignalTTL, "pacing-ttl", o.cfg.SignalTTL, "how long a number's last signal stays in "+schema.BucketPacing+" after its last write; a number without events for that long is forgotten")
 		f.DurationVar(&o.cfg.MessageMemory, "stage2-message-memory", o.cfg.MessageMemory, "how long stage 2 remembers a message it counted: a message counts once, at its first evidence (send result, any status, echo), and its later statuses within this time (and up to 64 s more) do not count it again (about 15 bytes per message)")
-		f.DurationVar(&o.cfg.StallAfter, "stage2-stall-after", o.cfg.StallAfter, "how long stage 2 waits for an event while its consumer holds undelivered ones before it reads the consumer again (a pull request lost with a NATS node is never answered)")
+		f.DurationVar(&o.cfg.StallAfter, "stage2-stall-after", o.cfg.StallAfter, "how long stage 2 waits for an event while its consumer holds events and no pull request waits for them before it reads the consumer again (a pull request lost with a NATS node is never answered)")
 		f.IntVar(&o.cfg.Partitions, "stage2-partitions", 0, "share the numbers among several stage 2 instances in this many partitions, fixed for the group's life (0: this instance owns every number)")
 		f.StringVar(&o.cfg.Member, "stage2-member", "", "with --stage2-partitions: this instance's member name in the group")
 		f.StringVar(&o.members, "stage2-members", "", "with --stage2-partitions: every member's name, comma-separated; set as the group's membership at start (empty: leave it as it is)")

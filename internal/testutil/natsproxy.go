@@ -36,9 +36,11 @@ func StartNATSProxy(t testing.TB, serverURL string) *NATSProxy {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var conns []net.Conn
+	closed := false
 	t.Cleanup(func() {
 		ln.Close()
 		mu.Lock()
+		closed = true
 		for _, c := range conns {
 			c.Close()
 		}
@@ -59,9 +61,15 @@ func StartNATSProxy(t testing.TB, serverURL string) *NATSProxy {
 				continue
 			}
 			mu.Lock()
+			if closed {
+				mu.Unlock()
+				c.Close()
+				s.Close()
+				return
+			}
 			conns = append(conns, c, s)
-			mu.Unlock()
 			wg.Add(2)
+			mu.Unlock()
 			go func() { defer wg.Done(); _, _ = io.Copy(c, s); c.Close() }()
 			go func() { defer wg.Done(); p.forward(c, s); s.Close() }()
 		}
@@ -103,6 +111,9 @@ func (p *NATSProxy) forward(c, s net.Conn) {
 			}
 			if d := p.drop.Load(); d != nil && len(*d) > 0 && bytes.HasPrefix(f[1], *d) {
 				p.dropped.Add(1)
+				if r.Buffered() == 0 && w.Flush() != nil {
+					return
+				}
 				continue
 			}
 		}

@@ -54,7 +54,9 @@ func NewDeduper() *Deduper { return NewDeduperFor(DefaultMessageMemory) }
 // least the 64 seconds of the windows.
 func NewDeduperFor(memory time.Duration) *Deduper {
 	span := max(int64(memory/time.Second), slots)
-	return &Deduper{seed: maphash.MakeSeed(), span: span}
+	// The young maps are made here too, for seconds before the first head
+	// (0 and less: no event of Meta's has them, but one may come).
+	return &Deduper{seed: maphash.MakeSeed(), span: span, young: [2]map[uint64]int64{{}, {}}, youngEpoch: [2]int64{0, -1}}
 }
 
 // advance moves the window's head to at, forgetting the seconds it leaves.

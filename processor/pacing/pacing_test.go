@@ -513,3 +513,15 @@ func BenchmarkMessageMemory(b *testing.B) {
 		runtime.KeepAlive(d)
 	}
 }
+
+// Seconds at and before 0 (no event of Meta's has them) are taken, not a
+// panic, by a Deduper that has seen nothing yet, and by one that has.
+func TestDeduperSecondZero(t *testing.T) {
+	d := NewDeduper()
+	if d.SeenMessage("m", 0) || !d.SeenMessage("m", 0) || d.SeenMessage("n", -10) || !d.SeenMessage("o", -100) {
+		t.Fatal("seconds at and before 0 on a new Deduper")
+	}
+	if d.SeenMessage("m", at(0)) || !d.SeenMessage("m", 0) {
+		t.Fatal("then a real second")
+	}
+}

@@ -56,11 +56,12 @@ type Config struct {
 	// MaxAckPending bounds the events fetched and not yet acked.
 	MaxAckPending int
 	// StallAfter is how long stage 2 waits for an event while its
-	// consumer holds undelivered ones (and may deliver: below
-	// MaxAckPending, not paused) before it reads the consumer again: a
-	// pull request lost with the consumer's leader is never answered,
-	// and nats.go's watch for missed heartbeats runs within one Next,
-	// longer than stage 2's.
+	// consumer holds events and no pull request waits for them (two
+	// checks in a row saw it, not paused) before it reads the consumer
+	// again: a pull request lost with the consumer's leader is never
+	// answered, and nats.go's watch for missed heartbeats runs within one
+	// Next, longer than stage 2's. (A partitioned stage 2 reads with
+	// nats.go's Consume, whose watch runs all the time.)
 	StallAfter time.Duration
 	// AckWait is how long JetStream waits for an ack before redelivering.
 	// With Partitions it also times the hand-over (pcgroups): a stopped

@@ -199,7 +199,7 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 
 // errStalled: the consumer holds events it does not deliver to a reader
 // waiting for them, as when its pull request was lost.
-var errStalled = errors.New("the consumer delivers nothing while it holds events (a pull request lost?)")
+var errStalled = errors.New("the consumer holds events and no pull request waits for them (one was lost)")
 
 // Restarts of a failed consumer wait restartMin, doubling to restartMax.
 const (
@@ -230,8 +230,10 @@ func (s *Stage2) consume(ctx context.Context, cons jetstream.Consumer) error {
 	nextRefresh := time.Now().Add(s.cfg.Refresh)
 	check := min(consumerCheck, s.cfg.StallAfter/2)
 	nextCheck := time.Now().Add(check)
-	// idle is how long Next has waited without a message since the last.
+	// idle is how long Next has waited without a message since the last;
+	// stalls is how many consumer checks in a row saw a stall.
 	var idle time.Duration
+	stalls := 0
 	// One context serves the waits until the next wake-up: a timer per
 	// message read would cost more than most messages' handling.
 	var wake deadline.Deadline
@@ -269,10 +271,18 @@ func (s *Stage2) consume(ctx context.Context, cons jetstream.Consumer) error {
 			if errors.Is(err, jetstream.ErrConsumerNotFound) {
 				return fmt.Errorf("consume %s: %w", schema.StreamEvents, err)
 			}
-			if err == nil && idle >= s.cfg.StallAfter && info.NumPending > 0 &&
-				info.NumAckPending < info.Config.MaxAckPending && !info.Paused {
-				return fmt.Errorf("consume %s: %w (%d events undelivered, none delivered in %s of waiting)",
-					schema.StreamEvents, errStalled, info.NumPending, idle.Round(time.Second))
+			// A reader with nothing to read keeps a pull request
+			// waiting: none, while the consumer holds events, means it was
+			// lost.
+			if err == nil && idle >= s.cfg.StallAfter && info.NumWaiting == 0 && !info.Paused &&
+				info.NumPending+uint64(info.NumAckPending) > 0 {
+				stalls++
+			} else {
+				stalls = 0
+			}
+			if stalls >= 2 {
+				return fmt.Errorf("consume %s: %w (%d events held, none delivered in %s of waiting)",
+					schema.StreamEvents, errStalled, info.NumPending+uint64(info.NumAckPending), idle.Round(time.Second))
 			}
 			nextCheck = now.Add(check)
 		}

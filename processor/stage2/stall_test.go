@@ -21,7 +21,7 @@ import (
 // while: stage 2 notices that its consumer holds events it does not
 // deliver and reads it again, until a pull passes; then every event is
 // applied. (Without the check, stage 2 waits for ever: the test times out
-// in flushed.)
+// waiting for them.)
 func TestStalledConsumer(t *testing.T) {
 	h := startServer(t, sec(0))
 	proxy := testutil.StartNATSProxy(t, h.url)
@@ -44,7 +44,9 @@ func TestStalledConsumer(t *testing.T) {
 		h.sent1("1001", fmt.Sprint("stall-", i), sec(0))
 	}
 	// Stage 2 reads its consumer again, and that pull is lost too.
-	h.eventually("stage 2 to read its stalled consumer again", func() (bool, string) {
+	// Each look takes two checks of the consumer a second apart, after 2 s
+	// of waiting: slow under -race on a loaded machine.
+	testutil.Eventually(t, 45*time.Second, "stage 2 to read its stalled consumer again", func() (bool, string) {
 		got := metricValue(h.s.m.restarts)
 		return got >= 1 && proxy.Dropped() >= 2, fmt.Sprintf("%v restarts, %d pulls dropped", got, proxy.Dropped())
 	})
@@ -64,7 +66,10 @@ func TestStalledConsumer(t *testing.T) {
 		t.Fatalf("%d events applied while every pull was dropped", got)
 	}
 	proxy.Drop("")
-	h.flushed()
+	testutil.Eventually(t, 45*time.Second, "stage 2 to apply every event", func() (bool, string) {
+		got := h.count(resultApplied)
+		return got >= n, fmt.Sprintf("%d of %d applied", got, n)
+	})
 	if got := h.count(resultApplied); got != n {
 		t.Errorf("events applied: got %d, want %d", got, n)
 	}
