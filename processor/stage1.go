@@ -322,7 +322,7 @@ func (s *Stage1) pollBacklog(ctx context.Context) {
 // request waiting; none means it was lost. Its methods are safe for
 // concurrent use.
 type stallWatch struct {
-	mu       sync.Mutex
+	mu         sync.Mutex
 	polls      int       // the polls in a row that saw it
 	prev, last time.Time // the latest two of them
 	messages   uint64    // the messages the latest saw
