@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/wahook/wahook/internal/deadline"
+	"github.com/wahook/wahook/internal/pullstall"
 	"github.com/wahook/wahook/internal/throttle"
 	"github.com/wahook/wahook/processor/chwriter"
 	"github.com/wahook/wahook/schema"
@@ -316,11 +317,8 @@ func (s *Stage1) pollBacklog(ctx context.Context) {
 	}
 }
 
-// stallWatch is what the backlog polls saw of a stalled consumer: one
-// that holds messages (undelivered, or unacked and due again) while no
-// pull request waits for them. A reader with nothing to read keeps a pull
-// request waiting; none means it was lost. Its methods are safe for
-// concurrent use.
+// stallWatch is what the backlog polls saw of a stalled consumer
+// (pullstall.Held). Its methods are safe for concurrent use.
 type stallWatch struct {
 	mu         sync.Mutex
 	polls      int       // the polls in a row that saw it
@@ -332,12 +330,16 @@ type stallWatch struct {
 func (w *stallWatch) observe(info *jetstream.ConsumerInfo, err error, at time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if err != nil || info.NumWaiting > 0 || info.Paused || info.NumPending+uint64(info.NumAckPending) == 0 {
+	var held uint64
+	if err == nil {
+		held = pullstall.Held(info)
+	}
+	if held == 0 {
 		w.polls = 0
 		return
 	}
 	w.polls++
-	w.prev, w.last, w.messages = w.last, at, info.NumPending+uint64(info.NumAckPending)
+	w.prev, w.last, w.messages = w.last, at, held
 }
 
 // seen reports a stall seen by at least two polls in a row since the

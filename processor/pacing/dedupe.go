@@ -54,8 +54,9 @@ func NewDeduper() *Deduper { return NewDeduperFor(DefaultMessageMemory) }
 // least the 64 seconds of the windows.
 func NewDeduperFor(memory time.Duration) *Deduper {
 	span := max(int64(memory/time.Second), slots)
-	// The young maps are made here too, for seconds before the first head
-	// (0 and less: no event of Meta's has them, but one may come).
+	// The young maps start as epochs 0 and -1 (seconds at and before 0:
+	// no event of Meta's has them, but one may come); the first head of
+	// another epoch ages them like any other.
 	return &Deduper{seed: maphash.MakeSeed(), span: span, young: [2]map[uint64]int64{{}, {}}, youngEpoch: [2]int64{0, -1}}
 }
 
@@ -73,8 +74,8 @@ func (d *Deduper) advance(at int64) {
 		d.buckets[s&(slots-1)] = nil
 	}
 	d.head = at
-	if e := at >> epochBits; first || d.youngEpoch[e&1] != e {
-		d.age(e, first)
+	if e := at >> epochBits; d.youngEpoch[e&1] != e {
+		d.age(e)
 	}
 	drop := 0
 	for drop < len(d.old) && !d.remembers(d.old[drop].epoch) {
@@ -87,13 +88,8 @@ func (d *Deduper) advance(at int64) {
 
 // age makes e the head's epoch: the young epochs before e-1 become sets
 // of hashes (oldest first), unless they are older than the memory.
-func (d *Deduper) age(e int64, first bool) {
+func (d *Deduper) age(e int64) {
 	a, b := e&1, (e-1)&1 // the slots of e and e-1
-	if first {
-		d.young[a], d.young[b] = map[uint64]int64{}, map[uint64]int64{}
-		d.youngEpoch[a], d.youngEpoch[b] = e, e-1
-		return
-	}
 	// Freeze the older of the two first, so that old stays in order.
 	order := [2]int64{a, b}
 	if d.youngEpoch[b] < d.youngEpoch[a] {

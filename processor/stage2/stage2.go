@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/wahook/wahook/internal/deadline"
+	"github.com/wahook/wahook/internal/pullstall"
 	"github.com/wahook/wahook/processor/pacing"
 	"github.com/wahook/wahook/schema"
 )
@@ -271,18 +272,15 @@ func (s *Stage2) consume(ctx context.Context, cons jetstream.Consumer) error {
 			if errors.Is(err, jetstream.ErrConsumerNotFound) {
 				return fmt.Errorf("consume %s: %w", schema.StreamEvents, err)
 			}
-			// A reader with nothing to read keeps a pull request
-			// waiting: none, while the consumer holds events, means it was
-			// lost.
-			if err == nil && idle >= s.cfg.StallAfter && info.NumWaiting == 0 && !info.Paused &&
-				info.NumPending+uint64(info.NumAckPending) > 0 {
-				stalls++
-			} else {
-				stalls = 0
+			var held uint64
+			if err == nil && idle >= s.cfg.StallAfter {
+				held = pullstall.Held(info)
 			}
-			if stalls >= 2 {
+			if held == 0 {
+				stalls = 0
+			} else if stalls++; stalls >= 2 {
 				return fmt.Errorf("consume %s: %w (%d events held, none delivered in %s of waiting)",
-					schema.StreamEvents, errStalled, info.NumPending+uint64(info.NumAckPending), idle.Round(time.Second))
+					schema.StreamEvents, errStalled, held, idle.Round(time.Second))
 			}
 			nextCheck = now.Add(check)
 		}
