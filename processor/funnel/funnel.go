@@ -35,6 +35,13 @@ import (
 type Config struct {
 	// Interval is the time between passes.
 	Interval time.Duration
+	// MaxWait is the longest wait after a pass before the next (0:
+	// DefaultMaxWait, set by New). Passes are otherwise spaced by nine
+	// times their length, so that under a burst the funnel lags rather
+	// than stage 1's inserts; under a sustained load that needs more than
+	// a tenth of the resolver's time, that spacing grows each pass's share
+	// of messages, hence its length, hence the next spacing, without end.
+	MaxWait time.Duration
 	// Slack is how far before its last watermark a pass reads
 	// funnel_touched again: an insert stamped before the watermark but
 	// visible only after the pass read, within Slack, is not missed.
@@ -48,8 +55,10 @@ type Config struct {
 	LookupKeys int
 	// PassMessages is about the most messages a pass resolves at once (0:
 	// DefaultPassMessages, set by New): a pass with more touched since the last one,
-	// after an outage or a burst, resolves them in parts by a hash of the
-	// message id, so that its memory stays bounded.
+	// after an outage or a burst, resolves them in parts, ranges of
+	// message_states' key (phone number id, message id) of about as many
+	// messages each, so that its memory stays bounded and each part reads
+	// only its range's granules.
 	PassMessages int
 	// InsertRows is about the most message rows one INSERT into
 	// funnel_messages carries (0: DefaultInsertRows, set by New; a batch
@@ -60,6 +69,21 @@ type Config struct {
 	// remembers while it holds the lease, to skip their lookups (0:
 	// DefaultMemoryMessages, set by New).
 	MemoryMessages int
+}
+
+// DefaultMaxWait bounds the wait between passes, hence the funnel's lag and
+// a pass's share of messages, under a sustained load: at 8,345 webhooks/s on
+// 2 cores, with passes spaced by nine times their length alone, they took
+// 1, 2, ~15, then ~150 s, and the funnel's lag grew for as long as the load
+// lasted (docs/performance.md).
+const DefaultMaxWait = time.Minute
+
+// nextWait is how long the resolver waits after a pass that took took:
+// what is left of the interval, or nine times took so that passes take a
+// tenth of the time at most, but never more than maxWait (nor less than
+// what is left of the interval).
+func nextWait(interval, maxWait, took time.Duration) time.Duration {
+	return max(interval-took, min(9*took, maxWait))
 }
 
 // DefaultPassMessages bounds what a part of a pass holds: the messages'
@@ -86,7 +110,7 @@ const DefaultLookupKeys = 100_000
 // DefaultConfig returns the defaults: a pass every 5 s, 5 s of slack, a
 // 30 s lease.
 func DefaultConfig() Config {
-	return Config{Interval: 5 * time.Second, Slack: 5 * time.Second, LeaseTTL: 30 * time.Second, MemoryMessages: DefaultMemoryMessages}
+	return Config{Interval: 5 * time.Second, MaxWait: DefaultMaxWait, Slack: 5 * time.Second, LeaseTTL: 30 * time.Second, MemoryMessages: DefaultMemoryMessages}
 }
 
 // Validate reports a configuration that cannot work.
@@ -94,6 +118,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Interval <= 0:
 		return errors.New("funnel interval must be positive")
+	case c.MaxWait < 0:
+		return errors.New("funnel max wait must not be negative")
 	case c.Slack < time.Second:
 		return errors.New("funnel slack must be at least 1s")
 	case c.LeaseTTL <= 0:
@@ -133,6 +159,9 @@ type Resolver struct {
 func New(cfg Config, conn driver.Conn, db string, m *Metrics, log *zap.Logger) *Resolver {
 	if cfg.LookupKeys == 0 {
 		cfg.LookupKeys = DefaultLookupKeys
+	}
+	if cfg.MaxWait == 0 {
+		cfg.MaxWait = DefaultMaxWait
 	}
 	if cfg.PassMessages == 0 {
 		cfg.PassMessages = DefaultPassMessages

@@ -143,7 +143,7 @@ func (r *Resolver) Run(ctx context.Context, lease *Lease) error {
 			held = ok
 			r.log.Info("funnel: lease", zap.Bool("held", held))
 			if r.m != nil {
-				r.m.holder.Set(map[bool]float64{true: 1}[held])
+				r.m.held(held)
 			}
 		}
 		if !ok {
@@ -171,7 +171,7 @@ func (r *Resolver) Run(ctx context.Context, lease *Lease) error {
 		defer cancel()
 		lease.Release(rctx)
 		if r.m != nil {
-			r.m.holder.Set(0)
+			r.m.held(false)
 		}
 	}()
 	t := time.NewTimer(r.cfg.Interval)
@@ -195,10 +195,13 @@ func (r *Resolver) Run(ctx context.Context, lease *Lease) error {
 			st, err := r.Pass(pctx, func() bool { return lease.Valid() && lease.Tenure() == tenure })
 			// Passes take a tenth of the time at most: under a burst they
 			// come less often (each covers more), and the funnel lags
-			// rather than stage 1's writes, which share ClickHouse.
+			// rather than stage 1's writes, which share ClickHouse; but
+			// never more than MaxWait apart, so that a sustained load
+			// that needs more of the resolver's time than that does not
+			// make each pass longer than the last.
 			took := time.Since(start) - r.synced
 			r.synced = 0
-			wait = max(wait-took, 9*took)
+			wait = nextWait(wait, r.cfg.MaxWait, took)
 			switch {
 			case ctx.Err() != nil:
 			case err != nil:

@@ -2,6 +2,7 @@ package funnel
 
 import (
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,13 +19,17 @@ type metrics struct {
 	rows     prometheus.Counter
 	lookups  prometheus.Counter
 	skipped  *prometheus.CounterVec
-	lag      prometheus.Gauge
+	lag      prometheus.GaugeFunc
 	holder   prometheus.Gauge
+	// watermark is the last complete pass's, in Unix nanoseconds; 0 while
+	// this instance does not resolve.
+	watermark atomic.Int64
 }
 
 // NewMetrics registers the resolver's metrics with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &metrics{
+	m := &metrics{}
+	*m = metrics{
 		passes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wahook_funnel_passes_total", Help: "Passes of the funnel resolver, by result (ok, backfill, error, lease_lost).",
 		}, []string{"result"}),
@@ -47,9 +52,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wahook_funnel_lookups_skipped_total", Help: "Messages the funnel resolver did not look up, by reason: known (it remembered their rows) or new (it knew they had none).",
 		}, []string{"reason"}),
-		lag: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "wahook_funnel_lag_seconds", Help: "How far the funnel's watermark was behind the clock after the last complete pass.",
-		}),
+		lag: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "wahook_funnel_lag_seconds", Help: "How far the funnel's watermark (the start of the last complete pass) is behind the clock: it grows while a pass runs or fails; 0 where this instance does not resolve.",
+		}, m.lagSeconds),
 		holder: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "wahook_funnel_lease_held", Help: "1 while this instance holds the funnel lease and resolves.",
 		}),
@@ -76,7 +81,29 @@ func (m *metrics) observe(st PassStats, err error, took time.Duration) {
 	m.lookups.Add(float64(st.Lookups))
 	m.skipped.WithLabelValues("known").Add(float64(st.Known))
 	m.skipped.WithLabelValues("new").Add(float64(st.New))
-	if err == nil {
-		m.lag.Set(time.Since(st.Watermark).Seconds())
+	if err == nil && !st.Watermark.IsZero() {
+		m.watermark.Store(st.Watermark.UnixNano())
 	}
+}
+
+// lagSeconds is the time since the last complete pass's watermark, as the
+// clock reads at the scrape: a pass that takes long, or passes that fail,
+// show as a lag that grows, not as the last figure.
+func (m *metrics) lagSeconds() float64 {
+	w := m.watermark.Load()
+	if w == 0 {
+		return 0
+	}
+	return time.Since(time.Unix(0, w)).Seconds()
+}
+
+// held records whether this instance holds the lease; one that does not
+// reports no lag (another instance's passes are not its own).
+func (m *metrics) held(held bool) {
+	if held {
+		m.holder.Set(1)
+		return
+	}
+	m.holder.Set(0)
+	m.watermark.Store(0)
 }

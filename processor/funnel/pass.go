@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
@@ -90,16 +91,33 @@ func (r *Resolver) pass(ctx context.Context, stillHeld func() bool) (PassStats, 
 			return st, fmt.Errorf("funnel: touched: %w", err)
 		}
 		per := uint64(r.cfg.PassMessages)
-		st.Parts = max(int((touches+per-1)/per), 1)
+		parts := max(int((touches+per-1)/per), 1)
+		var bounds []msgBound
+		if parts > 1 {
+			if bounds, err = r.partBounds(ctx, since, parts); err != nil {
+				return st, err
+			}
+		}
+		st.Parts = len(bounds) + 1
 		for part := range st.Parts {
 			// The part's messages among those touched, filtered inside the
-			// subquery, so that each part's set and lookups are its own.
+			// subquery, so that each part's set and lookups are its own;
+			// and the same range of message_states' key outside it, so that
+			// the part reads only the granules of its range: parts by a
+			// hash of the message id each read nearly every granule of
+			// message_states once it holds more granules than a part has
+			// messages, a pass's reads growing with its parts times the
+			// table.
+			rng := keyRange(bounds, part)
 			in := since
-			if st.Parts > 1 {
-				in = fmt.Sprintf("%s AND cityHash64(message_id) %% %d = %d", since, st.Parts, part)
+			if rng != "" {
+				in = since + " AND " + rng
 			}
 			cond := fmt.Sprintf("(phone_number_id, message_id, recipient_key) IN (SELECT phone_number_id, message_id, recipient_key FROM %s WHERE %s)",
 				r.table("funnel_touched"), in)
+			if rng != "" {
+				cond = rng + " AND " + cond
+			}
 			if err := r.resolvePart(ctx, cond, now, &st, held); err != nil {
 				return st, err
 			}
@@ -114,6 +132,74 @@ func (r *Resolver) pass(ctx context.Context, stillHeld func() bool) (PassStats, 
 	}
 	st.Watermark = time.Unix(int64(now), 0).UTC()
 	return st, nil
+}
+
+// msgBound is a message's place in message_states' key order (a phone
+// number id and a message id: a message's recipients are never split).
+type msgBound struct{ phone, message string }
+
+// partBounds returns up to parts-1 messages, in key order, that split the
+// messages touched since (a condition on funnel_touched) into parts of
+// about the same size: every so many of a sample of them (those whose
+// message id hashes to 0 modulo PassMessages/64, about 64 a part).
+func (r *Resolver) partBounds(ctx context.Context, since string, parts int) ([]msgBound, error) {
+	every := max(r.cfg.PassMessages/64, 1)
+	rows, err := r.conn.Query(ctx, fmt.Sprintf(`SELECT phone_number_id, message_id FROM %s
+WHERE %s AND cityHash64(message_id) %% %d = 0
+GROUP BY phone_number_id, message_id
+ORDER BY phone_number_id, message_id`, r.table("funnel_touched"), since, every))
+	if err != nil {
+		return nil, fmt.Errorf("funnel: parts: %w", err)
+	}
+	defer rows.Close()
+	var sample []msgBound
+	for rows.Next() {
+		var b msgBound
+		if err := rows.Scan(&b.phone, &b.message); err != nil {
+			return nil, fmt.Errorf("funnel: parts: %w", err)
+		}
+		sample = append(sample, b)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("funnel: parts: %w", err)
+	}
+	return splitSample(sample, parts), nil
+}
+
+// splitSample returns the bounds between parts (at most parts-1, fewer
+// when the sample is smaller): the sample's elements at every
+// len(sample)/parts, in its (key) order, none twice.
+func splitSample(sample []msgBound, parts int) []msgBound {
+	var bounds []msgBound
+	for i := 1; i < parts; i++ {
+		j := i * len(sample) / parts
+		if j == 0 || len(bounds) > 0 && bounds[len(bounds)-1] == sample[j] {
+			continue
+		}
+		bounds = append(bounds, sample[j])
+	}
+	return bounds
+}
+
+// keyRange is the condition on (phone_number_id, message_id) of part i of
+// the parts bounds splits the key order into: from bounds[i-1] (included)
+// to bounds[i] (excluded); "" for the whole order (no bounds).
+func keyRange(bounds []msgBound, i int) string {
+	var conds []string
+	if i > 0 {
+		b := bounds[i-1]
+		conds = append(conds, fmt.Sprintf("(phone_number_id > %[1]s OR phone_number_id = %[1]s AND message_id >= %[2]s)", chString(b.phone), chString(b.message)))
+	}
+	if i < len(bounds) {
+		b := bounds[i]
+		conds = append(conds, fmt.Sprintf("(phone_number_id < %[1]s OR phone_number_id = %[1]s AND message_id < %[2]s)", chString(b.phone), chString(b.message)))
+	}
+	return strings.Join(conds, " AND ")
+}
+
+// chString is s as a ClickHouse string literal.
+func chString(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
 }
 
 // resolvePart resolves the messages where cond holds and writes the rows
