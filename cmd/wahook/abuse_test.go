@@ -180,6 +180,14 @@ func TestConnectionsPerIPBound(t *testing.T) {
 		"--data-dir", t.TempDir(), "--app-secret", abuseSecret, "--max-conns-per-ip", "50", "--log-format", "console", "--log-level", "warn")
 	base := "http://" + listen
 	waitReady(t, base, &logs)
+	// serve runs the embedded NATS server: --gc-percent auto gives its
+	// collector embeddedGCPercent (the process's own GOGC, as /metrics
+	// reports it), unless GOGC is set.
+	if os.Getenv("GOGC") == "" {
+		if got := metric(t, base, "go_gc_gogc_percent"); got != embeddedGCPercent {
+			t.Errorf("serve with the embedded NATS server: GOGC %v, want %d", got, embeddedGCPercent)
+		}
+	}
 	dialFrom(t, "127.0.0.4", listen, 120)
 	testutil.Eventually(t, 10*time.Second, "70 connections refused per IP", func() (bool, string) {
 		n := metric(t, base, `wahook_ingest_connections_refused_total{reason="per_ip"}`)
@@ -320,6 +328,12 @@ func TestMetricsListenAndNATSLogs(t *testing.T) {
 	}
 	if got := metric(t, "http://"+metricsListen, "wahook_ingest_requests_total"); got != 0 {
 		t.Errorf("requests before any: %v", got)
+	}
+	// ingest on external NATS keeps Go's collector as it is.
+	if os.Getenv("GOGC") == "" {
+		if got := metric(t, "http://"+metricsListen, "go_gc_gogc_percent"); got != 100 {
+			t.Errorf("ingest on external NATS: GOGC %v, want Go's 100", got)
+		}
 	}
 	if code := postStatus(base, "127.0.0.1", 5); code != 200 {
 		t.Fatalf("post: %d", code)

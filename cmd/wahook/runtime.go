@@ -29,8 +29,26 @@ import (
 //     twice what is live. "auto" (the default): GOMEMLIMIT when set, else
 //     90% of the memory limit of the process's cgroup (a container's, a
 //     systemd unit's MemoryMax), else none; "off": none, GOMEMLIMIT
-//     notwithstanding.
-type runtimeOptions struct{ addr, memLimit string }
+//     notwithstanding;
+//   - --gc-percent, the collector's GOGC (runtime/debug.SetGCPercent): how
+//     far the heap may grow past what is live before the next collection.
+//     "auto" (the default): GOGC when set, else embeddedGCPercent when the
+//     process runs the embedded NATS server, else Go's 100.
+type runtimeOptions struct {
+	addr, memLimit, gcPercent string
+	// embedded: this process runs the embedded NATS server (serve without
+	// --nats-url); set before start.
+	embedded bool
+}
+
+// embeddedGCPercent is --gc-percent auto's figure in a process that runs
+// the embedded NATS server. About half of such a heap under load is the
+// server's message block caches (byte buffers of the last ~10 s written to
+// each stream, which it keeps for reads and wahook cannot size), and Go's
+// 100 doubles them: at 8,345 webhooks/s on 2 cores serve's peak RSS was
+// 1.1-1.2 GiB with 100 and 879 MiB with 50, for ~4-5 CPU-µs more per
+// webhook in the collector (docs/performance.md).
+const embeddedGCPercent = 50
 
 // autoMemoryRatio is the share of a cgroup's memory limit that "auto" gives
 // the collector: the rest is room for what the heap does not count
@@ -41,13 +59,39 @@ func (o *runtimeOptions) register(f *flags) {
 	f.Section("profiling", func() {
 		f.StringVar(&o.addr, "pprof-listen", "", "address of Go's profiling endpoints, /debug/pprof/ (empty: off); they reveal the process's internals, so keep it on loopback")
 		f.StringVar(&o.memLimit, "memory-limit", "auto", "soft limit of the process's memory for Go's garbage collector, as GOMEMLIMIT takes it (900MiB, 2GiB); auto: GOMEMLIMIT if set, else 90% of the cgroup's (container's) memory limit, else none; off: none; the collector works harder near it rather than let the heap grow to twice what is live")
+		f.StringVar(&o.gcPercent, "gc-percent", "auto", "how far the heap may grow past what is live before Go's garbage collector runs again, in percent, as GOGC takes it (a smaller figure: less memory, more CPU); auto: GOGC if set, else 50 in serve with the embedded NATS server (its stores' block caches are half the heap), else Go's 100")
 	})
 }
 
-// validate reports a --memory-limit that is not a size, auto or off.
+// validate reports a --memory-limit that is not a size, auto or off, and
+// a --gc-percent that is not a positive whole number or auto.
 func (o *runtimeOptions) validate() error {
-	_, _, err := o.memoryLimit(func(string) string { return "" }, func() (uint64, error) { return 0, memlimit.ErrNoLimit })
+	if _, _, err := o.memoryLimit(func(string) string { return "" }, func() (uint64, error) { return 0, memlimit.ErrNoLimit }); err != nil {
+		return err
+	}
+	_, _, err := o.gcPercentOf(func(string) string { return "" })
 	return err
+}
+
+// gcPercentOf is the GOGC --gc-percent sets and where it comes from: 0 to
+// leave the runtime's as it is (GOGC, or Go's default). getenv is
+// os.Getenv.
+func (o *runtimeOptions) gcPercentOf(getenv func(string) string) (int, string, error) {
+	switch o.gcPercent {
+	case "", "auto":
+		if getenv("GOGC") != "" {
+			return 0, "GOGC", nil
+		}
+		if o.embedded {
+			return embeddedGCPercent, "the embedded NATS server's default", nil
+		}
+		return 0, "", nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(o.gcPercent))
+	if err != nil || n <= 0 {
+		return 0, "", fmt.Errorf("%w: --gc-percent %q: use a positive whole number such as 50 or 100, or auto", errUsage, o.gcPercent)
+	}
+	return n, "--gc-percent", nil
 }
 
 // errCgroupLimit: "auto" found a cgroup but could not read its memory
@@ -126,6 +170,14 @@ func (o *runtimeOptions) start(log *zap.Logger) (*part, error) {
 		debug.SetMemoryLimit(math.MaxInt64)
 	case from != "":
 		log.Info("memory limit", zap.Int64("bytes", debug.SetMemoryLimit(-1)), zap.String("from", from))
+	}
+	gc, gcFrom, err := o.gcPercentOf(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	if gc > 0 {
+		debug.SetGCPercent(gc)
+		log.Info("garbage collector", zap.Int("gc_percent", gc), zap.String("from", gcFrom))
 	}
 	if o.addr == "" {
 		return nil, nil

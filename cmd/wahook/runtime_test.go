@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"os"
 	"runtime/debug"
 	"testing"
 
@@ -130,5 +131,73 @@ func TestMemoryLimitSet(t *testing.T) {
 		if got := debug.SetMemoryLimit(-1); got != c.want {
 			t.Errorf("--memory-limit %s: the runtime's limit is %d, want %d", c.in, got, c.want)
 		}
+	}
+}
+
+func TestGCPercent(t *testing.T) {
+	noEnv := func(string) string { return "" }
+	gogc := func(k string) string {
+		if k == "GOGC" {
+			return "200"
+		}
+		return ""
+	}
+	for _, c := range []struct {
+		in       string
+		embedded bool
+		getenv   func(string) string
+		want     int
+		from     string
+		bad      bool
+	}{
+		{in: "auto", embedded: true, getenv: noEnv, want: embeddedGCPercent, from: "the embedded NATS server's default"},
+		{in: "", embedded: true, getenv: noEnv, want: embeddedGCPercent, from: "the embedded NATS server's default"},
+		{in: "auto", getenv: noEnv, want: 0, from: ""},
+		{in: "auto", embedded: true, getenv: gogc, want: 0, from: "GOGC"},
+		{in: "80", embedded: true, getenv: gogc, want: 80, from: "--gc-percent"},
+		{in: "300", getenv: noEnv, want: 300, from: "--gc-percent"},
+		{in: "0", getenv: noEnv, bad: true},
+		{in: "-50", getenv: noEnv, bad: true},
+		{in: "off", getenv: noEnv, bad: true},
+		{in: "50%", getenv: noEnv, bad: true},
+	} {
+		o := runtimeOptions{gcPercent: c.in, embedded: c.embedded}
+		got, from, err := o.gcPercentOf(c.getenv)
+		if c.bad {
+			if !errors.Is(err, errUsage) || !errors.Is(o.validate(), errUsage) {
+				t.Errorf("--gc-percent %q: %v, want a usage error", c.in, err)
+			}
+			continue
+		}
+		if err != nil || got != c.want || from != c.from || o.validate() != nil {
+			t.Errorf("--gc-percent %q (embedded %v): %d (%s), %v; want %d (%s)", c.in, c.embedded, got, from, err, c.want, c.from)
+		}
+	}
+}
+
+// TestGCPercentSet: start sets the collector's GOGC from --gc-percent, and
+// from auto in a process that runs the embedded NATS server.
+func TestGCPercentSet(t *testing.T) {
+	if os.Getenv("GOGC") != "" {
+		t.Skip("GOGC is set: auto leaves it")
+	}
+	before, limit := debug.SetGCPercent(100), debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetGCPercent(before); debug.SetMemoryLimit(limit) })
+	for _, c := range []struct {
+		o    runtimeOptions
+		want int
+	}{
+		{runtimeOptions{memLimit: "off", gcPercent: "70"}, 70},
+		{runtimeOptions{memLimit: "off", gcPercent: "auto", embedded: true}, embeddedGCPercent},
+		{runtimeOptions{memLimit: "off", gcPercent: "auto"}, embeddedGCPercent}, // left as it was
+		{runtimeOptions{memLimit: "off", gcPercent: "120"}, 120},
+	} {
+		if _, err := c.o.start(zap.NewNop()); err != nil {
+			t.Fatal(err)
+		}
+		if got := debug.SetGCPercent(100); got != c.want {
+			t.Errorf("%+v: GOGC is %d, want %d", c.o, got, c.want)
+		}
+		debug.SetGCPercent(c.want)
 	}
 }

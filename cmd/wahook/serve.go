@@ -64,6 +64,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := rto.validate(); err != nil {
 		return err
 	}
+	rto.embedded = no.urls == ""
 	log, err := commandLogger(f, logo, stdout, stderr)
 	if log == nil || err != nil {
 		return err
