@@ -9,8 +9,10 @@
 #   2. on a fresh serve and database, an open loop at RATE for DURATION
 #      (300 s), a new signed ~900-byte status body every request;
 #   3. every 5 s: stage 1's backlog on WAHOOK_RAW
-#      (wahook_processor_raw_pending) and serve's and ClickHouse's RSS, to
-#      soak-timeline.txt ("seconds backlog serve_MiB clickhouse_MiB");
+#      (wahook_processor_raw_pending), serve's and ClickHouse's RSS and the
+#      funnel resolver's lag (wahook_funnel_lag_seconds), to
+#      soak-timeline.txt ("seconds backlog serve_MiB clickhouse_MiB
+#      funnel_lag_s");
 #   4. once stage 1's backlog is drained, ClickHouse must hold one status per
 #      body answered 200 (each body is a new message's status).
 #
@@ -75,6 +77,9 @@ stop_serve() {
 backlog() {
 	curl -fsS "http://$METRICS/metrics" 2>/dev/null | awk '/^wahook_processor_raw_pending / {print $2; found=1} END {if (!found) print "nan"}'
 }
+funnel_lag() {
+	curl -fsS "http://$METRICS/metrics" 2>/dev/null | awk '/^wahook_funnel_lag_seconds / {print $2; found=1} END {if (!found) print "nan"}'
+}
 rss() { awk '/VmRSS/ {printf "%.0f", $2/1024}' "/proc/$1/status" 2>/dev/null || echo nan; }
 hwm() { awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$1/status" 2>/dev/null || echo nan; }
 
@@ -93,7 +98,7 @@ serve soak
 (
 	start=$SECONDS
 	while kill -0 "$serve_pid" 2>/dev/null; do
-		echo "$((SECONDS - start)) $(backlog) $(rss "$serve_pid") $(rss "$ch_pid")" >>"$out/soak-timeline.txt"
+		echo "$((SECONDS - start)) $(backlog) $(rss "$serve_pid") $(rss "$ch_pid") $(funnel_lag)" >>"$out/soak-timeline.txt"
 		sleep 5
 	done
 ) &
@@ -119,7 +124,8 @@ python3 - "$out/soak.json" "$out/soak-timeline.txt" "$RATE" "$serve_hwm" "$ch_hw
 import json, statistics, sys
 r = json.load(open(sys.argv[1]))
 rows = [l.split() for l in open(sys.argv[2]) if l.strip()]
-rows = [(int(t), float(b), float(s), float(c)) for t, b, s, c in rows if b != "nan" and s != "nan"]
+lags = [(int(l[0]), float(l[4])) for l in rows if len(l) > 4 and l[4] != "nan"]
+rows = [(int(t), float(b), float(s), float(c)) for t, b, s, c, *_ in rows if b != "nan" and s != "nan"]
 load_end = max(t for t, *_ in rows) if rows else 0
 half = [b for t, b, *_ in rows if t >= load_end / 2]
 non200 = sum(n for code, n in (r.get('statuses') or {}).items() if code != '200') + r.get('errors', 0)
@@ -129,6 +135,10 @@ if half:
     print(f"stage 1 backlog (RAW pending) over the second half: median {statistics.median(half):.0f}, "
           f"largest {max(half):.0f}; at the end of the load {rows[-1][1]:.0f}")
 print(f"peak RSS: serve {sys.argv[4]} MiB, clickhouse {sys.argv[5]} MiB")
+if lags:
+    half_lags = [g for t, g in lags if t >= load_end / 2] or [g for _, g in lags]
+    print(f"funnel lag (wahook_funnel_lag_seconds) over the second half: largest {max(half_lags):.0f} s; "
+          f"at the end of the load {lags[-1][1]:.0f} s")
 st, ct, hz = (int(x) for x in sys.argv[8].split())
 ok200 = max((r.get('statuses') or {}).get('200', 0), 1)
 print(f"CPU-µs per webhook over the load and the drain: serve {st / hz * 1e6 / ok200:.0f}, "
