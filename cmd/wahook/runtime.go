@@ -45,9 +45,9 @@ type runtimeOptions struct {
 // the embedded NATS server. About half of such a heap under load is the
 // server's message block caches (byte buffers of the last ~10 s written to
 // each stream, which it keeps for reads and wahook cannot size), and Go's
-// 100 doubles them: at 8,345 webhooks/s on 2 cores serve's peak RSS was
-// 1.1-1.2 GiB with 100 and 879 MiB with 50, for ~4-5 CPU-µs more per
-// webhook in the collector (docs/performance.md).
+// 100 doubles them: over 12 minutes at 8,345 webhooks/s on 2 cores serve's
+// peak RSS was 1,129 MiB with 100 and 910 MiB with 50, for ~4-5 CPU-µs more
+// per webhook in the collector (docs/performance.md).
 const embeddedGCPercent = 50
 
 // autoMemoryRatio is the share of a cgroup's memory limit that "auto" gives
