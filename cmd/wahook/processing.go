@@ -65,7 +65,7 @@ func (o *processOptions) register(f *flags, withSwitch bool) {
 	o.registerEvents(f)
 	f.Section("funnel resolver", func() {
 		f.DurationVar(&o.funnel.Interval, "funnel-interval", o.funnel.Interval, "how often the funnel resolver brings the delivery funnel up to date (one instance at a time resolves, under a lease in "+schema.BucketLeases+"; 0: this instance never does)")
-		f.DurationVar(&o.funnel.MaxWait, "funnel-max-wait", o.funnel.MaxWait, "longest wait after a pass before the next: passes are otherwise spaced by nine times their length, so that under a burst the funnel lags rather than stage 1's inserts; this bounds the funnel's lag and a pass's size under a sustained load")
+		f.DurationVar(&o.funnel.MaxWait, "funnel-max-wait", o.funnel.MaxWait, "longest wait after a pass before the next, or --funnel-interval if longer (0: 1m): passes are otherwise spaced by nine times their length, so that under a burst the funnel lags rather than stage 1's inserts; this bounds the funnel's lag and a pass's size under a sustained load")
 		f.IntVar(&o.funnel.MemoryMessages, "funnel-memory", o.funnel.MemoryMessages, "messages whose funnel rows the resolver remembers while it holds the lease, so that it does not read them back from ClickHouse (about 75 bytes each: their keys and strings are kept hashed)")
 	})
 }

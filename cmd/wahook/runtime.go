@@ -59,7 +59,7 @@ func (o *runtimeOptions) register(f *flags) {
 	f.Section("profiling", func() {
 		f.StringVar(&o.addr, "pprof-listen", "", "address of Go's profiling endpoints, /debug/pprof/ (empty: off); they reveal the process's internals, so keep it on loopback")
 		f.StringVar(&o.memLimit, "memory-limit", "auto", "soft limit of the process's memory for Go's garbage collector, as GOMEMLIMIT takes it (900MiB, 2GiB); auto: GOMEMLIMIT if set, else 90% of the cgroup's (container's) memory limit, else none; off: none; the collector works harder near it rather than let the heap grow to twice what is live")
-		f.StringVar(&o.gcPercent, "gc-percent", "auto", "how far the heap may grow past what is live before Go's garbage collector runs again, in percent, as GOGC takes it (a smaller figure: less memory, more CPU); auto: GOGC if set, else 50 in serve with the embedded NATS server (its stores' block caches are half the heap), else Go's 100")
+		f.StringVar(&o.gcPercent, "gc-percent", "auto", "how far the heap may grow past what is live before Go's garbage collector runs again, in percent of what is live (GOGC's figure; a smaller one: less memory, more CPU); auto: GOGC if set, else 50 in serve with the embedded NATS server (its stores' block caches are half the heap), else Go's 100")
 	})
 }
 

@@ -35,8 +35,8 @@ import (
 type Config struct {
 	// Interval is the time between passes.
 	Interval time.Duration
-	// MaxWait is the longest wait after a pass before the next (0:
-	// DefaultMaxWait, set by New). Passes are otherwise spaced by nine
+	// MaxWait is the longest wait after a pass before the next, or
+	// Interval if longer (0: DefaultMaxWait, set by New). Passes are otherwise spaced by nine
 	// times their length, so that under a burst the funnel lags rather
 	// than stage 1's inserts; under a sustained load that needs more than
 	// a tenth of the resolver's time, that spacing grows each pass's share

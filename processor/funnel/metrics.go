@@ -2,7 +2,7 @@ package funnel
 
 import (
 	"errors"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,9 +21,13 @@ type metrics struct {
 	skipped  *prometheus.CounterVec
 	lag      prometheus.GaugeFunc
 	holder   prometheus.Gauge
-	// watermark is the last complete pass's, in Unix nanoseconds; 0 while
-	// this instance does not resolve.
-	watermark atomic.Int64
+	// mu guards holding and watermark: the time since which the funnel is
+	// known resolved while this instance holds the lease (the last
+	// complete pass's watermark, or when the lease was taken before one
+	// completed); zero while it does not hold the lease.
+	mu        sync.Mutex
+	holding   bool
+	watermark time.Time
 }
 
 // NewMetrics registers the resolver's metrics with reg.
@@ -82,7 +86,13 @@ func (m *metrics) observe(st PassStats, err error, took time.Duration) {
 	m.skipped.WithLabelValues("known").Add(float64(st.Known))
 	m.skipped.WithLabelValues("new").Add(float64(st.New))
 	if err == nil && !st.Watermark.IsZero() {
-		m.watermark.Store(st.Watermark.UnixNano())
+		m.mu.Lock()
+		// A pass that ends after the lease was lost is not this instance's
+		// to report.
+		if m.holding {
+			m.watermark = st.Watermark
+		}
+		m.mu.Unlock()
 	}
 }
 
@@ -90,20 +100,30 @@ func (m *metrics) observe(st PassStats, err error, took time.Duration) {
 // clock reads at the scrape: a pass that takes long, or passes that fail,
 // show as a lag that grows, not as the last figure.
 func (m *metrics) lagSeconds() float64 {
-	w := m.watermark.Load()
-	if w == 0 {
+	m.mu.Lock()
+	w := m.watermark
+	m.mu.Unlock()
+	if w.IsZero() {
 		return 0
 	}
-	return time.Since(time.Unix(0, w)).Seconds()
+	// ClickHouse's clock (the watermark's) may run ahead of this one.
+	return max(time.Since(w).Seconds(), 0)
 }
 
-// held records whether this instance holds the lease; one that does not
-// reports no lag (another instance's passes are not its own).
+// held records whether this instance holds the lease. One that does not
+// reports no lag (another instance's passes are not its own); one that
+// took it counts its lag from then until its first pass completes, so
+// that passes that fail from the start (ClickHouse down, a replica that
+// does not catch up) show as a growing lag.
 func (m *metrics) held(held bool) {
-	if held {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case held && !m.holding:
 		m.holder.Set(1)
-		return
+		m.holding, m.watermark = true, time.Now()
+	case !held:
+		m.holder.Set(0)
+		m.holding, m.watermark = false, time.Time{}
 	}
-	m.holder.Set(0)
-	m.watermark.Store(0)
 }

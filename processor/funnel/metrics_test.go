@@ -29,7 +29,7 @@ func TestLagGrowsDuringAPass(t *testing.T) {
 		return 0
 	}
 	if got := lag(); got != 0 {
-		t.Fatalf("before any pass: lag %v, want 0", got)
+		t.Fatalf("without the lease: lag %v, want 0", got)
 	}
 	m.held(true)
 	m.observe(PassStats{Watermark: time.Now().Add(-90 * time.Second)}, nil, time.Second)
@@ -48,5 +48,24 @@ func TestLagGrowsDuringAPass(t *testing.T) {
 	m.held(false)
 	if got := lag(); got != 0 {
 		t.Fatalf("lease lost: lag %v, want 0", got)
+	}
+	// A pass that completes after the lease was lost reports nothing.
+	m.observe(PassStats{Watermark: time.Now().Add(-60 * time.Second)}, nil, time.Second)
+	if got := lag(); got != 0 {
+		t.Fatalf("a pass ended after the lease was lost: lag %v, want 0", got)
+	}
+	// Taking the lease starts the count, so that passes failing from the
+	// start show; a held lease kept does not restart it.
+	m.held(true)
+	time.Sleep(20 * time.Millisecond)
+	m.held(true)
+	m.observe(PassStats{}, errors.New("ClickHouse down"), time.Second)
+	if got := lag(); got < 0.02 || got > 5 {
+		t.Fatalf("lease taken, every pass failing: lag %v, want the time since the lease was taken", got)
+	}
+	// A watermark ahead of this clock (ClickHouse's runs ahead) is no lag.
+	m.observe(PassStats{Watermark: time.Now().Add(time.Minute)}, nil, time.Second)
+	if got := lag(); got != 0 {
+		t.Fatalf("a watermark ahead of the clock: lag %v, want 0", got)
 	}
 }
