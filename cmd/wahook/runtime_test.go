@@ -178,9 +178,7 @@ func TestGCPercent(t *testing.T) {
 // TestGCPercentSet: start sets the collector's GOGC from --gc-percent, and
 // from auto in a process that runs the embedded NATS server.
 func TestGCPercentSet(t *testing.T) {
-	if os.Getenv("GOGC") != "" {
-		t.Skip("GOGC is set: auto leaves it")
-	}
+	withoutGCEnv(t)
 	before, limit := debug.SetGCPercent(100), debug.SetMemoryLimit(-1)
 	t.Cleanup(func() { debug.SetGCPercent(before); debug.SetMemoryLimit(limit) })
 	for _, c := range []struct {
@@ -199,5 +197,16 @@ func TestGCPercentSet(t *testing.T) {
 			t.Errorf("%+v: GOGC is %d, want %d", c.o, got, c.want)
 		}
 		debug.SetGCPercent(c.want)
+	}
+}
+
+// withoutGCEnv unsets GOGC and WAHOOK_GC_PERCENT for the test (and the
+// children it starts), so that --gc-percent auto decides; both are
+// restored at its end.
+func withoutGCEnv(t *testing.T) {
+	t.Helper()
+	for _, k := range []string{"GOGC", "WAHOOK_GC_PERCENT"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
 	}
 }

@@ -21,12 +21,11 @@ type metrics struct {
 	skipped  *prometheus.CounterVec
 	lag      prometheus.GaugeFunc
 	holder   prometheus.Gauge
-	// mu guards holding and watermark: the time since which the funnel is
-	// known resolved while this instance holds the lease (the last
-	// complete pass's watermark, or when the lease was taken before one
+	// mu guards watermark: the time since which the funnel is known
+	// resolved while this instance holds the lease (the last complete
+	// pass's watermark, or when the lease was taken before one
 	// completed); zero while it does not hold the lease.
 	mu        sync.Mutex
-	holding   bool
 	watermark time.Time
 }
 
@@ -89,7 +88,7 @@ func (m *metrics) observe(st PassStats, err error, took time.Duration) {
 		m.mu.Lock()
 		// A pass that ends after the lease was lost is not this instance's
 		// to report.
-		if m.holding {
+		if !m.watermark.IsZero() {
 			m.watermark = st.Watermark
 		}
 		m.mu.Unlock()
@@ -119,11 +118,11 @@ func (m *metrics) held(held bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch {
-	case held && !m.holding:
+	case held && m.watermark.IsZero():
 		m.holder.Set(1)
-		m.holding, m.watermark = true, time.Now()
+		m.watermark = time.Now()
 	case !held:
 		m.holder.Set(0)
-		m.holding, m.watermark = false, time.Time{}
+		m.watermark = time.Time{}
 	}
 }
