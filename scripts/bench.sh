@@ -47,6 +47,16 @@
 #             and written to breakdown.txt, each round's figures to
 #             breakdown-<round>.json. The pipeline's closed loop runs with
 #             the profile and the query log on (BREAKDOWN=0: without).
+#   CPU       during bare Fiber's closed loop and the pipeline's, from /proc
+#             (the last seven columns): CPU-µs per request answered of the
+#             load generator (bare_gen_us, pipe_gen_us), of the bare
+#             handler's process (bare_srv_us), of wahook serve and of
+#             ClickHouse (pipe_serve_us, pipe_ch_us), and the machine's idle
+#             share (bare_idle_pct, pipe_idle_pct). With the cores busy in
+#             both loops, the pipeline's ratio to bare Fiber is about
+#             (generator + handler) / (generator + serve + ClickHouse) per
+#             request: the generator's own cost is in both.
+# After the rounds: each figure's median and range over them.
 # Load generator, servers and ClickHouse share the machine's cores. The
 # others_cores columns are the CPU that processes other than wahook and the
 # load generator used during the ingest closed loop and during the half-rate
@@ -151,7 +161,7 @@ costed_load() {
 	ch_pid=$(cat "$work/clickhouse/clickhouse-server.pid")
 	t0=$(date +%s); s0=$(proc_ticks "$serve_pid"); c0=$(proc_ticks "$ch_pid")
 	curl -fsS -o "$out/cost-$tag.pprof" "http://$PPROF/debug/pprof/profile?seconds=$secs" & prof=$!
-	load "$@" > "$out/cost-$tag.json"
+	accounted "$out/cost-$tag.acct" "$serve_pid" "$ch_pid" -- load "$@" > "$out/cost-$tag.json"
 	wait "$prof"
 	echo "$(($(proc_ticks "$serve_pid") - s0)) $(($(proc_ticks "$ch_pid") - c0)) $HZ" > "$out/cost-$tag.ticks"
 	bin/cpucost "$out/cost-$tag.pprof" > "$out/cost-$tag.parts.json"
@@ -173,6 +183,25 @@ rss_timeline() {
 		sleep 5
 	done
 }
+# accounted file pid... -- command: the command (a load), and the CPU used
+# while it ran, to file, on one line: the load generator's user and system
+# seconds, the machine's busy and total clock ticks, and each pid's ticks.
+accounted() {
+	local file=$1 line m0 m1 p i t0=() pids=()
+	shift
+	while [ "$1" != -- ]; do pids+=("$1"); shift; done
+	shift
+	m0=$(machine_ticks)
+	for p in "${pids[@]}"; do t0+=("$(proc_ticks "$p")"); done
+	TIMEFORMAT='%U %S'
+	{ time "$@"; } 2> "$file.time"
+	m1=$(machine_ticks)
+	line="$(tail -n 1 "$file.time") $(awk -v a="$m0" -v b="$m1" 'BEGIN {split(a, x); split(b, y); print y[1] - x[1], y[2] - x[2]}')"
+	for i in "${!pids[@]}"; do line+=" $(($(proc_ticks "${pids[i]}") - t0[i]))"; done
+	echo "$line" > "$file"
+}
+# machine_ticks: the machine's busy and total clock ticks so far.
+machine_ticks() { awk '/^cpu / {busy = $2+$3+$4+$7+$8+$9; print busy, busy + $5 + $6}' /proc/stat; }
 # timed_load out url [rate [body bytes]]: load, and the CPU ticks of the
 # machine beside wahook serve ($serve_pid) and the load generator's CPU
 # seconds, to $out.cpu.
@@ -187,12 +216,12 @@ timed_load() {
 }
 
 if [ -n "$SERVE_ARGS" ]; then echo "serve flags: $SERVE_ARGS"; fi
-echo "round bare_rps ingest_rps ratio half_rate_p50_ms p99_ms p999_ms ingest_rss_mib pipeline_rps ratio pipeline_rss_mib non200 variant others_cores others_half dups sat_rss_mib index_ids index_mib srv_p99_ms srv_over_10ms_pct gen_lag_p99_ms"
+echo "round bare_rps ingest_rps ratio half_rate_p50_ms p99_ms p999_ms ingest_rss_mib pipeline_rps ratio pipeline_rss_mib non200 variant others_cores others_half dups sat_rss_mib index_ids index_mib srv_p99_ms srv_over_10ms_pct gen_lag_p99_ms bare_gen_us bare_srv_us bare_idle_pct pipe_gen_us pipe_serve_us pipe_ch_us pipe_idle_pct"
 for r in $(seq 1 "$ROUNDS"); do
 	"$WAHOOK_BIN" loadtest --baseline-listen "$BARE" 2>/dev/null & pids+=($!)
 	bare_pid=$!
 	sleep 0.3
-	load "http://$BARE/webhook" > "$out/bare-$r.json"
+	accounted "$out/bare-$r.acct" "$bare_pid" -- load "http://$BARE/webhook" > "$out/bare-$r.json"
 	kill "$bare_pid"; wait "$bare_pid" 2>/dev/null || true
 
 	for v in "${variants[@]}"; do
@@ -228,8 +257,10 @@ for r in $(seq 1 "$ROUNDS"); do
 		if [ "$BREAKDOWN" = 1 ]; then
 			costed_load "sat-$r" "bench_$r" "http://$WAHOOK/webhook"
 			cp "$out/cost-sat-$r.json" "$out/pipeline-$r.json"
+			cp "$out/cost-sat-$r.acct" "$out/pipeline-$r.acct"
 		else
-			load "http://$WAHOOK/webhook" > "$out/pipeline-$r.json"
+			accounted "$out/pipeline-$r.acct" "$serve_pid" "$(cat "$work/clickhouse/clickhouse-server.pid")" -- \
+				load "http://$WAHOOK/webhook" > "$out/pipeline-$r.json"
 		fi
 		prss=$(awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$serve_pid/status")
 		kill -TERM "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
@@ -281,11 +312,56 @@ def srv_quantile(q):
 srv = "- -" if 0.01 not in b1 else f"{srv_quantile(0.99) * 1000:.2f} {100 * (total - cum[les.index(0.01)]) / max(total, 1):.2f}"
 srv += f" {h.get('send_lag_p99_ms', 0):.2f}"
 pipe = f"{p['rate_per_s']:.0f} {p['rate_per_s'] / b['rate_per_s']:.2f} {prss}" if p else "- - -"
+def accounted(run, res):
+    # CPU-µs per request answered of the load generator and of each process
+    # accounted beside it, and the machine's idle share, in percent.
+    try:
+        f = open(f"{out}/{run}.acct").read().split()
+    except OSError:
+        return None
+    n = max(res["ok"], 1)
+    gen = (float(f[0]) + float(f[1])) * 1e6 / n
+    busy, total = int(f[2]), int(f[3])
+    procs = [int(t) / hz * 1e6 / n for t in f[4:]]
+    return [gen] + procs + [100 * (total - busy) / max(total, 1)]
+ab = accounted(f"bare-{r}", b)
+ap = accounted(f"pipeline-{r}", p) if p else None
+acct = (" ".join(f"{x:.1f}" for x in ab) if ab else "- - -") + " " + (" ".join(f"{x:.1f}" for x in ap) if ap else "- - - -")
 print(f"{r} {b['rate_per_s']:.0f} {w['rate_per_s']:.0f} {w['rate_per_s'] / b['rate_per_s']:.2f} "
       f"{h['p50_ms']:.2f} {h['p99_ms']:.2f} {h['p999_ms']:.2f} {rss} {pipe} {non200} {name} "
-      f"{others(f'wahook-{r}-{name}', w):.2f} {others(f'wahook-half-{r}-{name}', h):.2f} {dups} {sat_rss} {index_ids} {index_mib} {srv}")
+      f"{others(f'wahook-{r}-{name}', w):.2f} {others(f'wahook-half-{r}-{name}', h):.2f} {dups} {sat_rss} {index_ids} {index_mib} {srv} {acct}")
 PY
 	done
 done
+python3 - "$out" "$ROUNDS" "$PIPELINE" "$HZ" "${variants[@]%%:*}" <<'PY'
+import json, statistics, sys
+out, rounds, pipeline, hz, names = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4]), sys.argv[5:]
+j = lambda n: json.load(open(f"{out}/{n}.json"))
+def per_request(run):
+    # The load generator's CPU-µs per request answered, each accounted
+    # process's, and the machine's idle share in percent (accounted, above).
+    f, n = open(f"{out}/{run}.acct").read().split(), max(j(run)["ok"], 1)
+    return [(float(f[0]) + float(f[1])) * 1e6 / n] + [int(t) / hz * 1e6 / n for t in f[4:]] + [100 * (int(f[3]) - int(f[2])) / max(int(f[3]), 1)]
+def med(xs, fmt):
+    return f"{fmt(statistics.median(xs))} ({fmt(min(xs))} to {fmt(max(xs))})"
+rs = range(1, rounds + 1)
+bare = [j(f"bare-{r}")["rate_per_s"] for r in rs]
+print(f"over {rounds} round(s), median (range):")
+print(f"  bare Fiber: {med(bare, lambda x: f'{x:,.0f}')} req/s")
+for name in names:
+    ing = [j(f"wahook-{r}-{name}")["rate_per_s"] / b for r, b in zip(rs, bare)]
+    print(f"  ingest ({name}) / bare Fiber: {med(ing, lambda x: f'{x:.2f}')}")
+if pipeline:
+    pipe = [j(f"pipeline-{r}")["rate_per_s"] for r in rs]
+    print(f"  pipeline: {med(pipe, lambda x: f'{x:,.0f}')} req/s; / bare Fiber: {med([p / b for p, b in zip(pipe, bare)], lambda x: f'{x:.2f}')}")
+try:
+    ab, ap = [per_request(f"bare-{r}") for r in rs], ([per_request(f"pipeline-{r}") for r in rs] if pipeline else [])
+except (OSError, IndexError, ValueError):
+    sys.exit(0)
+col = lambda rows, i: med([x[i] for x in rows], lambda v: f"{v:.1f}")
+print(f"  CPU-µs per request, bare Fiber's closed loop: load generator {col(ab, 0)}, handler {col(ab, 1)}; idle {col(ab, 2)}%")
+if ap:
+    print(f"  CPU-µs per request, the pipeline's closed loop: load generator {col(ap, 0)}, serve {col(ap, 1)}, ClickHouse {col(ap, 2)}; idle {col(ap, 3)}%")
+PY
 if [ "$BREAKDOWN" = 1 ]; then python3 scripts/bench_breakdown.py "$out" "$ROUNDS" | tee "$out/breakdown.txt"; fi
 echo "JSON reports in $out/; machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(go version | cut -d' ' -f3)"
