@@ -47,16 +47,22 @@
 #             and written to breakdown.txt, each round's figures to
 #             breakdown-<round>.json. The pipeline's closed loop runs with
 #             the profile and the query log on (BREAKDOWN=0: without).
-#   CPU       during bare Fiber's closed loop and the pipeline's, from /proc
-#             (the last seven columns): CPU-µs per request answered of the
-#             load generator (bare_gen_us, pipe_gen_us), of the bare
-#             handler's process (bare_srv_us), of wahook serve and of
-#             ClickHouse (pipe_serve_us, pipe_ch_us), and the machine's idle
-#             share (bare_idle_pct, pipe_idle_pct). With the cores busy in
-#             both loops, the pipeline's ratio to bare Fiber is about
+#   CPU       during bare Fiber's closed loop and the pipeline's (the last
+#             seven columns), per request answered 200: the load generator's
+#             CPU-µs (bare_gen_us, pipe_gen_us; bash's time of the loadtest
+#             process), the bare handler's process's (bare_srv_us), wahook
+#             serve's with its embedded NATS server (pipe_serve_us) and
+#             ClickHouse's (pipe_ch_us), from /proc/<pid>/stat, and the
+#             machine's idle share from /proc/stat (bare_idle_pct,
+#             pipe_idle_pct); each loop's raw figures in <loop>-<round>.acct
+#             (generator user and system seconds, machine busy and total
+#             ticks, each process's ticks). With the cores busy in both
+#             loops, the pipeline's ratio to bare Fiber is about
 #             (generator + handler) / (generator + serve + ClickHouse) per
-#             request: the generator's own cost is in both.
-# After the rounds: each figure's median and range over them.
+#             request, times (1 - pipe_idle) / (1 - bare_idle): the
+#             generator's own cost is in both.
+# After the rounds: the median and range over them of the rates, the ratios
+# and these CPU figures.
 # Load generator, servers and ClickHouse share the machine's cores. The
 # others_cores columns are the CPU that processes other than wahook and the
 # load generator used during the ingest closed loop and during the half-rate
@@ -134,7 +140,7 @@ load() { # url [rate [body bytes]]
 		--body-bytes "${3:-900}" --attempts 1 --json
 }
 field() { python3 -c "import json,sys; print(json.load(open('$1'))['$2'])"; }
-busy_ticks() { awk '/^cpu / {print $2+$3+$4+$7+$8+$9}' /proc/stat; }
+busy_ticks() { awk '/^cpu / {printf "%.0f\n", $2+$3+$4+$7+$8+$9}' /proc/stat; }
 # pipeline_serve db [flags]: wahook serve with stage 1 writing to database
 # db, in the background ($serve_pid); with the profiling endpoint and
 # query logging for the breakdown.
@@ -185,23 +191,26 @@ rss_timeline() {
 }
 # accounted file pid... -- command: the command (a load), and the CPU used
 # while it ran, to file, on one line: the load generator's user and system
-# seconds, the machine's busy and total clock ticks, and each pid's ticks.
+# seconds (bash's time: the rusage of the command's processes), the
+# machine's busy and total clock ticks, and each pid's ticks. The command's
+# own error output still goes to the terminal; time's goes to file.time.
 accounted() {
-	local file=$1 line m0 m1 p i t0=() pids=()
+	local file=$1 line m0 m1 p i t0=() apids=()
 	shift
-	while [ "$1" != -- ]; do pids+=("$1"); shift; done
+	while [ "$1" != -- ]; do apids+=("$1"); shift; done
 	shift
 	m0=$(machine_ticks)
-	for p in "${pids[@]}"; do t0+=("$(proc_ticks "$p")"); done
+	for p in "${apids[@]}"; do t0+=("$(proc_ticks "$p")"); done
 	TIMEFORMAT='%U %S'
-	{ time "$@"; } 2> "$file.time"
+	{ time "$@" 2>&3 3>&-; } 3>&2 2> "$file.time"
 	m1=$(machine_ticks)
-	line="$(tail -n 1 "$file.time") $(awk -v a="$m0" -v b="$m1" 'BEGIN {split(a, x); split(b, y); print y[1] - x[1], y[2] - x[2]}')"
-	for i in "${!pids[@]}"; do line+=" $(($(proc_ticks "${pids[i]}") - t0[i]))"; done
+	line="$(tail -n 1 "$file.time") $(awk -v a="$m0" -v b="$m1" 'BEGIN {split(a, x); split(b, y); printf "%.0f %.0f\n", y[1] - x[1], y[2] - x[2]}')"
+	for i in "${!apids[@]}"; do line+=" $(($(proc_ticks "${apids[i]}") - t0[i]))"; done
 	echo "$line" > "$file"
 }
-# machine_ticks: the machine's busy and total clock ticks so far.
-machine_ticks() { awk '/^cpu / {busy = $2+$3+$4+$7+$8+$9; print busy, busy + $5 + $6}' /proc/stat; }
+# machine_ticks: the machine's busy and total clock ticks so far (busy: user,
+# nice, system, irq, softirq, steal; the rest idle and iowait).
+machine_ticks() { awk '/^cpu / {busy = $2+$3+$4+$7+$8+$9; printf "%.0f %.0f\n", busy, busy + $5 + $6}' /proc/stat; }
 # timed_load out url [rate [body bytes]]: load, and the CPU ticks of the
 # machine beside wahook serve ($serve_pid) and the load generator's CPU
 # seconds, to $out.cpu.
@@ -258,6 +267,7 @@ for r in $(seq 1 "$ROUNDS"); do
 			costed_load "sat-$r" "bench_$r" "http://$WAHOOK/webhook"
 			cp "$out/cost-sat-$r.json" "$out/pipeline-$r.json"
 			cp "$out/cost-sat-$r.acct" "$out/pipeline-$r.acct"
+			cp "$out/cost-sat-$r.acct.time" "$out/pipeline-$r.acct.time"
 		else
 			accounted "$out/pipeline-$r.acct" "$serve_pid" "$(cat "$work/clickhouse/clickhouse-server.pid")" -- \
 				load "http://$WAHOOK/webhook" > "$out/pipeline-$r.json"
@@ -317,12 +327,13 @@ def accounted(run, res):
     # accounted beside it, and the machine's idle share, in percent.
     try:
         f = open(f"{out}/{run}.acct").read().split()
-    except OSError:
+        n = max(res["ok"], 1)
+        gen = (float(f[0]) + float(f[1])) * 1e6 / n
+        busy, total = int(f[2]), int(f[3])
+        procs = [int(t) / hz * 1e6 / n for t in f[4:]]
+    except (OSError, IndexError, ValueError) as e:
+        print(f"bench: {run}.acct: {e}", file=sys.stderr)
         return None
-    n = max(res["ok"], 1)
-    gen = (float(f[0]) + float(f[1])) * 1e6 / n
-    busy, total = int(f[2]), int(f[3])
-    procs = [int(t) / hz * 1e6 / n for t in f[4:]]
     return [gen] + procs + [100 * (total - busy) / max(total, 1)]
 ab = accounted(f"bare-{r}", b)
 ap = accounted(f"pipeline-{r}", p) if p else None
@@ -333,7 +344,7 @@ print(f"{r} {b['rate_per_s']:.0f} {w['rate_per_s']:.0f} {w['rate_per_s'] / b['ra
 PY
 	done
 done
-python3 - "$out" "$ROUNDS" "$PIPELINE" "$HZ" "${variants[@]%%:*}" <<'PY'
+python3 - "$out" "$ROUNDS" "$PIPELINE" "$HZ" "${variants[@]%%:*}" <<'PY' || echo "bench: no summary" >&2
 import json, statistics, sys
 out, rounds, pipeline, hz, names = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4]), sys.argv[5:]
 j = lambda n: json.load(open(f"{out}/{n}.json"))
@@ -354,14 +365,22 @@ for name in names:
 if pipeline:
     pipe = [j(f"pipeline-{r}")["rate_per_s"] for r in rs]
     print(f"  pipeline: {med(pipe, lambda x: f'{x:,.0f}')} req/s; / bare Fiber: {med([p / b for p, b in zip(pipe, bare)], lambda x: f'{x:.2f}')}")
-try:
-    ab, ap = [per_request(f"bare-{r}") for r in rs], ([per_request(f"pipeline-{r}") for r in rs] if pipeline else [])
-except (OSError, IndexError, ValueError):
-    sys.exit(0)
+def accounted(run):
+    try:
+        return [per_request(f"{run}-{r}") for r in rs]
+    except (OSError, IndexError, ValueError) as e:
+        print(f"bench: no CPU figures of the {run} loops: {e}", file=sys.stderr)
+        return None
+# Each figure's median over the rounds on its own: medians do not add up.
 col = lambda rows, i: med([x[i] for x in rows], lambda v: f"{v:.1f}")
-print(f"  CPU-µs per request, bare Fiber's closed loop: load generator {col(ab, 0)}, handler {col(ab, 1)}; idle {col(ab, 2)}%")
+ab = accounted("bare")
+if ab:
+    print(f"  CPU-µs per request, bare Fiber's closed loop: load generator {col(ab, 0)}, handler {col(ab, 1)}; idle {col(ab, 2)}%")
+ap = accounted("pipeline") if pipeline else None
 if ap:
     print(f"  CPU-µs per request, the pipeline's closed loop: load generator {col(ap, 0)}, serve {col(ap, 1)}, ClickHouse {col(ap, 2)}; idle {col(ap, 3)}%")
+    tot = [x[0] + x[1] + x[2] for x in ap]
+    print(f"  the pipeline's closed loop in all (generator, serve, ClickHouse): {med(tot, lambda v: f'{v:.1f}')} CPU-µs per request")
 PY
 if [ "$BREAKDOWN" = 1 ]; then python3 scripts/bench_breakdown.py "$out" "$ROUNDS" | tee "$out/breakdown.txt"; fi
 echo "JSON reports in $out/; machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(go version | cut -d' ' -f3)"
