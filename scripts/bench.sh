@@ -140,7 +140,6 @@ load() { # url [rate [body bytes]]
 		--body-bytes "${3:-900}" --attempts 1 --json
 }
 field() { python3 -c "import json,sys; print(json.load(open('$1'))['$2'])"; }
-busy_ticks() { awk '/^cpu / {printf "%.0f\n", $2+$3+$4+$7+$8+$9}' /proc/stat; }
 # pipeline_serve db [flags]: wahook serve with stage 1 writing to database
 # db, in the background ($serve_pid); with the profiling endpoint and
 # query logging for the breakdown.
@@ -211,18 +210,6 @@ accounted() {
 # machine_ticks: the machine's busy and total clock ticks so far (busy: user,
 # nice, system, irq, softirq, steal; the rest idle and iowait).
 machine_ticks() { awk '/^cpu / {busy = $2+$3+$4+$7+$8+$9; printf "%.0f %.0f\n", busy, busy + $5 + $6}' /proc/stat; }
-# timed_load out url [rate [body bytes]]: load, and the CPU ticks of the
-# machine beside wahook serve ($serve_pid) and the load generator's CPU
-# seconds, to $out.cpu.
-timed_load() {
-	local o=$1; shift
-	local t0 s0 t1 s1
-	t0=$(busy_ticks); s0=$(proc_ticks "$serve_pid")
-	TIMEFORMAT='%U %S'
-	{ time load "$@" > "$o.json"; } 2> "$o.time"
-	t1=$(busy_ticks); s1=$(proc_ticks "$serve_pid")
-	echo "$(((t1 - t0) - (s1 - s0))) $(cat "$o.time")" > "$o.cpu"
-}
 
 if [ -n "$SERVE_ARGS" ]; then echo "serve flags: $SERVE_ARGS"; fi
 echo "round bare_rps ingest_rps ratio half_rate_p50_ms p99_ms p999_ms ingest_rss_mib pipeline_rps ratio pipeline_rss_mib non200 variant others_cores others_half dups sat_rss_mib index_ids index_mib srv_p99_ms srv_over_10ms_pct gen_lag_p99_ms bare_gen_us bare_srv_us bare_idle_pct pipe_gen_us pipe_serve_us pipe_ch_us pipe_idle_pct"
@@ -245,13 +232,13 @@ for r in $(seq 1 "$ROUNDS"); do
 		serve_pid=$!
 		rss_timeline "$serve_pid" > "$out/rss-$r-$name.txt" &
 		wait_http "http://$WAHOOK/readyz"
-		timed_load "$out/wahook-$r-$name" "http://$WAHOOK/webhook"
+		accounted "$out/wahook-$r-$name.acct" "$serve_pid" -- load "http://$WAHOOK/webhook" > "$out/wahook-$r-$name.json"
 		sat_rss=$(awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$serve_pid/status")
 		curl -fsS "http://$WAHOOK/metrics" > "$out/metrics-half-$r-$name.before"
 		index=$(awk '/^wahook_ingest_dedupe_entries / {n = $2} /^wahook_ingest_dedupe_bytes / {b = $2}
 			END {printf "%d %.0f", n, b / 1048576}' "$out/metrics-half-$r-$name.before")
 		rate=$(python3 -c "print(int($(field "$out/wahook-$r-$name.json" rate_per_s)/2))")
-		timed_load "$out/wahook-half-$r-$name" "http://$WAHOOK/webhook" "$rate" 901
+		accounted "$out/wahook-half-$r-$name.acct" "$serve_pid" -- load "http://$WAHOOK/webhook" "$rate" 901 > "$out/wahook-half-$r-$name.json"
 		curl -fsS "http://$WAHOOK/metrics" > "$out/metrics-half-$r-$name.after"
 		dups=$(awk '/^wahook_ingest_requests_total\{.*result="duplicate"/ {n += $2} END {print n + 0}' "$out/metrics-half-$r-$name.after")
 		rss=$(awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$serve_pid/status")
@@ -295,8 +282,8 @@ p = j(f"pipeline-{r}") if os.path.exists(f"{out}/pipeline-{r}.json") and prss !=
 rss, dups, sat_rss, index_ids, index_mib = open(f"{out}/ingest-{r}-{name}.txt").read().split()
 def others(run, res):
     # Busy CPU beside wahook serve, less the load generator's: other workloads.
-    not_serve, lu, ls = open(f"{out}/{run}.cpu").read().split()
-    return max(int(not_serve) / hz - float(lu) - float(ls), 0) / res["duration_s"]
+    lu, ls, busy, _, serve = open(f"{out}/{run}.acct").read().split()
+    return max((int(busy) - int(serve)) / hz - float(lu) - float(ls), 0) / res["duration_s"]
 non200 = sum(x["sent"] - x["ok"] for x in (w, h) + ((p,) if p else ()))
 def buckets(path):
     # The cumulative buckets of wahook_ingest_request_duration_seconds.

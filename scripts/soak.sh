@@ -74,12 +74,11 @@ stop_serve() {
 	kill "$serve_pid" 2>/dev/null || true
 	wait "$serve_pid" 2>/dev/null || true
 }
-backlog() {
-	curl -fsS "http://$METRICS/metrics" 2>/dev/null | awk '/^wahook_processor_raw_pending / {print $2; found=1} END {if (!found) print "nan"}'
+# gauge name: the value of a metric of serve's, nan when it has none.
+gauge() {
+	curl -fsS "http://$METRICS/metrics" 2>/dev/null | awk -v m="$1" '$1 == m {print $2; found=1} END {if (!found) print "nan"}'
 }
-funnel_lag() {
-	curl -fsS "http://$METRICS/metrics" 2>/dev/null | awk '/^wahook_funnel_lag_seconds / {print $2; found=1} END {if (!found) print "nan"}'
-}
+backlog() { gauge wahook_processor_raw_pending; }
 rss() { awk '/VmRSS/ {printf "%.0f", $2/1024}' "/proc/$1/status" 2>/dev/null || echo nan; }
 hwm() { awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$1/status" 2>/dev/null || echo nan; }
 
@@ -98,7 +97,7 @@ serve soak
 (
 	start=$SECONDS
 	while kill -0 "$serve_pid" 2>/dev/null; do
-		echo "$((SECONDS - start)) $(backlog) $(rss "$serve_pid") $(rss "$ch_pid") $(funnel_lag)" >>"$out/soak-timeline.txt"
+		echo "$((SECONDS - start)) $(backlog) $(rss "$serve_pid") $(rss "$ch_pid") $(gauge wahook_funnel_lag_seconds)" >>"$out/soak-timeline.txt"
 		sleep 5
 	done
 ) &

@@ -83,12 +83,7 @@ func TestMemoryLimit(t *testing.T) {
 	// auto: 90% of a cgroup's limit; GOMEMLIMIT first; a size or off over
 	// both.
 	cgroup := func() (uint64, error) { return 2 << 30, nil }
-	env := func(k string) string {
-		if k == "GOMEMLIMIT" {
-			return "500MiB"
-		}
-		return ""
-	}
+	env := envOf("GOMEMLIMIT", "500MiB")
 	for _, c := range []struct {
 		in     string
 		getenv func(string) string
@@ -136,12 +131,7 @@ func TestMemoryLimitSet(t *testing.T) {
 
 func TestGCPercent(t *testing.T) {
 	noEnv := func(string) string { return "" }
-	gogc := func(k string) string {
-		if k == "GOGC" {
-			return "200"
-		}
-		return ""
-	}
+	gogc := envOf("GOGC", "200")
 	for _, c := range []struct {
 		in       string
 		embedded bool
@@ -208,5 +198,15 @@ func withoutGCEnv(t *testing.T) {
 	for _, k := range []string{"GOGC", "WAHOOK_GC_PERCENT"} {
 		t.Setenv(k, "")
 		os.Unsetenv(k)
+	}
+}
+
+// envOf is a getenv whose environment holds key=value alone.
+func envOf(key, value string) func(string) string {
+	return func(k string) string {
+		if k == key {
+			return value
+		}
+		return ""
 	}
 }

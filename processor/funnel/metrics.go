@@ -31,8 +31,7 @@ type metrics struct {
 
 // NewMetrics registers the resolver's metrics with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &metrics{}
-	*m = metrics{
+	m := &metrics{
 		passes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wahook_funnel_passes_total", Help: "Passes of the funnel resolver, by result (ok, backfill, error, lease_lost).",
 		}, []string{"result"}),
@@ -55,13 +54,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wahook_funnel_lookups_skipped_total", Help: "Messages the funnel resolver did not look up, by reason: known (it remembered their rows) or new (it knew they had none).",
 		}, []string{"reason"}),
-		lag: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "wahook_funnel_lag_seconds", Help: "How far the funnel's watermark (the start of the last complete pass) is behind the clock: it grows while a pass runs or fails; 0 where this instance does not resolve.",
-		}, m.lagSeconds),
 		holder: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "wahook_funnel_lease_held", Help: "1 while this instance holds the funnel lease and resolves.",
 		}),
 	}
+	// Read at the scrape, from the watermark m keeps.
+	m.lag = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "wahook_funnel_lag_seconds", Help: "How far the funnel's watermark (the start of the last complete pass) is behind the clock: it grows while a pass runs or fails; 0 where this instance does not resolve.",
+	}, m.lagSeconds)
 	reg.MustRegister(m.passes, m.seconds, m.messages, m.changed, m.rows, m.lookups, m.skipped, m.lag, m.holder)
 	return &Metrics{m}
 }
