@@ -325,21 +325,18 @@ def accounted(run, res):
 ab = accounted(f"bare-{r}", b)
 ap = accounted(f"pipeline-{r}", p) if p else None
 acct = (" ".join(f"{x:.1f}" for x in ab) if ab else "- - -") + " " + (" ".join(f"{x:.1f}" for x in ap) if ap else "- - - -")
+# For the summary after the rounds (null: not accounted).
+json.dump({"bare": ab, "pipeline": ap}, open(f"{out}/acct-{r}.json", "w"))
 print(f"{r} {b['rate_per_s']:.0f} {w['rate_per_s']:.0f} {w['rate_per_s'] / b['rate_per_s']:.2f} "
       f"{h['p50_ms']:.2f} {h['p99_ms']:.2f} {h['p999_ms']:.2f} {rss} {pipe} {non200} {name} "
       f"{others(f'wahook-{r}-{name}', w):.2f} {others(f'wahook-half-{r}-{name}', h):.2f} {dups} {sat_rss} {index_ids} {index_mib} {srv} {acct}")
 PY
 	done
 done
-python3 - "$out" "$ROUNDS" "$PIPELINE" "$HZ" "${variants[@]%%:*}" <<'PY' || echo "bench: no summary" >&2
+python3 - "$out" "$ROUNDS" "$PIPELINE" "${variants[@]%%:*}" <<'PY' || echo "bench: no summary" >&2
 import json, statistics, sys
-out, rounds, pipeline, hz, names = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4]), sys.argv[5:]
+out, rounds, pipeline, names = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4:]
 j = lambda n: json.load(open(f"{out}/{n}.json"))
-def per_request(run):
-    # The load generator's CPU-µs per request answered, each accounted
-    # process's, and the machine's idle share in percent (accounted, above).
-    f, n = open(f"{out}/{run}.acct").read().split(), max(j(run)["ok"], 1)
-    return [(float(f[0]) + float(f[1])) * 1e6 / n] + [int(t) / hz * 1e6 / n for t in f[4:]] + [100 * (int(f[3]) - int(f[2])) / max(int(f[3]), 1)]
 def med(xs, fmt):
     return f"{fmt(statistics.median(xs))} ({fmt(min(xs))} to {fmt(max(xs))})"
 rs = range(1, rounds + 1)
@@ -352,12 +349,17 @@ for name in names:
 if pipeline:
     pipe = [j(f"pipeline-{r}")["rate_per_s"] for r in rs]
     print(f"  pipeline: {med(pipe, lambda x: f'{x:,.0f}')} req/s; / bare Fiber: {med([p / b for p, b in zip(pipe, bare)], lambda x: f'{x:.2f}')}")
-def accounted(run):
+def accounted(loop):
+    # Each round's figures of the loop, as its row gave them (acct-<round>.json).
     try:
-        return [per_request(f"{run}-{r}") for r in rs]
-    except (OSError, IndexError, ValueError) as e:
-        print(f"bench: no CPU figures of the {run} loops: {e}", file=sys.stderr)
+        rows = [j(f"acct-{r}")[loop] for r in rs]
+    except (OSError, KeyError, ValueError) as e:
+        rows = [None]
+        print(f"bench: {e}", file=sys.stderr)
+    if None in rows:
+        print(f"bench: no CPU figures of the {loop} loops", file=sys.stderr)
         return None
+    return rows
 # Each figure's median over the rounds on its own: medians do not add up.
 col = lambda rows, i: med([x[i] for x in rows], lambda v: f"{v:.1f}")
 ab = accounted("bare")
