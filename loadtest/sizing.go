@@ -37,19 +37,21 @@ type Capacity struct {
 // DefaultCapacity is what a 20 s traffic-model run measured against
 // `wahook serve` on the 2-core VM wahook is developed on, with the load
 // generator and ClickHouse on the same cores: 20 upgraded numbers at 100
-// mps, 30% replies, 3,334 req/s (2 items each), p99 85 ms, all 200, loss and
-// duplicates 0. Replace it with `wahook loadtest --capacity-out` on yours.
+// mps, 30% replies, ~3,310 req/s (2 items each), p99 13 ms, all 200, loss
+// and duplicates 0; the median of three runs on 2026-12-05 (4,438–4,828
+// requests per CPU second). Replace it with `wahook loadtest
+// --capacity-out` on yours.
 func DefaultCapacity() Capacity {
 	return Capacity{
-		Source: "wahook loadtest --numbers 20 --upgraded 20 --outbound-mps 100 --duration 20s against wahook serve " +
-			"(3,334 req/s, p99 85 ms) on a 2-core x86-64 VM shared with the load generator and ClickHouse 18.16, Go 1.26",
-		RequestsPerCPUS: 3785, EventsPerCPUS: 7482, P99Ms: 85,
+		Source: "wahook loadtest --numbers 20 --upgraded 20 --coexistence 0 --outbound-mps 100 --duration 20s against wahook serve " +
+			"(3,307 req/s, p99 13 ms; median of 3 runs, 2026-12-05) on a 2-core x86-64 VM shared with the load generator and ClickHouse 18.16, Go 1.26",
+		RequestsPerCPUS: 4489, EventsPerCPUS: 8894, P99Ms: 13,
 		BytesPerRow: map[string]float64{
-			"status_events": 81, "errors": 92, "inbound_messages": 82,
+			"status_events": 80, "errors": 92, "inbound_messages": 82,
 			"management_events": 120, // not measured (a handful of rows): an estimate
 			// per status event or error that feeds them
 			// (message_states holds what message_lifecycle, a Merge table over it, shows)
-			"message_states": 27, "status_counts_by_minute": 16, "failures_by_minute": 19,
+			"message_states": 24, "status_counts_by_minute": 16, "failures_by_minute": 19,
 		},
 	}
 }
