@@ -640,6 +640,31 @@ func TestPassSlack(t *testing.T) {
 	}
 }
 
+// A pass reads the states of the (message, recipient) pairs that got a
+// status, not of every recipient of those messages: the other participants
+// of a group message are neither read nor written.
+func TestPassReadsTouchedRecipientsOnly(t *testing.T) {
+	w := newWorld(t)
+	r := funnel.New(funnel.DefaultConfig(), w.ch.Conn, w.ch.Database, nil, zaptest.NewLogger(t))
+	var g [3]*msg
+	for i := range g {
+		g[i] = &msg{phone: "p1", id: "wamid.G", recipient: "group-1", participant: fmt.Sprintf("u%d", i), campaign: "c1"}
+		w.post(item(g[i], "sent", t0))
+	}
+	if st := pass(t, r); !st.Backfill {
+		t.Fatalf("first pass %+v, want a backfill", st)
+	}
+	// Only what comes next is touched (the backfill resolved the rest).
+	if err := w.ch.Conn.Exec(context.Background(), "TRUNCATE TABLE "+w.ch.Database+".funnel_touched"); err != nil {
+		t.Fatal(err)
+	}
+	w.post(item(g[1], "delivered", t0.Add(4*time.Second)))
+	if st := pass(t, r); st.Messages != 1 || st.Changed != 1 {
+		t.Errorf("pass %+v, want 1 message read and changed (u1's)", st)
+	}
+	w.check()
+}
+
 func setWatermark(t *testing.T, ch *schematest.ClickHouseDB, at time.Time) {
 	t.Helper()
 	b, err := ch.Conn.PrepareBatch(context.Background(), "INSERT INTO "+ch.Database+".funnel_resolver (id, watermark, version)")
