@@ -665,7 +665,7 @@ func TestPassReadsTouchedRecipientsOnly(t *testing.T) {
 	w.check()
 }
 
-func setWatermark(t *testing.T, ch *schematest.ClickHouseDB, at time.Time) {
+func setWatermark(t testing.TB, ch *schematest.ClickHouseDB, at time.Time) {
 	t.Helper()
 	b, err := ch.Conn.PrepareBatch(context.Background(), "INSERT INTO "+ch.Database+".funnel_resolver (id, watermark, version)")
 	if err != nil {
