@@ -640,9 +640,9 @@ func TestPassSlack(t *testing.T) {
 	}
 }
 
-// A pass reads the states of the (message, recipient) pairs that got a
-// status, not of every recipient of those messages: the other participants
-// of a group message are neither read nor written.
+// A pass resolves the (message, recipient) pairs that got a status, not
+// every recipient of those messages: the other participants of a group
+// message are neither returned by its query nor written.
 func TestPassReadsTouchedRecipientsOnly(t *testing.T) {
 	w := newWorld(t)
 	r := funnel.New(funnel.DefaultConfig(), w.ch.Conn, w.ch.Database, nil, zaptest.NewLogger(t))
