@@ -20,7 +20,7 @@ import (
 )
 
 // BenchmarkPassOnFilledTable is what a pass costs ClickHouse as
-// message_states grows: on a table minutes old (messages=0) and on one
+// message_states grows: on a fresh table (messages=0) and on one
 // filled beforehand with the messages of months (WAHOOK_BENCH_FUNNEL_MESSAGES,
 // 2,000,000 by default), each pass resolving WAHOOK_BENCH_FUNNEL_TOUCHED
 // new messages (3,000 by default: five seconds at 600 webhooks/s) spread
