@@ -119,6 +119,7 @@ type BatchPublisher struct {
 	stop       chan struct{}
 	stopped    sync.WaitGroup
 	kick       chan struct{}
+	expireWake chan struct{} // a publish began with none in flight (expireLoop)
 
 	mu      sync.Mutex
 	cur     *batch            // the batch new messages join; nil: start one
@@ -177,6 +178,7 @@ func NewBatchPublisher(nc *nats.Conn, maxInflight int, ackTimeout time.Duration,
 		inbox:      nc.NewInbox(),
 		stop:       make(chan struct{}),
 		kick:       make(chan struct{}, 1),
+		expireWake: make(chan struct{}, 1),
 		batches:    map[string]*batch{},
 	}
 	// The inbox ends in a unique token (a NUID); batch ids, which the stream
@@ -236,7 +238,12 @@ func (p *BatchPublisher) Publish(app, id string, body []byte, receivedAt, deadli
 		return false, fmt.Errorf("publish %s: its ack would come after the deadline: %w", p.subject(app), ErrOverloaded)
 	}
 	sent := time.Now()
-	p.inflight.Add(1)
+	if p.inflight.Add(1) == 1 {
+		select {
+		case p.expireWake <- struct{}{}:
+		default: // a token is there already
+		}
+	}
 	defer p.inflight.Add(-1)
 
 	pd := p.pool.Get().(*pending)

@@ -67,7 +67,9 @@ func (p *BatchPublisher) lingerLoop() {
 const expireResolution = 5 * time.Millisecond
 
 // expireLoop answers ErrAckTimeout for the messages whose deadline passed.
-// One ticker serves every request, instead of a timer for each.
+// One ticker serves every request, instead of a timer for each. It stops
+// while no publish waits, until the next one begins (expireWake): idle, its
+// 200 wake-ups a second were four fifths of serve's CPU.
 func (p *BatchPublisher) expireLoop() {
 	defer p.stopped.Done()
 	t := time.NewTicker(expireResolution)
@@ -79,7 +81,17 @@ func (p *BatchPublisher) expireLoop() {
 		case now := <-t.C:
 			if p.inflight.Load() > 0 {
 				p.expire(now)
+				continue
 			}
+			// A publish that begins from here on finds inflight at 0 and
+			// leaves a token in expireWake, which ends this wait at once.
+			t.Stop()
+			select {
+			case <-p.stop:
+				return
+			case <-p.expireWake:
+			}
+			t.Reset(expireResolution)
 		}
 	}
 }

@@ -327,6 +327,47 @@ func TestBatchPublisherClose(t *testing.T) {
 	}
 }
 
+// TestBatchPublisherExpiresAfterIdle: the loop that answers ErrAckTimeout
+// rests while no publish waits, and a publish after a rest, or after the
+// last one timed out, is still answered at its deadline rather than never.
+func TestBatchPublisherExpiresAfterIdle(t *testing.T) {
+	srv := schematest.StartJetStream(t)
+	nc, err := nats.Connect(srv.URL(), ingest.NATSOptions("idle-test")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	newScriptedStream(t, nc, func(int, uint64, bool, uint64) string { return "" }) // no ack ever
+	pub, err := ingest.NewBatchPublisher(nc, 64, time.Minute, ingest.DefaultBatchOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	const wait = 200 * time.Millisecond
+	for round := range 3 {
+		// Many times the loop's resolution with nothing in flight.
+		time.Sleep(100 * time.Millisecond)
+		errc := make(chan error, 1)
+		start := time.Now()
+		go func() {
+			b := body(round)
+			_, err := pub.Publish(schema.DefaultApp, schema.RawMsgID(b), b, start, start.Add(wait))
+			errc <- err
+		}()
+		select {
+		case err := <-errc:
+			if !errors.Is(err, ingest.ErrAckTimeout) {
+				t.Fatalf("round %d: got %v, want ErrAckTimeout", round, err)
+			}
+			if took := time.Since(start); took < wait {
+				t.Fatalf("round %d: answered after %s, before its deadline (%s)", round, took, wait)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: a publish whose ack never came was not answered at its deadline", round)
+		}
+	}
+}
+
 func pubAck(streamSeq, count uint64) string {
 	return fmt.Sprintf(`{"stream":"WAHOOK_RAW","seq":%d,"batch":"b","count":%d}`, streamSeq, count)
 }
