@@ -25,12 +25,7 @@ import (
 // batch and across batches, are stored once each, and every publish is
 // answered as stored.
 func TestBatchPublisherDeduplicates(t *testing.T) {
-	srv := schematest.StartJetStream(t)
-	nc, err := nats.Connect(srv.URL(), ingest.NATSOptions("dedupe-test")...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := connectJetStream(t, "dedupe-test")
 	sc := ingest.DefaultStreamConfig()
 	sc.DuplicateWindow = time.Minute // the copies come within it however slow the machine
 	js := rawStream(t, nc, sc)
@@ -88,12 +83,7 @@ func TestBatchPublisherDeduplicates(t *testing.T) {
 // messages around it, whose batch the refusal ends, are published again and
 // stored.
 func TestBatchPublisherRefusedMessage(t *testing.T) {
-	srv := schematest.StartJetStream(t)
-	nc, err := nats.Connect(srv.URL(), ingest.NATSOptions("refused-test")...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := connectJetStream(t, "refused-test")
 	js := rawStream(t, nc, ingest.DefaultStreamConfig())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -158,12 +148,7 @@ func TestBatchPublisherRefusedMessage(t *testing.T) {
 // TestBatchPublisherStreamWithoutBatches: a stream that does not allow
 // batches refuses each message at once; nothing waits for the ack timeout.
 func TestBatchPublisherStreamWithoutBatches(t *testing.T) {
-	srv := schematest.StartJetStream(t)
-	nc, err := nats.Connect(srv.URL(), ingest.NATSOptions("nobatch-test")...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := connectJetStream(t, "nobatch-test")
 	sc := ingest.DefaultStreamConfig()
 	sc.AllowBatch = false
 	rawStream(t, nc, sc)
@@ -247,12 +232,7 @@ func TestBatchPublisherProtocol(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv := schematest.StartJetStream(t)
-			nc, err := nats.Connect(srv.URL(), ingest.NATSOptions("protocol-test")...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nc.Close()
+			nc := connectJetStream(t, "protocol-test")
 			st := newScriptedStream(t, nc, tt.answer)
 			opts := ingest.DefaultBatchOptions()
 			opts.Linger, opts.MaxDelay = 5*time.Millisecond, 5*time.Millisecond
@@ -290,12 +270,7 @@ func TestBatchPublisherProtocol(t *testing.T) {
 // TestBatchPublisherClose: Close answers the messages still awaiting an
 // ack, so that no request hangs past a shutdown.
 func TestBatchPublisherClose(t *testing.T) {
-	srv := schematest.StartJetStream(t)
-	nc, err := nats.Connect(srv.URL(), ingest.NATSOptions("close-test")...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := connectJetStream(t, "close-test")
 	st := newScriptedStream(t, nc, func(int, uint64, bool, uint64) string { return "" })
 	pub, err := ingest.NewBatchPublisher(nc, 64, time.Minute, ingest.DefaultBatchOptions())
 	if err != nil {
@@ -331,12 +306,7 @@ func TestBatchPublisherClose(t *testing.T) {
 // rests while no publish waits, and a publish after a rest, or after the
 // last one timed out, is still answered at its deadline rather than never.
 func TestBatchPublisherExpiresAfterIdle(t *testing.T) {
-	srv := schematest.StartJetStream(t)
-	nc, err := nats.Connect(srv.URL(), ingest.NATSOptions("idle-test")...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := connectJetStream(t, "idle-test")
 	newScriptedStream(t, nc, func(int, uint64, bool, uint64) string { return "" }) // no ack ever
 	pub, err := ingest.NewBatchPublisher(nc, 64, time.Minute, ingest.DefaultBatchOptions())
 	if err != nil {
@@ -471,6 +441,19 @@ func (st *scriptedStream) resent() bool {
 
 // rawStream provisions the RAW stream as sc says and returns a JetStream
 // context.
+// connectJetStream starts a JetStream server for the test and connects to
+// it as name; the connection closes when the test ends.
+func connectJetStream(t *testing.T, name string) *nats.Conn {
+	t.Helper()
+	srv := schematest.StartJetStream(t)
+	nc, err := nats.Connect(srv.URL(), ingest.NATSOptions(name)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
 func rawStream(t *testing.T, nc *nats.Conn, sc ingest.StreamConfig) jetstream.JetStream {
 	t.Helper()
 	js, err := jetstream.New(nc)
