@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/wahook/wahook/schema"
+	"github.com/wahook/wahook/schema/jsonscan"
 )
 
 // The JSON of an event (Event{Kind, V: 1, Row}) is appended by hand: it is
@@ -196,12 +197,13 @@ func appendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		// Past the bytes written as they are: printable ASCII except '"',
+		// '\\', '<', '>' and '&'.
+		if i += jsonscan.PlainHTML(s[i:]); i == len(s) {
+			break
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
 			b = append(b, s[start:i]...)
 			switch c {
 			case '\\', '"':

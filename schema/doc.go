@@ -5,7 +5,8 @@
 //
 // Sub-packages: schema/meta decodes Meta's webhook payloads; schema/migrations
 // holds the ClickHouse migrations and their runner; schema/schematest starts
-// real servers for tests.
+// real servers for tests; schema/jsonscan finds the bytes that matter in JSON
+// strings a word at a time, for the decoders and the event encoder.
 //
 // The names here are part of the product's interface (docs/architecture.md, "Names that
 // users and other services depend on"): change one only with a reason, in the

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/wahook/wahook/schema"
+	"github.com/wahook/wahook/schema/jsonscan"
 )
 
 // unmarshalWire reads an EVENTS message into w as json.Unmarshal does. The
@@ -194,16 +195,12 @@ func (s *wireScanner) array(elem func() bool) bool {
 // its opening quote, and returns its bytes.
 func (s *wireScanner) rawStr() ([]byte, bool) {
 	start := s.i + 1
-	for j := start; j < len(s.b); j++ {
-		switch c := s.b[j]; {
-		case c == '"':
-			s.i = j + 1
-			return s.b[start:j], true
-		case c == '\\' || c < 0x20 || c >= 0x80:
-			return nil, false
-		}
+	j := start + jsonscan.Plain(s.b[start:])
+	if j == len(s.b) || s.b[j] != '"' {
+		return nil, false // an escape, a byte outside printable ASCII or the end
 	}
-	return nil, false
+	s.i = j + 1
+	return s.b[start:j], true
 }
 
 func (s *wireScanner) str() (string, bool) {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/wahook/wahook/schema/jsonscan"
 )
 
 // This file holds the byte-level JSON scanner: whitespace, strings, numbers,
@@ -14,15 +16,6 @@ import (
 // maxDepth bounds the nesting of objects and arrays, as encoding/json does,
 // so that a hostile body cannot exhaust the stack.
 const maxDepth = 10000
-
-// plainByte marks the bytes that may appear in a JSON string as themselves
-// and need no further thought: printable ASCII except '"' and '\\'.
-var plainByte = func() (t [256]bool) {
-	for c := 0x20; c < 0x80; c++ {
-		t[c] = c != '"' && c != '\\'
-	}
-	return t
-}()
 
 // ws skips whitespace.
 func (d *decoder) ws() {
@@ -80,9 +73,9 @@ func (d *decoder) scanString() (raw []byte, plain bool, err error) {
 	i := start
 	plain = true
 	for {
-		for i < len(data) && plainByte[data[i]] {
-			i++
-		}
+		// Past the bytes that stand for themselves: printable ASCII
+		// except '"' and '\\'.
+		i += jsonscan.Plain(data[i:])
 		if i >= len(data) {
 			d.pos = i
 			return nil, false, d.syntax("unexpected end of input in string")
@@ -359,9 +352,11 @@ func (d *decoder) skipFast() {
 	for i := d.pos; i < len(data); i++ {
 		switch data[i] {
 		case '"':
-			for i++; i < len(data) && data[i] != '"'; i++ {
-				if data[i] == '\\' {
-					i++
+			// To the closing quote, past escaped characters.
+			for i++; i < len(data); i += 2 {
+				i += jsonscan.QuoteOrBackslash(data[i:])
+				if i >= len(data) || data[i] == '"' {
+					break
 				}
 			}
 		case '{', '[':

@@ -1,0 +1,95 @@
+// Package jsonscan finds the next byte that matters in JSON text eight bytes
+// at a time. wahook's JSON loops (schema/meta's decoder of Meta's bodies,
+// the event encoder and stage 2's reader of events) spend most of their
+// time passing over the inside of strings, most of all the callback data
+// senders attach to messages (up to 512 characters); these functions let them
+// skip the bytes that need no thought a word at a time instead of a byte at
+// a time.
+//
+// Each function returns the index of the first byte of its class, or the
+// length of the input if there is none. A byte is found exactly, with no
+// false hits: the word tests can only misfire in bytes above a real hit, and
+// only the lowest hit of a word is used.
+package jsonscan
+
+import "math/bits"
+
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// word reads b[i:i+8] as a little-endian word (the compiler turns this into
+// one load).
+func word[T ~string | ~[]byte](b T, i int) uint64 {
+	w := b[i : i+8]
+	return uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
+		uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
+}
+
+// is marks (with its high bit) each byte of x equal to c. Only the lowest
+// mark is exact (see the package comment).
+func is(x uint64, c byte) uint64 {
+	y := x ^ (ones * uint64(c))
+	return (y - ones) &^ y
+}
+
+// special marks the bytes that a JSON string cannot hold as themselves or
+// that need a closer look: '"', '\\', control characters (below 0x20) and
+// bytes outside ASCII. Only the lowest mark is exact.
+func special(x uint64) uint64 {
+	return ((x - ones*0x20) | x | is(x, '"') | is(x, '\\')) & highs
+}
+
+// Plain returns the index of the first byte of b that is not printable ASCII
+// or is '"' or '\\': where a JSON string's run of bytes that stand for
+// themselves ends.
+func Plain[T ~string | ~[]byte](b T) int {
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		if m := special(word(b, i)); m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+	}
+	for ; i < len(b); i++ {
+		if c := b[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' {
+			return i
+		}
+	}
+	return len(b)
+}
+
+// PlainHTML is Plain that also stops at '<', '>' and '&', the bytes
+// encoding/json escapes by default.
+func PlainHTML[T ~string | ~[]byte](b T) int {
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		x := word(b, i)
+		if m := special(x) | (is(x, '<')|is(x, '>')|is(x, '&'))&highs; m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+	}
+	for ; i < len(b); i++ {
+		if c := b[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return i
+		}
+	}
+	return len(b)
+}
+
+// QuoteOrBackslash returns the index of the first '"' or '\\' in b.
+func QuoteOrBackslash[T ~string | ~[]byte](b T) int {
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		x := word(b, i)
+		if m := (is(x, '"') | is(x, '\\')) & highs; m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+	}
+	for ; i < len(b); i++ {
+		if c := b[i]; c == '"' || c == '\\' {
+			return i
+		}
+	}
+	return len(b)
+}
