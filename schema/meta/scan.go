@@ -108,7 +108,8 @@ func (d *decoder) scanString() (raw []byte, plain bool, err error) {
 			return nil, false, d.syntax(fmt.Sprintf("invalid control character %q in string", c))
 		default: // c >= 0x80: checked (and repaired) by unquote.
 			plain = false
-			i++
+			for i++; i < len(data) && data[i] >= 0x80; i++ {
+			}
 		}
 	}
 }
