@@ -197,10 +197,13 @@ func appendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
-		// Past the bytes written as they are: printable ASCII except '"',
-		// '\\', '<', '>' and '&'.
-		if i += jsonscan.PlainHTML(s[i:]); i == len(s) {
-			break
+		// Past the bytes written as they are: 0x20-0x7F except '"', '\\',
+		// '<', '>' and '&'. (Not at a byte outside ASCII: in text that is
+		// mostly outside it, a scan per character would find nothing.)
+		if s[i] < utf8.RuneSelf {
+			if i += jsonscan.PlainHTML(s[i:]); i == len(s) {
+				break
+			}
 		}
 		c := s[i]
 		if c < utf8.RuneSelf {

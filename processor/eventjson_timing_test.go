@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/wahook/wahook/schema"
@@ -72,6 +73,28 @@ func BenchmarkEventJSON(b *testing.B) {
 			}
 			b.SetBytes(int64(size))
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/event")
+		})
+	}
+}
+
+// BenchmarkAppendJSONString escapes one ~480-byte string of message text in
+// three scripts: ASCII is passed eight bytes at a time, text outside it one
+// character at a time.
+//
+//	go test ./processor -run '^$' -bench AppendJSONString -count 6
+func BenchmarkAppendJSONString(b *testing.B) {
+	for _, c := range []struct{ name, unit string }{
+		{"ascii", "campaign=winter-sale;batch=7 "},
+		{"portuguese", "Olá! Sua encomenda já saiu. "},
+		{"japanese", "ご注文の商品を発送しました。"},
+	} {
+		s := strings.Repeat(c.unit, 480/len(c.unit))
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(s)))
+			buf := make([]byte, 0, 2*len(s))
+			for b.Loop() {
+				buf = appendJSONString(buf[:0], s)
+			}
 		})
 	}
 }

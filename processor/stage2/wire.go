@@ -191,13 +191,13 @@ func (s *wireScanner) array(elem func() bool) bool {
 	}
 }
 
-// rawStr reads a string of printable ASCII without escapes, the scanner on
+// rawStr reads a string of bytes 0x20-0x7F without escapes, the scanner on
 // its opening quote, and returns its bytes.
 func (s *wireScanner) rawStr() ([]byte, bool) {
 	start := s.i + 1
 	j := start + jsonscan.Plain(s.b[start:])
 	if j == len(s.b) || s.b[j] != '"' {
-		return nil, false // an escape, a byte outside printable ASCII or the end
+		return nil, false // an escape, a control character, a byte outside ASCII or the end
 	}
 	s.i = j + 1
 	return s.b[start:j], true

@@ -75,6 +75,9 @@ func TestReadWireLeavesToEncodingJSON(t *testing.T) {
 		{"not an object", `[1]`},
 		{"a leading zero", `{"kind":"status","v":01,"row":{}}`},
 		{"-0 for an unsigned field", `{"kind":"error","v":1,"row":{"index":-0}}`},
+		{"cut off in a string", `{"kind":"status","v":1,"row":{"event_id":"abc`},
+		{"cut off in a key", `{"kind`},
+		{"cut off at a key's quote", `{"`},
 	} {
 		var fast wireEvent
 		if readWire([]byte(c.in), &fast) {

@@ -28,7 +28,8 @@ func word[T ~string | ~[]byte](b T, i int) uint64 {
 }
 
 // is marks (with its high bit) each byte of x equal to c. Only the lowest
-// mark is exact (see the package comment).
+// mark is exact (see the package comment), and the bytes' low bits are left
+// set at random: callers keep only the high bits (& highs).
 func is(x uint64, c byte) uint64 {
 	y := x ^ (ones * uint64(c))
 	return (y - ones) &^ y
@@ -41,7 +42,7 @@ func special(x uint64) uint64 {
 	return ((x - ones*0x20) | x | is(x, '"') | is(x, '\\')) & highs
 }
 
-// Plain returns the index of the first byte of b that is not printable ASCII
+// Plain returns the index of the first byte of b that is outside 0x20-0x7F
 // or is '"' or '\\': where a JSON string's run of bytes that stand for
 // themselves ends.
 func Plain[T ~string | ~[]byte](b T) int {

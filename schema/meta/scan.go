@@ -73,8 +73,8 @@ func (d *decoder) scanString() (raw []byte, plain bool, err error) {
 	i := start
 	plain = true
 	for {
-		// Past the bytes that stand for themselves: printable ASCII
-		// except '"' and '\\'.
+		// Past the bytes that stand for themselves: 0x20-0x7F except '"'
+		// and '\\'.
 		i += jsonscan.Plain(data[i:])
 		if i >= len(data) {
 			d.pos = i
@@ -108,7 +108,9 @@ func (d *decoder) scanString() (raw []byte, plain bool, err error) {
 			return nil, false, d.syntax(fmt.Sprintf("invalid control character %q in string", c))
 		default: // c >= 0x80: checked (and repaired) by unquote.
 			plain = false
-			for i++; i < len(data) && data[i] >= 0x80; i++ {
+			i++
+			for i < len(data) && data[i] >= 0x80 {
+				i++
 			}
 		}
 	}

@@ -47,10 +47,43 @@ func TestValidAgreesWithEncodingJSON(t *testing.T) {
 		`true`, `tru`, `false`, `null`, `nul`, `NaN`, `""`, `"a`, `"\x"`, `"\u12"`, `"\u12G4"`,
 		`[]`, `[1,]`, `[,1]`, `[1 2]`, `{}`, `{"a":1}`, `{"a":1,}`, `{"a"}`, `{1:2}`, `{"a":1 "b":2}`,
 		`[[[]]]`, `[{"a":[{"b":null}]}]`, ` [ 1 , 2 ] `, `[1]]`, `{"a":[}`, "\"\x1f\"", "\"\x7f\"",
+		// Bytes outside ASCII, alone, at the end and before an escape.
+		"\"\xff", "\"caf\xc3\xa9", "\"\xc3\xa9\\", "[\"\xe2\x80\xa8", "\"\xe2\x80\xa8\\u00e9\"",
 	}
 	for _, in := range tests {
 		if got, want := validJSON([]byte(in)), json.Valid([]byte(in)); got != want {
 			t.Errorf("%q: got valid=%v, want %v (encoding/json)", in, got, want)
+		}
+	}
+}
+
+// TestSkipFastEndsWhereSkipValueDoes: skipFast, which only matches quotes
+// and brackets, must end a value exactly where the validating skipValue does,
+// whatever escapes its strings hold and wherever they fall in the 8-byte
+// words it scans; cut off, it stops at the end of the input.
+func TestSkipFastEndsWhereSkipValueDoes(t *testing.T) {
+	for _, v := range []string{
+		`{"a":"x\"}"}`, `{"a":"01234567\"]}"}`, `{"a":"\\"}`, `{"a":"x\\\"}"}`, `["\\\\","]"]`,
+		`{"a":"0\\"}`, "{\"a\":\"caf\xc3\xa9 \\\"}\"}", `[{"b":"]\"["},"\\u005d"]`,
+	} {
+		in := v + `,"b":1}`
+		fast := decoder{data: []byte(in)}
+		fast.skipFast()
+		valid := decoder{data: []byte(in)}
+		if err := valid.skipValue(); err != nil {
+			t.Fatalf("%s: %v", v, err)
+		}
+		if fast.pos != len(v) || valid.pos != len(v) {
+			t.Errorf("%s: skipFast ends at %d, skipValue at %d, want %d", in, fast.pos, valid.pos, len(v))
+		}
+	}
+	for _, in := range []string{
+		`{"a":"`, `{"a":"x`, `{"a":"0123456789`, `{"a":"x\`, `{"a":"0\`, `{"a":"01234567\`, `{"a":"x\"`, `["\\`,
+	} {
+		d := decoder{data: []byte(in)}
+		d.skipFast()
+		if d.pos != len(in) {
+			t.Errorf("%s: skipFast ends at %d, want the end, %d", in, d.pos, len(in))
 		}
 	}
 }
