@@ -42,6 +42,23 @@ func special(x uint64) uint64 {
 	return ((x - ones*0x20) | x | is(x, '"') | is(x, '\\')) & highs
 }
 
+// specialHTML is special and '<', '>' and '&'.
+func specialHTML(x uint64) uint64 {
+	return special(x) | (is(x, '<')|is(x, '>')|is(x, '&'))&highs
+}
+
+// quoteOrBackslash marks '"' and '\\'.
+func quoteOrBackslash(x uint64) uint64 {
+	return (is(x, '"') | is(x, '\\')) & highs
+}
+
+// The three functions below are one loop each, not one loop taking its
+// marks as a function value: Go does not inline a function passed that way,
+// and the call per word made the scan half again as slow. The last bytes,
+// fewer than a word, are tested one at a time by the same marks, their
+// lowest byte's only (a byte alone in a word is marked exactly there; the
+// zero bytes above it may be marked too), so each class is written once.
+
 // Plain returns the index of the first byte of b that is outside 0x20-0x7F
 // or is '"' or '\\': where a JSON string's run of bytes that stand for
 // themselves ends.
@@ -52,12 +69,9 @@ func Plain[T ~string | ~[]byte](b T) int {
 			return i + bits.TrailingZeros64(m)>>3
 		}
 	}
-	for ; i < len(b); i++ {
-		if c := b[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' {
-			return i
-		}
+	for ; i < len(b) && special(uint64(b[i]))&0x80 == 0; i++ {
 	}
-	return len(b)
+	return i
 }
 
 // PlainHTML is Plain that also stops at '<', '>' and '&', the bytes
@@ -65,32 +79,24 @@ func Plain[T ~string | ~[]byte](b T) int {
 func PlainHTML[T ~string | ~[]byte](b T) int {
 	i := 0
 	for ; i+8 <= len(b); i += 8 {
-		x := word(b, i)
-		if m := special(x) | (is(x, '<')|is(x, '>')|is(x, '&'))&highs; m != 0 {
+		if m := specialHTML(word(b, i)); m != 0 {
 			return i + bits.TrailingZeros64(m)>>3
 		}
 	}
-	for ; i < len(b); i++ {
-		if c := b[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			return i
-		}
+	for ; i < len(b) && specialHTML(uint64(b[i]))&0x80 == 0; i++ {
 	}
-	return len(b)
+	return i
 }
 
 // QuoteOrBackslash returns the index of the first '"' or '\\' in b.
 func QuoteOrBackslash[T ~string | ~[]byte](b T) int {
 	i := 0
 	for ; i+8 <= len(b); i += 8 {
-		x := word(b, i)
-		if m := (is(x, '"') | is(x, '\\')) & highs; m != 0 {
+		if m := quoteOrBackslash(word(b, i)); m != 0 {
 			return i + bits.TrailingZeros64(m)>>3
 		}
 	}
-	for ; i < len(b); i++ {
-		if c := b[i]; c == '"' || c == '\\' {
-			return i
-		}
+	for ; i < len(b) && quoteOrBackslash(uint64(b[i]))&0x80 == 0; i++ {
 	}
-	return len(b)
+	return i
 }
