@@ -36,3 +36,23 @@ func TestTransientJetStream(t *testing.T) {
 		}
 	}
 }
+
+// Taking the migrations lease tries a stream not found again too: the
+// bucket is made when missing, so it is one whose replicas are changing.
+func TestLeaseTransient(t *testing.T) {
+	notFound := fmt.Errorf("kv wahook_leases: %w", &jetstream.APIError{Code: 404, ErrorCode: 10059, Description: "stream not found"})
+	if !leaseTransient(notFound) || transientJetStream(notFound) {
+		t.Errorf("%v: lease transient %v, transient %v; want true, false", notFound, leaseTransient(notFound), transientJetStream(notFound))
+	}
+	for _, err := range []error{
+		fmt.Errorf("kv: %w", context.DeadlineExceeded),
+		&jetstream.APIError{Code: 503, ErrorCode: 10008},
+	} {
+		if !leaseTransient(err) {
+			t.Errorf("%v: not tried again", err)
+		}
+	}
+	if refused := (&jetstream.APIError{Code: 400, ErrorCode: 10052}); leaseTransient(refused) {
+		t.Errorf("%v: tried again", refused)
+	}
+}

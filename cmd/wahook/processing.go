@@ -178,6 +178,15 @@ func phoneHashKey(configured, dataDir string, create bool) ([]byte, error) {
 // which one process at a time applies the ClickHouse migrations.
 const migrationsLeaseKey = "migrations"
 
+// leaseTransient reports whether NewLease's err is worth another try:
+// transientJetStream's errors, and the leases bucket's stream not found.
+// NewLease makes the bucket when it is missing, so a stream not found comes
+// from a bucket in the middle of a change (another wahook migrate moving it
+// to more replicas: a CI run's TestClusterMigrate failed on one).
+func leaseTransient(err error) bool {
+	return transientJetStream(err) || errors.Is(err, jetstream.ErrStreamNotFound)
+}
+
 // migrationLock is the lock migrations.Apply holds: the lease
 // migrationsLeaseKey, taken by an atomic create, renewed while held, and
 // given up by its holder or TTL after its last renewal (a holder that died).
@@ -200,7 +209,7 @@ func migrationLock(js jetstream.JetStream, replicas int, log *zap.Logger) migrat
 			if lease != nil {
 				break
 			}
-			if !transientJetStream(last) {
+			if !leaseTransient(last) {
 				return nil, nil, last
 			}
 			if !sleepCtx(ctx, 250*time.Millisecond) {
