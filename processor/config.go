@@ -27,11 +27,13 @@ type Config struct {
 	// BackoffMin and BackoffMax bound the delay of a nak after a failed
 	// write; it doubles on each failure in a row.
 	BackoffMin, BackoffMax time.Duration
-	// MaxDeliver is how many deliveries a body gets before, failing on its
-	// own while ClickHouse and NATS answer, it becomes a dead letter.
-	// Failures during an outage never count toward it: JetStream's own
-	// MaxDeliver stays unlimited, since it cannot tell an outage from a bad
-	// body and would drop bodies that only waited one out.
+	// MaxDeliver is how many times a body fails on its own while
+	// ClickHouse and NATS answer before it becomes a dead letter. Failures
+	// during an outage never count toward it, nor do the deliveries they
+	// cost (stage 1 counts the failures itself; a restart begins the
+	// count again): JetStream's own MaxDeliver stays unlimited, since it
+	// cannot tell an outage from a bad body and would drop bodies that
+	// only waited one out.
 	MaxDeliver int
 	// StallAfter is how long stage 1 waits for a message while its
 	// consumer holds messages and no pull request waits for them (two

@@ -56,7 +56,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "wahook_processor_dead_letters_total", Help: "Bodies or items written as dead letters.",
 		}),
 		poison: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "wahook_processor_retries_exhausted_total", Help: "Bodies that failed on their own in --max-deliver deliveries while ClickHouse and NATS answered, kept as dead letters and acked.",
+			Name: "wahook_processor_retries_exhausted_total", Help: "Bodies that failed on their own --max-deliver times while ClickHouse and NATS answered, kept as dead letters and acked.",
 		}),
 		restarts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wahook_processor_consumer_restarts_total", Help: "Times stage 1's consumer on RAW stopped (a closed connection, a deleted consumer) or stalled (it held bodies and delivered none for --stall-after) and was read again.",

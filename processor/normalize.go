@@ -73,8 +73,8 @@ const (
 	// at all, such as an empty entry list: it is kept to be looked at.
 	ReasonNoEvents = "no_events"
 	// ReasonRetriesExhausted is the reason of a body that could not be
-	// stored on its own in Config.MaxDeliver deliveries while ClickHouse
-	// and NATS answered (stage 1's poison isolation): its error says why.
+	// stored on its own in Config.MaxDeliver tries while ClickHouse and
+	// NATS answered (stage 1's poison isolation): its error says why.
 	ReasonRetriesExhausted = "retries_exhausted"
 	// ReasonTooManyBadItems is the reason of the one row that stands for
 	// the bad items of a body past the first meta.MaxProblems; it keeps

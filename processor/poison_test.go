@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/processor"
 	"github.com/wahook/wahook/schema"
@@ -218,4 +220,134 @@ func TestStage1BacklogAndErrorMetrics(t *testing.T) {
 	if byClass["quality"] != 1 || byClass["throughput"] != 1 || byClass["unknown"] != 0 || len(byClass) < 10 {
 		t.Errorf("errors by class: %v, want quality 1 and throughput 1, every class present", byClass)
 	}
+}
+
+// slowWriter is a writer that never finishes a batch holding a status of
+// message id slow: it waits for the write's deadline, as a body that makes
+// an insert hang would.
+type slowWriter struct {
+	processor.Writer
+	slow string
+}
+
+func (w *slowWriter) Write(ctx context.Context, rows *schema.Rows) error {
+	for i := range rows.Statuses {
+		if rows.Statuses[i].MessageID == w.slow {
+			<-ctx.Done()
+			return fmt.Errorf("insert: %w", ctx.Err())
+		}
+	}
+	return w.Writer.Write(ctx, rows)
+}
+
+// TestStage1SlowBody: a body whose write runs out of its deadline while
+// the stores answer is isolated like one the store refuses. The check of
+// the stores asked under the write's own context, done by then, so every
+// such failure looked like an outage: the whole batch was nak'ed again and
+// again, its good bodies never stored, the slow one never a dead letter.
+func TestStage1SlowBody(t *testing.T) {
+	p := newPipeline(t, schematest.ClickHouse(t))
+	p.cfg.MaxDeliver = 2
+	p.cfg.FlushInterval = 300 * time.Millisecond // batches of several bodies
+	p.cfg.AckWait = 2 * time.Second              // writes of 1 s, then 500 ms
+	p.faults = func(inner processor.Writer) processor.Writer {
+		return &slowWriter{Writer: inner, slow: "wamid.slow"}
+	}
+	const n = 20
+	for i := 0; i < n; i++ {
+		p.publish("default", statusBody("107655290331184", "15557810001", fmt.Sprintf("wamid.good-%d", i), 1781514312+i))
+		if i == n/2 {
+			p.publish("default", statusBody("107655290331184", "15557810001", "wamid.slow", 1781514300))
+		}
+	}
+	p.start()
+	p.drained(60 * time.Second)
+	if got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events WHERE startsWith(message_id, 'wamid.good-')"); got != n {
+		t.Errorf("good bodies stored: %d, want %d", got, n)
+	}
+	if got := p.count("SELECT count() FROM {db}.dead_letters FINAL WHERE reason = 'retries_exhausted' AND position(body, 'wamid.slow') > 0 AND position(error, 'deadline exceeded') > 0"); got != 1 {
+		t.Errorf("dead letters of the slow body with its error: %d, want 1", got)
+	}
+}
+
+// outageThenRefuse is a writer for which a batch holding a status of
+// message id flaky first finds the store away (outages times), then is
+// refused while the body is not alone, then once more alone, and then is
+// taken.
+type outageThenRefuse struct {
+	processor.Writer
+	flaky   string
+	outages int
+	alone   int // refusals of the body alone left
+}
+
+func (w *outageThenRefuse) Write(ctx context.Context, rows *schema.Rows) error {
+	for i := range rows.Statuses {
+		if rows.Statuses[i].MessageID != w.flaky {
+			continue
+		}
+		switch {
+		case w.outages > 0:
+			w.outages--
+			return fmt.Errorf("store away: %w", nats.ErrNoResponders)
+		case len(rows.Statuses) > 1:
+			return errors.New("refused beside others")
+		case w.alone > 0:
+			w.alone--
+			return errors.New("refused once on its own: a passing error")
+		}
+	}
+	return w.Writer.Write(ctx, rows)
+}
+
+// TestStage1OutageDoesNotCountTowardMaxDeliver: the deliveries a body costs
+// during an outage (its batch nak'ed each time) do not count toward
+// --max-deliver: after an outage longer than it, the body's first failure
+// on its own is tried again, and the body is stored, not made a dead
+// letter.
+func TestStage1OutageDoesNotCountTowardMaxDeliver(t *testing.T) {
+	p := newPipeline(t, schematest.ClickHouse(t))
+	p.cfg.MaxDeliver = 2
+	p.cfg.FlushInterval = 300 * time.Millisecond
+	w := &outageThenRefuse{flaky: "wamid.flaky", outages: 5, alone: 1}
+	p.faults = func(inner processor.Writer) processor.Writer {
+		w.Writer = inner
+		return w
+	}
+	const n = 10
+	for i := 0; i < n; i++ {
+		p.publish("default", statusBody("107655290331184", "15557810001", fmt.Sprintf("wamid.good-%d", i), 1781514312+i))
+	}
+	p.publish("default", statusBody("107655290331184", "15557810001", "wamid.flaky", 1781514300))
+	p.start()
+	p.drained(60 * time.Second)
+	if got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events"); got != n+1 {
+		t.Errorf("statuses stored: %d, want %d", got, n+1)
+	}
+	if got := p.count("SELECT count() FROM {db}.dead_letters FINAL"); got != 0 {
+		t.Errorf("dead letters: %d, want 0", got)
+	}
+	if w.outages != 0 || w.alone != 0 {
+		t.Errorf("the writer's faults did not all happen: %d outages, %d refusals alone left", w.outages, w.alone)
+	}
+}
+
+// TestStage1StopWhileReopening: stage 1 stopped while it tries again to
+// open its consumer (here: the RAW stream deleted under it) returns, where
+// it panicked on the iterator it did not have.
+func TestStage1StopWhileReopening(t *testing.T) {
+	p := newPipeline(t, schematest.ClickHouse(t))
+	p.start()
+	p.publish("default", statusBody("107655290331184", "15557810001", "wamid.before", 1781514312))
+	p.drained(30 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.js.DeleteStream(ctx, schema.StreamRaw); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, "stage 1 to try to open its consumer again", func() (bool, string) {
+		n := p.warnings.FilterMessageSnippet("consumer on raw stream, retrying").Len()
+		return n > 0, fmt.Sprintf("%d warnings", n)
+	})
+	p.stop()
 }

@@ -63,6 +63,11 @@ type Stage1 struct {
 	// stall is what the backlog polls saw of a stalled consumer.
 	stall stallWatch
 
+	// strikes counts, by RAW sequence, how often each body failed on its
+	// own while both stores answered (strike), until it is stored or made
+	// a dead letter. Used by the writing goroutine only.
+	strikes map[uint64]strikeCount
+
 	// strikeLog throttles the warning of bodies that failed on their own
 	// and will be tried again: while a replica's tables are read-only,
 	// every body of every batch fails so, each on every delivery.
@@ -129,6 +134,9 @@ func (s *Stage1) ConsumerConfig() jetstream.ConsumerConfig {
 	}
 }
 
+// healthTimeout bounds healthy's questions to the stores.
+const healthTimeout = 5 * time.Second
+
 // writerPoll is how often a due batch looks whether the writer is free
 // while no body comes.
 const writerPoll = 5 * time.Millisecond
@@ -155,7 +163,12 @@ func (s *Stage1) Run(ctx context.Context) error {
 	if it == nil {
 		return nil
 	}
-	defer func() { it.Stop() }()
+	// it is nil when ctx ended while a restart of the consumer retried.
+	defer func() {
+		if it != nil {
+			it.Stop()
+		}
+	}()
 	polled := make(chan struct{})
 	defer func() { <-polled }()
 	go func() {
@@ -463,6 +476,7 @@ func (s *Stage1) flush(runCtx context.Context, b *batch) {
 		return
 	}
 	s.backoff = s.cfg.BackoffMin
+	s.stored(b.msgs)
 	for _, m := range b.msgs {
 		if err := m.Ack(); err != nil {
 			// The body comes back after AckWait and is written again under
@@ -489,8 +503,14 @@ func (s *Stage1) extend(b *batch, now time.Time) {
 
 // healthy reports whether both stores answer: the NATS connection is up,
 // EVENTS (when stage 1 publishes to it) has a leader that answers, and the
-// writer's store answers a ping.
+// writer's store answers a ping. It asks within healthTimeout of its own,
+// whatever is left of ctx: a write that failed by running out of its
+// deadline leaves ctx done, and a question asked under it would fail at
+// once, taking every slow write for an outage (nak'ed whole, never
+// isolated, never a dead letter).
 func (s *Stage1) healthy(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), healthTimeout)
+	defer cancel()
 	if !s.js.Conn().IsConnected() {
 		return false
 	}
@@ -554,6 +574,7 @@ func (s *Stage1) writeGroup(runCtx context.Context, msgs []jetstream.Msg) error 
 	}
 	switch {
 	case err == nil:
+		s.stored(msgs)
 		for _, m := range msgs {
 			_ = m.Ack()
 		}
@@ -594,13 +615,19 @@ func (s *Stage1) strike(ctx context.Context, m jetstream.Msg, err error) {
 	// body is not what it refuses. Its writes go on as any failed write's
 	// (in halves, then alone: another connection may reach a replica that
 	// takes them), but it never becomes a dead letter for it.
-	if n >= uint64(s.cfg.MaxDeliver) && !isOutage(err) && !chwriter.Unavailable(err) && s.healthy(ctx) {
+	//
+	// What counts toward MaxDeliver is the times the body failed so,
+	// alone while both stores answered, not its deliveries: those include
+	// the naks of every batch it was in during an outage, and after a long
+	// one a first failure of its own (a timeout, a passing error) would
+	// make it a dead letter at once.
+	if !isOutage(err) && !chwriter.Unavailable(err) && s.healthy(ctx) && s.countStrike(src.RawSeq) >= s.cfg.MaxDeliver {
 		id := m.Headers().Get(schema.HeaderMsgID)
 		if id == "" {
 			id = schema.RawMsgID(m.Data())
 		}
 		d := schema.DeadLetter{Source: src, RawMsgID: id, Reason: ReasonRetriesExhausted,
-			Error: fmt.Sprintf("not stored in %d deliveries, the last on its own while the stores answered: %v", n, err), Body: string(m.Data())}
+			Error: fmt.Sprintf("not stored in %d tries on its own while the stores answered (%d deliveries): %v", s.cfg.MaxDeliver, n, err), Body: string(m.Data())}
 		rows := schema.Rows{DeadLetters: []schema.DeadLetter{d}}
 		werr := s.w.Write(ctx, &rows)
 		if werr != nil {
@@ -612,6 +639,7 @@ func (s *Stage1) strike(ctx context.Context, m jetstream.Msg, err error) {
 		}
 		if werr == nil {
 			_ = m.Ack()
+			delete(s.strikes, src.RawSeq)
 			s.metrics.deadLetters.Inc()
 			s.metrics.poison.Inc()
 			s.log.Warn("body made a dead letter after failing on its own", zap.Uint64("raw_seq", src.RawSeq),
@@ -626,6 +654,54 @@ func (s *Stage1) strike(ctx context.Context, m jetstream.Msg, err error) {
 	if count, due := s.strikeLog.Note(); due {
 		s.log.Warn("body not stored on its own, will retry", zap.Uint64("raw_seq", src.RawSeq), zap.Uint64("deliveries", n),
 			zap.Int("max_deliver", s.cfg.MaxDeliver), zap.Duration("retry_in", delay), zap.Int64("bodies_since_last_line", count), zap.Error(err))
+	}
+}
+
+// strikeCount is how often a body failed on its own while the stores
+// answered, and when it last did.
+type strikeCount struct {
+	n    int
+	last time.Time
+}
+
+// Bounds of stage 1's count of strikes: past strikesPrune bodies, those
+// that have not failed for strikeForget are forgotten (another instance
+// stored them, or a restart of the consumer's leader lost their naks).
+const (
+	strikesPrune = 10_000
+	strikeForget = time.Hour
+)
+
+// countStrike counts a failure on its own of the body at RAW sequence seq
+// and returns how many it has had.
+func (s *Stage1) countStrike(seq uint64) int {
+	now := time.Now()
+	if s.strikes == nil {
+		s.strikes = map[uint64]strikeCount{}
+	}
+	if len(s.strikes) >= strikesPrune {
+		for k, c := range s.strikes {
+			if now.Sub(c.last) > strikeForget {
+				delete(s.strikes, k)
+			}
+		}
+	}
+	c := s.strikes[seq]
+	c.n++
+	c.last = now
+	s.strikes[seq] = c
+	return c.n
+}
+
+// stored forgets the strikes of msgs, acked once stored.
+func (s *Stage1) stored(msgs []jetstream.Msg) {
+	if len(s.strikes) == 0 {
+		return
+	}
+	for _, m := range msgs {
+		if md, err := m.Metadata(); err == nil {
+			delete(s.strikes, md.Sequence.Stream)
+		}
 	}
 }
 
