@@ -22,6 +22,11 @@ type Config struct {
 	// BodyLimit is the largest body accepted; larger ones get 413. Meta sends
 	// up to 3 MB (docs/meta-webhooks.md 1.3).
 	BodyLimit int
+	// BodyMemory bounds the bytes of the bodies longer than 8 KiB being
+	// read at once (a body of unknown length counts as BodyLimit): one
+	// that finds no room within AckTimeout gets 503 unread. Status
+	// webhooks, of a few KB, are read with their headers and never wait.
+	BodyMemory int64
 	// AckTimeout is how long a request waits for JetStream's ack before it is
 	// answered 503, which Meta retries.
 	AckTimeout time.Duration
@@ -73,6 +78,7 @@ func DefaultConfig() Config {
 	return Config{
 		Listen:      ":8080",
 		BodyLimit:   4 << 20,
+		BodyMemory:  256 << 20,
 		AckTimeout:  2 * time.Second,
 		MaxInflight: 8192,
 		QueueWait:   100 * time.Millisecond,
@@ -111,6 +117,9 @@ func (c Config) Validate() error {
 	}
 	if c.BodyLimit < 1024 {
 		return fmt.Errorf("body limit %d is too small: Meta sends up to 3 MB", c.BodyLimit)
+	}
+	if c.BodyMemory < int64(c.BodyLimit) {
+		return fmt.Errorf("body memory %d must be at least the body limit (%d)", c.BodyMemory, c.BodyLimit)
 	}
 	if c.AckTimeout <= 0 {
 		return errors.New("ack timeout must be positive")

@@ -14,6 +14,7 @@ const (
 	resultUnknownApp   = "unknown_app"   // 404
 	resultTooLarge     = "too_large"     // 413
 	resultBadEncoding  = "bad_encoding"  // 415: a Content-Encoding
+	resultIncomplete   = "incomplete"    // 408: the body cut short, or not received within the read timeout
 	resultUnavailable  = "unavailable"   // 503: publish failed or timed out
 	resultShed         = "shed"          // 503: overloaded, not published (admission)
 )

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/wahook/wahook/internal/throttle"
 	"github.com/wahook/wahook/schema"
@@ -47,6 +48,8 @@ type Server struct {
 	// copyBody: the publisher may hold a body after Publish returns, so
 	// the handler gives it a copy.
 	copyBody bool
+	// bodyMem is the body memory of cfg.BodyMemory (readBody).
+	bodyMem *semaphore.Weighted
 	// dups remembers the bodies stored within cfg.DedupeWindow; nil when
 	// off.
 	dups *dupIndex
@@ -89,6 +92,7 @@ func New(cfg Config, pub Publisher, ready ReadyFunc, reg *prometheus.Registry, l
 	s.evictLog.Every, s.pubFailLog.Every, s.shedLog.Every = time.Minute, publishFailureLogEvery, publishFailureLogEvery
 	_, lends := pub.(BodyLender)
 	s.copyBody = !lends
+	s.bodyMem = semaphore.NewWeighted(cfg.BodyMemory)
 	s.tokenDigest = sha256.Sum256([]byte(cfg.VerifyToken))
 	if cfg.DedupeWindow > 0 {
 		s.dups = newDupIndex(cfg.DedupeWindow, cfg.DedupeMaxEntries)
@@ -100,11 +104,14 @@ func New(cfg Config, pub Publisher, ready ReadyFunc, reg *prometheus.Registry, l
 	s.app = fiber.New(fiber.Config{
 		DisableStartupMessage: true,
 		BodyLimit:             cfg.BodyLimit,
-		ReadTimeout:           readTimeout,
-		WriteTimeout:          30 * time.Second,
-		IdleTimeout:           2 * time.Minute,
-		ErrorHandler:          s.handleError,
-		AppName:               "wahook",
+		// Bodies past 8 KiB are read by the handler, as they arrive
+		// (readBody), not allocated whole from their Content-Length.
+		StreamRequestBody: true,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorHandler:      s.handleError,
+		AppName:           "wahook",
 	})
 	s.app.Get("/webhook", s.handleHandshake)
 	s.app.Get("/webhook/:app", s.handleHandshake)
@@ -291,6 +298,7 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 	r := s.route(c)
 	if r == nil {
 		s.metrics.requests.WithLabelValues("", resultUnknownApp).Inc()
+		closeIfBodyLeft(c)
 		return c.Status(fiber.StatusNotFound).SendString("unknown app")
 	}
 	// Meta sends plain JSON. A Content-Encoding is refused before anything
@@ -299,10 +307,31 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 	// inflated form of them.
 	if len(c.Request().Header.ContentEncoding()) > 0 {
 		s.metrics.requests.WithLabelValues(r.name, resultBadEncoding).Inc()
+		closeIfBodyLeft(c)
 		return c.Status(fiber.StatusUnsupportedMediaType).SendString("Content-Encoding is not accepted")
 	}
 	// The raw bytes as received: never c.Body(), which decodes.
-	body := c.Request().Body()
+	body, release, err := s.readBody(c)
+	if err != nil {
+		closeIfBodyLeft(c)
+		switch {
+		case errors.Is(err, errBodyTooLarge):
+			s.metrics.requests.WithLabelValues(r.name, resultTooLarge).Inc()
+			return c.Status(fiber.StatusRequestEntityTooLarge).SendString(fmt.Sprintf("body over the limit of %d bytes", s.cfg.BodyLimit))
+		case errors.Is(err, errBodyNoRoom):
+			// As a request past capacity: nothing read, nothing stored.
+			r.metrics.shed.Inc()
+			s.logShed(r.name, err)
+			c.Set(fiber.HeaderRetryAfter, "1")
+			return c.Status(fiber.StatusServiceUnavailable).SendString("too many large bodies being received, not stored, retry")
+		default:
+			s.metrics.requests.WithLabelValues(r.name, resultIncomplete).Inc()
+			return c.Status(fiber.StatusRequestTimeout).SendString("body cut short or not received in time")
+		}
+	}
+	if release != nil {
+		defer release()
+	}
 	if err := r.verifier.Verify(c.Request().Header.Peek(schema.SignatureHeader), body); err != nil {
 		r.metrics.badSignature.Inc()
 		switch {

@@ -34,6 +34,7 @@ func (o *ingestOptions) register(f *flags) {
 		f.ListVar(&o.appSecrets, "app-secret", "Meta app secret: SECRET for /webhook, NAME=SECRET for /webhook/NAME; repeat for several apps or to rotate (secret)")
 		f.Secret("app-secret")
 		f.IntVar(&o.cfg.BodyLimit, "body-limit", o.cfg.BodyLimit, "largest webhook body accepted, in bytes (413 above)")
+		f.Int64Var(&o.cfg.BodyMemory, "body-memory", o.cfg.BodyMemory, "most bytes of webhook bodies longer than 8 KiB read at once (one of unknown length counts as --body-limit); a body that finds no room within --ack-timeout is answered 503 unread, and Meta retries")
 		o.conns.register(f, "", "the webhook listener")
 		f.StringVar(&o.metricsListen, "metrics-listen", "", "serve /metrics on this address instead of on --listen, which faces Meta and the internet (empty: on --listen)")
 		f.DurationVar(&o.cfg.ShutdownDelay, "shutdown-delay", o.cfg.ShutdownDelay, "how long /readyz fails before the listener closes on shutdown")

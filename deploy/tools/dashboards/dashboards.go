@@ -97,7 +97,7 @@ func Service() (dashboard.Dashboard, error) {
 			ThresholdsStyle(common.NewGraphThresholdsStyleConfigBuilder().Mode(common.GraphThresholdsStyleModeLine))).
 		WithPanel(series("Answers: 2xx, 4xx, 503", "reqps",
 			prom(`sum(rate(wahook_ingest_requests_total{result=~"ok|duplicate"}[`+rate+`]))`, "2xx"),
-			prom(`sum(rate(wahook_ingest_requests_total{result=~"bad_signature|unknown_app|too_large|bad_encoding"}[`+rate+`]))`, "4xx"),
+			prom(`sum(rate(wahook_ingest_requests_total{result=~"bad_signature|unknown_app|too_large|bad_encoding|incomplete"}[`+rate+`]))`, "4xx"),
 			prom(`sum(rate(wahook_ingest_requests_total{result="unavailable"}[`+rate+`]))`, "503"))).
 		WithPanel(series("Signature failures by app and reason", "reqps",
 			prom("sum by (app, reason) (rate(wahook_ingest_signature_failures_total["+rate+"]))", "{{app}} {{reason}}"))).
