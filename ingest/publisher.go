@@ -70,12 +70,25 @@ type JetStreamPublisher struct {
 	adm        admission
 }
 
-// NATSOptions are the connection options ingest needs: reconnect forever, and
-// no buffering while disconnected, so that a publish during an outage fails at
-// once (503, Meta retries) instead of waiting in a buffer.
+// NATSWriteTimeout bounds each write to the NATS connection (nats.go's
+// FlusherTimeout, a minute by default). A write blocks once the link stops
+// delivering without closing (a network that drops everything, a server
+// that stopped reading) and the sockets' buffers are full; it holds the
+// connection's lock, so every publish waits, and the batch publisher's
+// lock with them, so no request is answered at its deadline. Past it the
+// write fails and the connection is made again: the requests waiting get
+// their 503 (Meta retries). A body of 4 MiB needs under 1 MB/s to be
+// written within it.
+const NATSWriteTimeout = 5 * time.Second
+
+// NATSOptions are the connection options ingest needs: reconnect forever,
+// no buffering while disconnected, so that a publish during an outage fails
+// at once (503, Meta retries) instead of waiting in a buffer, and writes
+// bounded by NATSWriteTimeout.
 func NATSOptions(name string) []nats.Option {
 	return []nats.Option{
 		nats.Name(name),
+		nats.FlusherTimeout(NATSWriteTimeout),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.ReconnectJitter(100*time.Millisecond, time.Second),

@@ -96,8 +96,19 @@ func newHarness(t *testing.T, cfg ingest.Config) *harness {
 // newHarnessStream is newHarness with the RAW stream configured as sc.
 func newHarnessStream(t *testing.T, cfg ingest.Config, sc ingest.StreamConfig) *harness {
 	t.Helper()
+	return newHarnessVia(t, cfg, sc, nil)
+}
+
+// newHarnessVia is newHarnessStream with the publisher's connection made
+// to via(the server's URL) when via is set (a proxy).
+func newHarnessVia(t *testing.T, cfg ingest.Config, sc ingest.StreamConfig, via func(string) string) *harness {
+	t.Helper()
 	h := &harness{t: t, nats: schematest.StartJetStream(t), reg: prometheus.NewRegistry()}
-	nc, err := nats.Connect(h.nats.URL(), ingest.NATSOptions("ingest-test")...)
+	url := h.nats.URL()
+	if via != nil {
+		url = via(url)
+	}
+	nc, err := nats.Connect(url, ingest.NATSOptions("ingest-test")...)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // NATSProxy is a TCP proxy to a NATS server that can drop what its
@@ -21,6 +22,7 @@ type NATSProxy struct {
 	URL     string
 	drop    atomic.Pointer[[]byte]
 	dropped atomic.Int64
+	stalled atomic.Bool
 }
 
 // StartNATSProxy starts a proxy to the server at serverURL (nats://host:port)
@@ -84,6 +86,11 @@ func (p *NATSProxy) Drop(prefix string) {
 	p.drop.Store(&b)
 }
 
+// Stall stops (true) or resumes (false) reading what clients send, as a
+// network that silently stops delivering does (no reset, no close): once
+// the sockets' buffers fill, a client's writes block.
+func (p *NATSProxy) Stall(on bool) { p.stalled.Store(on) }
+
 // Dropped is how many messages the proxy has dropped.
 func (p *NATSProxy) Dropped() int64 { return p.dropped.Load() }
 
@@ -93,6 +100,9 @@ func (p *NATSProxy) forward(c, s net.Conn) {
 	r := bufio.NewReaderSize(c, 64<<10)
 	w := bufio.NewWriterSize(s, 64<<10)
 	for {
+		for p.stalled.Load() {
+			time.Sleep(10 * time.Millisecond)
+		}
 		line, err := r.ReadSlice('\n')
 		if err != nil {
 			return
