@@ -96,15 +96,18 @@ func (o *ingestOptions) build() error {
 
 // parseAppSecrets reads --app-secret values: "SECRET" is a secret of the
 // default app (/webhook), "NAME=SECRET" one of app NAME (/webhook/NAME).
+//
+// An error names a value by its place among them, never by its text: what
+// precedes its "=" may be most of a secret (one in base64 ends in "=").
 func parseAppSecrets(values []string) (map[string][][]byte, error) {
 	apps := map[string][][]byte{}
-	for _, v := range values {
+	for i, v := range values {
 		app, secret := schema.DefaultApp, v
 		if name, s, ok := strings.Cut(v, "="); ok && schema.ValidAppName(name) {
 			app, secret = name, s
 		}
 		if secret == "" {
-			return nil, fmt.Errorf("%w: app %q: empty secret", errUsage, app)
+			return nil, fmt.Errorf("%w: --app-secret value %d of %d has an empty secret (NAME= with nothing after it, or nothing at all); the value is not shown, as it may hold a secret", errUsage, i+1, len(values))
 		}
 		apps[app] = append(apps[app], []byte(secret))
 	}
