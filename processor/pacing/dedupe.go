@@ -36,7 +36,15 @@ type Deduper struct {
 	// old are the earlier epochs within the memory, oldest first.
 	old  []hashSet
 	span int64
+	// ahead holds the ids of events stamped ahead of the clock (SeenAhead),
+	// by hash, with their own second, until the windows leave it.
+	ahead map[uint64]int64
 }
+
+// maxAhead bounds the ids SeenAhead remembers: past it, an event stamped
+// ahead of the clock is no longer told from its repeats (a sender stamping
+// every event far ahead).
+const maxAhead = 100_000
 
 // epochBits: an epoch of the message memory is 1<<epochBits seconds, the
 // windows' length, so that the windows' seconds lie in two epochs.
@@ -76,6 +84,9 @@ func (d *Deduper) advance(at int64) {
 	d.head = at
 	if e := at >> epochBits; d.youngEpoch[e&1] != e {
 		d.age(e)
+		if len(d.ahead) > 0 {
+			d.forgetAhead()
+		}
 	}
 	drop := 0
 	for drop < len(d.old) && !d.remembers(d.old[drop].epoch) {
@@ -209,6 +220,34 @@ func (s *hashSet) has(h uint64) bool {
 	return false
 }
 
+// SeenAhead is Seen for an event stamped at, a second ahead of the clock
+// that the caller counts it at instead (clamped): its id is remembered by
+// itself, not by a second, so that a repeat of it counted at another
+// second of the clock, or at its own once the clock has reached it (Seen
+// looks here too), is seen, until the windows leave at.
+func (d *Deduper) SeenAhead(id string, at int64) bool {
+	h := maphash.String(d.seed, id)
+	if _, ok := d.ahead[h]; ok {
+		return true
+	}
+	if d.ahead == nil {
+		d.ahead = map[uint64]int64{}
+	}
+	if len(d.ahead) < maxAhead {
+		d.ahead[h] = at
+	}
+	return false
+}
+
+// forgetAhead forgets the ids ahead whose second the windows have left.
+func (d *Deduper) forgetAhead() {
+	for h, at := range d.ahead {
+		if at <= d.head-slots {
+			delete(d.ahead, h)
+		}
+	}
+}
+
 // Seen reports whether id was seen before at second at, and remembers it.
 // Events older than the window are reported as seen: the windows no longer
 // hold their second.
@@ -224,6 +263,9 @@ func (d *Deduper) Seen(id string, at int64) bool {
 	h := maphash.String(d.seed, id)
 	if _, ok := (*b)[h]; ok {
 		return true
+	}
+	if _, ok := d.ahead[h]; ok {
+		return true // counted when it was ahead of the clock
 	}
 	(*b)[h] = struct{}{}
 	return false

@@ -525,3 +525,29 @@ func TestDeduperSecondZero(t *testing.T) {
 		t.Fatal("then a real second")
 	}
 }
+
+// TestSeenAhead: an id stamped ahead of the clock is seen again however it
+// comes back (ahead again, or at its own second once the head reaches it),
+// and forgotten once the windows leave its second.
+func TestSeenAhead(t *testing.T) {
+	d := NewDeduper()
+	if d.Seen("now", 100) {
+		t.Fatal("a new id seen")
+	}
+	if d.SeenAhead("x", 3700) {
+		t.Fatal("a new id ahead seen")
+	}
+	if !d.SeenAhead("x", 3700) {
+		t.Fatal("an id ahead not seen again ahead")
+	}
+	if !d.Seen("x", 3700) {
+		t.Fatal("an id ahead not seen at its own second")
+	}
+	if len(d.ahead) != 1 {
+		t.Fatalf("ids ahead: %d, want 1", len(d.ahead))
+	}
+	d.Seen("later", 3700+slots+1<<epochBits)
+	if len(d.ahead) != 0 {
+		t.Fatalf("ids ahead once the windows left their second: %d, want 0", len(d.ahead))
+	}
+}

@@ -53,6 +53,9 @@ type event struct {
 	// moveFrom is the second its message counted at until this event,
 	// earlier evidence of it, came (seen); 0 if none.
 	moveFrom int64
+	// ahead is the event's own second when it was stamped ahead of the
+	// clock and counts at the clock's instead (apply); 0 otherwise.
+	ahead int64
 }
 
 // countable reports whether the event adds to counts (traffic, errors), so
@@ -156,7 +159,11 @@ func (ev *event) seen(d *pacing.Deduper) bool {
 		}
 		return seen
 	}
-	if d.Seen(ev.id, ev.e.At) {
+	if ev.ahead != 0 {
+		if d.SeenAhead(ev.id, ev.ahead) {
+			return true
+		}
+	} else if d.Seen(ev.id, ev.e.At) {
 		return true
 	}
 	if ev.msg != "" {

@@ -382,8 +382,10 @@ func (s *Stage2) apply(ctx context.Context, ev *event) error {
 	// a send result stamped in the future) counts as now: the windows and
 	// the de-duplication follow the newest second seen, and a single event
 	// far ahead would leave every number's traffic behind them.
+	// Its id is then remembered by itself, not by the second it counts
+	// at: a redelivery counts at another second of the clock.
 	if now := s.cfg.Now().Unix(); ev.e.At > now+maxAhead {
-		ev.e.At = now
+		ev.ahead, ev.e.At = ev.e.At, now
 		s.m.clamped.Inc()
 	}
 	e := ev.e

@@ -489,6 +489,33 @@ func TestEventAheadOfTheClockCountsAsNow(t *testing.T) {
 	h.waitSignal("B", "B's send result counted in its last minute", func(s schema.PacingSignal) bool { return s.Observed.S60 > 0 })
 }
 
+// TestEventAheadOfTheClockCountsOnce: an inbound message stamped an hour
+// ahead counts as now, once: delivered again when the clock has moved on
+// (a redelivery, a replay under another Nats-Msg-Id), it counted again,
+// its id remembered by the second it counted at. It is remembered by
+// itself now, also once the clock has reached its own second.
+func TestEventAheadOfTheClockCountsOnce(t *testing.T) {
+	h := start(t, sec(22), nil)
+	row := schema.InboundRow{EventID: "in-ahead", EventTime: sec(3600), PhoneNumberID: "B", MessageID: "wamid.in-ahead", Type: "text", FromHash: "u"}
+	h.publish(schema.KindInbound, "B", "in-ahead", row)
+	h.flushed()
+	h.clock.Set(sec(25))
+	h.publish(schema.KindInbound, "B", "in-ahead-again", row)
+	h.flushed()
+	if n := metricValue(h.s.m.clamped); n != 2 {
+		t.Errorf("events counted as now: %v, want 2", n)
+	}
+	if a, d := h.count(resultApplied), h.count(resultDuplicate); a != 1 || d != 1 {
+		t.Errorf("ahead of the clock and again 3 s later: %d applied, %d duplicates; want 1 and 1", a, d)
+	}
+	h.clock.Set(sec(3601))
+	h.publish(schema.KindInbound, "B", "in-ahead-at-its-time", row)
+	h.flushed()
+	if a, d := h.count(resultApplied), h.count(resultDuplicate); a != 1 || d != 2 {
+		t.Errorf("again once the clock has reached it: %d applied, %d duplicates; want 1 and 2", a, d)
+	}
+}
+
 // TestRestoredStopEndsOnTime: a stop restored after a restart ends 15
 // minutes after its error, although traffic kept rewriting its signal, and
 // the signal says so once it ends, although no event comes then.
