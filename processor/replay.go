@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/wahook/wahook/schema"
@@ -25,7 +26,13 @@ type ReplayResult struct {
 // if nothing had been replayed. It reads with an ordered consumer of its
 // own and leaves stage 1's consumer alone. A failed write is retried with
 // backoff until ctx ends.
-func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n BodyNormalizer, since time.Time, log *zap.Logger) (ReplayResult, error) {
+//
+// With numbers (nil: none), display numbers are resolved and learned as
+// stage 1 does (resolve.go), and the events of numbers still unknown held
+// again: the management table keeps the last copy of an event, and a
+// replayed copy without the phone number id stage 1 had found for it
+// would replace it.
+func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n BodyNormalizer, numbers *NumberMap, since time.Time, log *zap.Logger) (ReplayResult, error) {
 	var res ReplayResult
 	if log == nil {
 		log = zap.NewNop()
@@ -61,30 +68,53 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 		events = newEventPublisher(js.Conn(), eventsWindow)
 		defer events.close()
 	}
+	// resolver is stage 1's resolution of display numbers (nil: none);
+	// work what the batch does about them once stored.
+	var resolver *Stage1
+	var work numberWork
+	if numbers != nil {
+		resolver = &Stage1{numbers: numbers, log: log, metrics: newMetrics(prometheus.NewRegistry())}
+	}
 	var rows schema.Rows
 	bytes := 0 // of the bodies in rows
-	flush := func() error {
+	// retry runs f until it succeeds, waiting a growing backoff after each
+	// failure, or until ctx ends.
+	retry := func(what string, f func() error) error {
 		backoff := cfg.BackoffMin
 		for {
-			err := w.Write(ctx, &rows)
-			if err == nil && cfg.PublishEvents {
-				err = events.publish(ctx, &rows)
-			}
+			err := f()
 			if err == nil {
-				res.Rows += rows.Len()
-				res.DeadLetters += len(rows.DeadLetters)
-				res.Batches++
-				rows.Reset()
-				bytes = 0
 				return nil
 			}
-			log.Warn("replay batch not stored, retrying", zap.Error(err), zap.Duration("in", backoff))
+			log.Warn(what+", retrying", zap.Error(err), zap.Duration("in", backoff))
 			sleep(ctx, backoff)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			backoff = min(2*backoff, cfg.BackoffMax)
 		}
+	}
+	flush := func() error {
+		err := retry("replay batch not stored", func() error {
+			err := w.Write(ctx, &rows)
+			if err == nil && cfg.PublishEvents {
+				err = events.publish(ctx, &rows)
+			}
+			if err == nil && resolver != nil {
+				err = resolver.settleNumbers(ctx, &rows, &work)
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		res.Rows += rows.Len()
+		res.DeadLetters += len(rows.DeadLetters)
+		res.Batches++
+		rows.Reset()
+		work.reset()
+		bytes = 0
+		return nil
 	}
 	for {
 		nctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -111,7 +141,15 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 		}
 		res.LastSeq = src.RawSeq
 		res.Bodies++
+		m0, p0 := len(rows.Management), len(rows.Numbers)
 		n.Normalize(msg.Data(), src, msg.Headers().Get(schema.HeaderMsgID), &rows)
+		if resolver != nil {
+			if err := retry("replay: display numbers not resolved", func() error {
+				return resolver.resolve(ctx, &rows, m0, p0, &work)
+			}); err != nil {
+				return res, err
+			}
+		}
 		bytes += len(msg.Data())
 		done := src.RawSeq >= last
 		// Dead letters hold whole bodies (up to 4 MiB each): a batch is

@@ -410,7 +410,7 @@ func TestStage1Fixtures(t *testing.T) {
 	}
 	p.drained(30 * time.Second)
 	p.stop()
-	res, err := processor.Replay(context.Background(), p.cfg, p.js, p.writer, p.norm, time.Now().Add(-time.Hour), zaptest.NewLogger(t))
+	res, err := processor.Replay(context.Background(), p.cfg, p.js, p.writer, p.norm, p.numbers, time.Now().Add(-time.Hour), zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatalf("replay: %v", err)
 	}
@@ -418,13 +418,19 @@ func TestStage1Fixtures(t *testing.T) {
 		t.Errorf("replayed %d bodies, want %d", res.Bodies, 2*len(e.files))
 	}
 	p.checkFixtureTotals(e)
+	// The replayed copy of the number-level event is stored with the id
+	// stage 1 found for its display number: the table keeps the last copy.
+	if got := p.count(`SELECT count() FROM {db}.management_events FINAL
+		WHERE kind = 'number' AND event = 'THROUGHPUT_UPGRADE' AND phone_number_id = '107655290331184'`); got != 1 {
+		t.Errorf("THROUGHPUT_UPGRADE for 107655290331184 after the replay: got %d rows, want 1", got)
+	}
 	if got := p.count("SELECT count() FROM {db}.status_events"); got < 3*e.statuses {
 		t.Errorf("raw status rows: got %d, want at least %d (the test must really write duplicates)", got, 3*e.statuses)
 	}
 	// Batches of one body each, by their bytes: the same totals.
 	small := p.cfg
 	small.BatchBytes = 1
-	res, err = processor.Replay(context.Background(), small, p.js, p.writer, p.norm, time.Now().Add(-time.Hour), zaptest.NewLogger(t))
+	res, err = processor.Replay(context.Background(), small, p.js, p.writer, p.norm, p.numbers, time.Now().Add(-time.Hour), zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatalf("replay in batches of one body: %v", err)
 	}

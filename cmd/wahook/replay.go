@@ -55,7 +55,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer deps.conn.Close()
 	start := time.Now()
-	res, err := processor.Replay(ctx, po.cfg, deps.js, deps.writer, deps.norm, from, log)
+	res, err := processor.Replay(ctx, po.cfg, deps.js, deps.writer, deps.norm, deps.numbers, from, log)
 	if err != nil {
 		return err
 	}
