@@ -194,6 +194,16 @@ func (s *Stage2) runGroup(ctx context.Context) error {
 	defer own.stop()
 	s.own = own
 	s.m.partitions.Set(float64(own.count))
+	if len(s.nums) > 0 {
+		// Joining again, after its consumer failed: partitions may have
+		// moved meanwhile, and the numbers of those it lost must not be
+		// kept (their signals, stale, would be written over their new
+		// owner's).
+		if forgot := s.forgetNotOwned(ctx); forgot > 0 {
+			s.log.Info("joined again without some partitions: their numbers forgotten", zap.String("member", s.cfg.Member),
+				zap.Ints("partitions", own.list()), zap.Int("numbers_forgotten", forgot))
+		}
+	}
 
 	inbox := make(chan jetstream.Msg, inboxSize)
 	quit := make(chan struct{})

@@ -3,6 +3,7 @@ package stage2
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -515,6 +516,65 @@ func TestRunRejoinsDeletedGroup(t *testing.T) {
 		t.Fatalf("Run returned: %v", err)
 	default:
 	}
+}
+
+// TestRejoinForgetsPartitionsLost: a member whose consumer failed joins
+// again, and its partitions moved meanwhile. It forgets the numbers of those
+// it lost as it joins, as it does when they move while it runs: it kept
+// them, and went on writing their signals, stale, over their new owner's.
+// Here the group's configuration is changed in a way pcgroups refuses (it
+// stops the member), then written back as it was with b beside a before
+// the member joins again.
+func TestRejoinForgetsPartitionsLost(t *testing.T) {
+	h := startServer(t, sec(12))
+	ctx := context.Background()
+	if err := ensureGroup(ctx, h.js, groupConfig("x", "a")); err != nil {
+		t.Fatal(err)
+	}
+	a := h.join(groupConfig("a")) // the membership as it is: a alone
+	h.waitConsumer("a")
+	h.rates(0, 10, 1)
+	h.takenBy(a)
+	h.waitRates(1, "a alone")
+	h.gauge(a, "numbers", a.s.m.numbers, len(testNumbers))
+	kv, err := h.js.KeyValue(ctx, groupBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := groupKey(DefaultConfig().Durable)
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gc pcgroups.ElasticConsumerGroupConfig
+	if err := json.Unmarshal(e.Value(), &gc); err != nil {
+		t.Fatal(err)
+	}
+	// A change pcgroups refuses (its buffer), which leaves the membership:
+	// stage 2's own watch of it changes nothing.
+	bad := gc
+	bad.MaxBufferedMsgs++
+	badJSON, err := json.Marshal(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, key, badJSON); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("a stopped", func() (bool, string) {
+		n := metricValue(a.s.m.restarts)
+		return n >= 1, fmt.Sprintf("restarts %v", n)
+	})
+	gc.Members = []string{"a", "b"}
+	fixed, err := json.Marshal(gc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, key, fixed); err != nil {
+		t.Fatal(err)
+	}
+	h.gauge(a, "partitions", a.s.m.partitions, testPartitions/2)
+	h.gauge(a, "numbers", a.s.m.numbers, len(ofA))
 }
 
 // SetMembers sets the membership exactly, and leaves it when it is equal.

@@ -142,13 +142,9 @@ func (s *Stage2) pollOwnership(ctx context.Context) error {
 	}
 }
 
-// reown forgets the numbers of the partitions the instance no longer owns,
-// after writing their pending changes, and waits for the writes: the new
-// owner seeds each number from its last signal when it first sees it
-// (Stage2.number). The new owner's windows start empty, as after a
-// restart, and fill within a minute. A number whose partition comes back
-// later is seeded from the KV again.
-func (s *Stage2) reown(ctx context.Context) {
+// forgetNotOwned forgets the numbers of the partitions this instance does
+// not own, and returns how many.
+func (s *Stage2) forgetNotOwned(ctx context.Context) int {
 	sigNow, now := s.cfg.Now(), time.Now()
 	forgot := 0
 	for id, n := range s.nums {
@@ -162,6 +158,17 @@ func (s *Stage2) reown(ctx context.Context) {
 		s.w.reap(ctx, true)
 	}
 	s.m.numbers.Set(float64(len(s.nums)))
+	return forgot
+}
+
+// reown forgets the numbers of the partitions the instance no longer owns,
+// after writing their pending changes, and waits for the writes: the new
+// owner seeds each number from its last signal when it first sees it
+// (Stage2.number). The new owner's windows start empty, as after a
+// restart, and fill within a minute. A number whose partition comes back
+// later is seeded from the KV again.
+func (s *Stage2) reown(ctx context.Context) {
+	forgot := s.forgetNotOwned(ctx)
 	s.m.partitions.Set(float64(s.own.count))
 	s.log.Info("partitions changed", zap.String("member", s.cfg.Member), zap.Ints("partitions", s.own.list()),
 		zap.Int("numbers_forgotten", forgot))
