@@ -2,12 +2,14 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/wahook/wahook/internal/httpbody"
 	"github.com/wahook/wahook/schema"
 )
 
@@ -29,7 +31,15 @@ func (s *Server) sendResults(c *fiber.Ctx) error {
 		return s.writeError(c, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Message: "send-result intake is off: this API runs without NATS"})
 	}
-	body := append([]byte(nil), c.Body()...) // Fiber reuses its buffer
+	body, err := httpbody.Read(c.Request(), bodyLimit) // in memory of its own: Fiber reuses its buffer
+	switch {
+	case errors.Is(err, httpbody.ErrTooLarge):
+		return s.writeError(c, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeBadParameter,
+			Message: fmt.Sprintf("body over the limit of %d bytes", bodyLimit)})
+	case err != nil:
+		return s.writeError(c, &Error{Status: http.StatusRequestTimeout, Code: CodeBadParameter,
+			Message: "body cut short or not received in time"})
+	}
 	doc, bad, err := schema.ParseSendResults(body)
 	if err != nil {
 		e := err.(*schema.SendResultError)

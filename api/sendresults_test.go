@@ -1,13 +1,17 @@
 package api
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -201,4 +205,70 @@ func metricValue(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// TestSendResultsBodyAnnounced: a request that announces the body limit
+// and sends part of it is answered as soon as its token is refused, its
+// connection closed (the rest of the body would be taken for the next
+// request); before, fasthttp waited for the whole announced body, holding
+// it allocated, and the request sat until the read timeout. A document
+// longer than what comes with the headers, sent in chunks, is read to its
+// end and stored as sent; one over the limit gets 413.
+func TestSendResultsBodyAnnounced(t *testing.T) {
+	const tok = "token-one-0123456789"
+	pub := &memPublisher{}
+	s := intakeServer(t, pub, DefaultLimits(), &clock{t: time.Now()})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = s.Serve(ln) }()
+	t.Cleanup(func() { _ = s.App().Shutdown() })
+
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST /api/v1/send-results HTTP/1.1\r\nHost: api\r\nAuthorization: Bearer wrong-token-0123456789\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", bodyLimit)
+	c.Write(bytes.Repeat([]byte(" "), 9<<10))
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer to a refused token while the body is still announced: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || !resp.Close {
+		t.Fatalf("a refused token: %d, close %v; want 401 and the connection closed", resp.StatusCode, resp.Close)
+	}
+
+	client := &http.Client{Timeout: 10 * time.Second}
+	send := func(body []byte) (int, []byte) {
+		req, err := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+"/api/v1/send-results", io.MultiReader(bytes.NewReader(body)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("X-Forwarded-For", "192.0.2.1")
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, []byte(err.Error())
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	long := []byte(goodResults + strings.Repeat(" ", 100<<10))
+	if code, b := send(long); code != http.StatusAccepted {
+		t.Fatalf("a chunked document of 100 KiB: %d %s", code, b)
+	}
+	if len(pub.docs) != 1 || !bytes.Equal(pub.docs[0], long) {
+		t.Fatalf("stored %d documents, want the chunked one as sent", len(pub.docs))
+	}
+	if code, b := send(bytes.Repeat([]byte(" "), bodyLimit+1)); code != http.StatusRequestEntityTooLarge && code != 0 {
+		t.Fatalf("a chunked document over the limit: %d %s, want 413", code, b)
+	}
+	if len(pub.docs) != 1 {
+		t.Fatalf("a document over the limit was stored")
+	}
 }

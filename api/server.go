@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/wahook/wahook/internal/httpbody"
 	"github.com/wahook/wahook/schema"
 )
 
@@ -53,6 +54,10 @@ type Publisher interface {
 // connection this long at most. Meta's largest bodies (3 MB) take well
 // under a second.
 const readTimeout = 10 * time.Second
+
+// bodyLimit is the largest request body the API takes (a send-results
+// document).
+const bodyLimit = 1 << 20
 
 func DefaultConfig() Config {
 	return Config{Listen: ":8081", Limits: DefaultLimits(), QueryTimeout: 10 * time.Second, MaxNumbersPerToken: DefaultMaxNumbersPerToken}
@@ -241,8 +246,12 @@ func newServer(cfg Config, store *Store, reg prometheus.Registerer, log *zap.Log
 		ReadTimeout:           readTimeout,
 		WriteTimeout:          cfg.QueryTimeout + 10*time.Second,
 		IdleTimeout:           2 * time.Minute,
-		BodyLimit:             1 << 20,
-		ErrorHandler:          s.fiberError,
+		BodyLimit:             bodyLimit,
+		// A body past 8 KiB is read by its handler, as it arrives, after
+		// the token is checked (package httpbody): not allocated whole from
+		// its Content-Length before anything else.
+		StreamRequestBody: true,
+		ErrorHandler:      s.fiberError,
 	}
 	if len(cfg.TrustedProxies) > 0 {
 		fc.EnableTrustedProxyCheck = true
@@ -251,6 +260,16 @@ func newServer(cfg Config, store *Store, reg prometheus.Registerer, log *zap.Log
 		fc.EnableIPValidation = true
 	}
 	s.app = fiber.New(fc)
+	// An answer given without reading the whole body (a refused token, a
+	// route without a body) closes the connection: the rest of the body
+	// would be taken for the next request.
+	s.app.Use(func(c *fiber.Ctx) error {
+		err := c.Next()
+		if httpbody.Left(c.Request()) {
+			c.Context().SetConnectionClose()
+		}
+		return err
+	})
 	s.app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok") })
 	s.app.Get("/readyz", func(c *fiber.Ctx) error {
 		ctx, cancel := context.WithTimeout(c.UserContext(), 2*time.Second)

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/wahook/wahook/internal/httpbody"
 	"github.com/wahook/wahook/internal/throttle"
 	"github.com/wahook/wahook/schema"
 )
@@ -315,7 +316,7 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 	if err != nil {
 		closeIfBodyLeft(c)
 		switch {
-		case errors.Is(err, errBodyTooLarge):
+		case errors.Is(err, httpbody.ErrTooLarge):
 			s.metrics.requests.WithLabelValues(r.name, resultTooLarge).Inc()
 			return c.Status(fiber.StatusRequestEntityTooLarge).SendString(fmt.Sprintf("body over the limit of %d bytes", s.cfg.BodyLimit))
 		case errors.Is(err, errBodyNoRoom):

@@ -1,0 +1,98 @@
+// Package httpbody reads request bodies that fasthttp streams
+// (StreamRequestBody): into memory that grows with the bytes that arrive,
+// never with what a Content-Length announces.
+//
+// Without streaming, fasthttp allocates a body's whole announced length
+// before reading a byte of it, so a client that announces the body limit
+// on each of its connections, and sends nothing, holds the limit per
+// connection until the read timeout. With streaming, fasthttp reads a body
+// of up to Prefetch bytes with the headers and hands a longer one to the
+// handler unread.
+package httpbody
+
+import (
+	"errors"
+	"io"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Prefetch is how much of a body fasthttp reads with the headers when it
+// streams request bodies (fasthttp's readBodyWithStreaming): a body up to
+// it is read whole before the handler runs.
+const Prefetch = 8 << 10
+
+// chunk is the first allocation for a longer body, which then doubles as
+// bytes arrive.
+const chunk = 64 << 10
+
+// Why a body was not read.
+var (
+	ErrTooLarge   = errors.New("body over the limit")
+	ErrIncomplete = errors.New("body cut short or too slow")
+)
+
+// Announced is the body length req announces: its Content-Length, or limit
+// for a body of unknown length (chunked).
+func Announced(req *fasthttp.Request, limit int) int {
+	if n := req.Header.ContentLength(); n >= 0 {
+		return n
+	}
+	return limit
+}
+
+// Read returns req's body, of at most limit bytes, in memory of its own
+// (not fasthttp's buffer, which is reused after the handler). A body over
+// the limit, announced or sent, is ErrTooLarge; one cut short, or not
+// received within the connection's read deadline, ErrIncomplete.
+func Read(req *fasthttp.Request, limit int) ([]byte, error) {
+	n := req.Header.ContentLength() // -1: chunked
+	if n > limit {
+		return nil, ErrTooLarge
+	}
+	if !req.IsBodyStream() || n >= 0 && n <= Prefetch {
+		return append([]byte(nil), req.Body()...), nil
+	}
+	body, err := ReadLimited(req.BodyStream(), min(Announced(req, limit), chunk), limit)
+	if err == nil && n >= 0 && len(body) != n {
+		err = ErrIncomplete
+	}
+	return body, err
+}
+
+// ReadLimited reads r to its end into a buffer of first bytes that doubles
+// as needed, failing with ErrTooLarge past limit bytes and with
+// ErrIncomplete when r fails first.
+func ReadLimited(r io.Reader, first, limit int) ([]byte, error) {
+	buf := make([]byte, 0, min(first, limit+1))
+	for {
+		if len(buf) == cap(buf) {
+			if len(buf) > limit {
+				return nil, ErrTooLarge
+			}
+			// Up to one byte past the limit: enough to tell a body over it.
+			grown := make([]byte, len(buf), min(max(2*cap(buf), 512), limit+1))
+			copy(grown, buf)
+			buf = grown
+		}
+		m, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+m]
+		if errors.Is(err, io.EOF) {
+			if len(buf) > limit {
+				return nil, ErrTooLarge
+			}
+			return buf, nil
+		}
+		if err != nil {
+			return nil, ErrIncomplete
+		}
+	}
+}
+
+// Left reports whether bytes of req's body may be left unread on the
+// connection: the answer must then close it, as what follows on it is not
+// the start of a request.
+func Left(req *fasthttp.Request) bool {
+	n := req.Header.ContentLength()
+	return req.IsBodyStream() && (n < 0 || n > Prefetch)
+}
