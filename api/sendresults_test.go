@@ -242,6 +242,20 @@ func TestSendResultsBodyAnnounced(t *testing.T) {
 		t.Fatalf("a refused token: %d, close %v; want 401 and the connection closed", resp.StatusCode, resp.Close)
 	}
 
+	// A body where none is taken: refused unread, the connection closed.
+	g, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	fmt.Fprintf(g, "GET /api/v1/openapi.json HTTP/1.1\r\nHost: api\r\nContent-Length: %d\r\n\r\n", 20<<10)
+	g.Write(bytes.Repeat([]byte(" "), 20<<10))
+	g.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if resp, err := http.ReadResponse(bufio.NewReader(g), nil); err != nil || resp.StatusCode != http.StatusBadRequest || !resp.Close {
+		t.Fatalf("a GET with a body: %v %v; want 400 and the connection closed", resp, err)
+	}
+
+	var closed bool
 	client := &http.Client{Timeout: 10 * time.Second}
 	send := func(body []byte) (int, []byte) {
 		req, err := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+"/api/v1/send-results", io.MultiReader(bytes.NewReader(body)))
@@ -256,11 +270,12 @@ func TestSendResultsBodyAnnounced(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
+		closed = resp.Close
 		return resp.StatusCode, b
 	}
 	long := []byte(goodResults + strings.Repeat(" ", 100<<10))
-	if code, b := send(long); code != http.StatusAccepted {
-		t.Fatalf("a chunked document of 100 KiB: %d %s", code, b)
+	if code, b := send(long); code != http.StatusAccepted || closed {
+		t.Fatalf("a chunked document of 100 KiB: %d %s, close %v; want 202 and the connection kept", code, b, closed)
 	}
 	if len(pub.docs) != 1 || !bytes.Equal(pub.docs[0], long) {
 		t.Fatalf("stored %d documents, want the chunked one as sent", len(pub.docs))

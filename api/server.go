@@ -250,8 +250,9 @@ func newServer(cfg Config, store *Store, reg prometheus.Registerer, log *zap.Log
 		// A body past 8 KiB is read by its handler, as it arrives, after
 		// the token is checked (package httpbody): not allocated whole from
 		// its Content-Length before anything else.
-		StreamRequestBody: true,
-		ErrorHandler:      s.fiberError,
+		StreamRequestBody:            true,
+		DisablePreParseMultipartForm: true, // nor a multipart body parsed before it
+		ErrorHandler:                 s.fiberError,
 	}
 	if len(cfg.TrustedProxies) > 0 {
 		fc.EnableTrustedProxyCheck = true
@@ -260,10 +261,14 @@ func newServer(cfg Config, store *Store, reg prometheus.Registerer, log *zap.Log
 		fc.EnableIPValidation = true
 	}
 	s.app = fiber.New(fc)
-	// An answer given without reading the whole body (a refused token, a
-	// route without a body) closes the connection: the rest of the body
-	// would be taken for the next request.
+	// A body where none is taken is refused unread; an answer given
+	// without reading the whole body (a refused token) closes the
+	// connection: the rest of the body would be taken for the next request.
 	s.app.Use(func(c *fiber.Ctx) error {
+		if httpbody.Unexpected(c.Request()) {
+			c.Context().SetConnectionClose()
+			return s.writeError(c, &Error{Status: http.StatusBadRequest, Code: CodeBadParameter, Message: "a body is taken by POST /api/v1/send-results only"})
+		}
 		err := c.Next()
 		if httpbody.Left(c.Request()) {
 			c.Context().SetConnectionClose()

@@ -47,11 +47,3 @@ func (s *Server) readBody(c *fiber.Ctx) ([]byte, func(), error) {
 	}
 	return body, func() { s.bodyMem.Release(want) }, nil
 }
-
-// closeIfBodyLeft makes the answer close the connection when bytes of the
-// body may be left unread on it (httpbody.Left).
-func closeIfBodyLeft(c *fiber.Ctx) {
-	if httpbody.Left(c.Request()) {
-		c.Context().SetConnectionClose()
-	}
-}

@@ -173,3 +173,105 @@ func TestChunkedBody(t *testing.T) {
 		t.Fatalf("stored %d bodies, want the chunked one as sent", len(stored))
 	}
 }
+
+// rawRequest sends head (a request's start line and headers, without the
+// blank line) and then body on a new connection to h, and reads the answer
+// within 5 s.
+func rawRequest(t *testing.T, h *harness, head string, body []byte) (*http.Response, net.Conn) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", strings.TrimPrefix(h.base, "http://"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := c.Write(append([]byte(head+"\r\n\r\n"), body...)); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("%s: no answer: %v", strings.SplitN(head, "\r\n", 2)[0], err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp, c
+}
+
+// TestBodiesWhereNoneIsTaken: only POST /webhook takes a body. A body on
+// another route is refused unread, or answered without being read, and the
+// connection is closed either way: kept open, the rest of the body would
+// be read as the next request (here a GET /healthz hidden in it), and
+// /metrics' adaptor read any body whole, of any length. A multipart body
+// is not parsed before the handler: announced at 1 GiB, it is refused 413
+// once 9 KiB of it have come.
+func TestBodiesWhereNoneIsTaken(t *testing.T) {
+	h := newHarness(t, defaultTestConfig())
+	hidden := append(bytes.Repeat([]byte(" "), 10<<10), []byte("GET /healthz HTTP/1.1\r\nHost: wahook\r\n\r\n")...)
+	for _, tc := range []struct {
+		head   string
+		status int
+	}{
+		{fmt.Sprintf("GET /metrics HTTP/1.1\r\nHost: wahook\r\nContent-Length: %d", len(hidden)), http.StatusBadRequest},
+		{"GET /metrics HTTP/1.1\r\nHost: wahook\r\nTransfer-Encoding: chunked", http.StatusBadRequest},
+		{fmt.Sprintf("PUT /webhook HTTP/1.1\r\nHost: wahook\r\nContent-Length: %d", len(hidden)), http.StatusBadRequest},
+		{fmt.Sprintf("POST /nowhere HTTP/1.1\r\nHost: wahook\r\nContent-Length: %d", len(hidden)), http.StatusNotFound},
+		{fmt.Sprintf("POST /webhook/nosuch HTTP/1.1\r\nHost: wahook\r\nContent-Length: %d", len(hidden)), http.StatusNotFound},
+	} {
+		body := hidden
+		if strings.Contains(tc.head, "chunked") {
+			body = []byte(fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(hidden), hidden))
+		}
+		resp, c := rawRequest(t, h, tc.head, body)
+		if resp.StatusCode != tc.status || !resp.Close {
+			t.Errorf("%s: %d, close %v; want %d and the connection closed", strings.SplitN(tc.head, "\r\n", 2)[0], resp.StatusCode, resp.Close, tc.status)
+			continue
+		}
+		if n, err := c.Read(make([]byte, 1)); n != 0 || err == nil {
+			t.Errorf("%s: more after the answer (%d bytes, %v): the hidden request was answered", strings.SplitN(tc.head, "\r\n", 2)[0], n, err)
+		}
+	}
+	resp, _ := rawRequest(t, h, "POST /webhook HTTP/1.1\r\nHost: wahook\r\nContent-Type: multipart/form-data; boundary=x\r\nContent-Length: 1073741824",
+		append([]byte("--x\r\nContent-Disposition: form-data; name=\"f\"; filename=\"f\"\r\n\r\n"), bytes.Repeat([]byte("a"), 9<<10)...))
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !resp.Close {
+		t.Errorf("a multipart body announced at 1 GiB: %d, close %v; want 413 and the connection closed", resp.StatusCode, resp.Close)
+	}
+	if got := len(h.stored()); got != 0 {
+		t.Fatalf("stored %d bodies, want none", got)
+	}
+}
+
+// TestSlowLongBody: a body read by the handler waits for its ack from when
+// it is all here, not from when its headers came: one that took longer than
+// the ack timeout to arrive was answered 503 at once, and Meta's retry, as
+// slow, the same.
+func TestSlowLongBody(t *testing.T) {
+	cfg := defaultTestConfig() // an ack timeout of 500 ms
+	h := newHarness(t, cfg)
+	b := append(body(1), bytes.Repeat([]byte(" "), 100<<10)...)
+	c, err := net.DialTimeout("tcp", strings.TrimPrefix(h.base, "http://"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST /webhook HTTP/1.1\r\nHost: wahook\r\nContent-Type: application/json\r\n%s: %s\r\nContent-Length: %d\r\n\r\n",
+		schema.SignatureHeader, schema.Sign([]byte(secretA), b), len(b))
+	if _, err := c.Write(b[:9<<10]); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * cfg.AckTimeout)
+	if _, err := c.Write(b[9<<10:]); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("a body of 100 KiB that took %s to arrive: %d, want 200", 3*cfg.AckTimeout, resp.StatusCode)
+	}
+	if stored := h.stored(); len(stored) != 1 || !bytes.Equal(stored[0].Data, b) {
+		t.Fatalf("stored %d bodies, want the slow one as sent", len(stored))
+	}
+}

@@ -108,11 +108,28 @@ func New(cfg Config, pub Publisher, ready ReadyFunc, reg *prometheus.Registry, l
 		// Bodies past 8 KiB are read by the handler, as they arrive
 		// (readBody), not allocated whole from their Content-Length.
 		StreamRequestBody: true,
-		ReadTimeout:       readTimeout,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorHandler:      s.handleError,
-		AppName:           "wahook",
+		// Nor is a multipart body parsed (to its announced length) before
+		// the handler: Meta sends JSON.
+		DisablePreParseMultipartForm: true,
+		ReadTimeout:                  readTimeout,
+		WriteTimeout:                 30 * time.Second,
+		IdleTimeout:                  2 * time.Minute,
+		ErrorHandler:                 s.handleError,
+		AppName:                      "wahook",
+	})
+	// First: a body where none is taken is refused unread, and an answer
+	// that leaves bytes of a body unread closes the connection (what
+	// follows would be taken for the next request).
+	s.app.Use(func(c *fiber.Ctx) error {
+		if httpbody.Unexpected(c.Request()) {
+			c.Context().SetConnectionClose()
+			return c.Status(fiber.StatusBadRequest).SendString("a body is taken by POST /webhook only")
+		}
+		err := c.Next()
+		if httpbody.Left(c.Request()) {
+			c.Context().SetConnectionClose()
+		}
+		return err
 	})
 	s.app.Get("/webhook", s.handleHandshake)
 	s.app.Get("/webhook/:app", s.handleHandshake)
@@ -299,7 +316,6 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 	r := s.route(c)
 	if r == nil {
 		s.metrics.requests.WithLabelValues("", resultUnknownApp).Inc()
-		closeIfBodyLeft(c)
 		return c.Status(fiber.StatusNotFound).SendString("unknown app")
 	}
 	// Meta sends plain JSON. A Content-Encoding is refused before anything
@@ -308,13 +324,11 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 	// inflated form of them.
 	if len(c.Request().Header.ContentEncoding()) > 0 {
 		s.metrics.requests.WithLabelValues(r.name, resultBadEncoding).Inc()
-		closeIfBodyLeft(c)
 		return c.Status(fiber.StatusUnsupportedMediaType).SendString("Content-Encoding is not accepted")
 	}
 	// The raw bytes as received: never c.Body(), which decodes.
 	body, release, err := s.readBody(c)
 	if err != nil {
-		closeIfBodyLeft(c)
 		switch {
 		case errors.Is(err, httpbody.ErrTooLarge):
 			s.metrics.requests.WithLabelValues(r.name, resultTooLarge).Inc()
@@ -330,8 +344,12 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 			return c.Status(fiber.StatusRequestTimeout).SendString("body cut short or not received in time")
 		}
 	}
+	// The ack is waited for AckTimeout from when the body is all here: a
+	// long body read by the handler (readBody) takes its time to arrive.
+	deadline := start.Add(s.cfg.AckTimeout)
 	if release != nil {
 		defer release()
+		deadline = time.Now().Add(s.cfg.AckTimeout)
 	}
 	if err := r.verifier.Verify(c.Request().Header.Peek(schema.SignatureHeader), body); err != nil {
 		r.metrics.badSignature.Inc()
@@ -365,7 +383,7 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 	}
 
 	pubStart := time.Now()
-	dup, err := s.pub.Publish(r.name, schema.RawMsgIDOf(&sum), data, start, start.Add(s.cfg.AckTimeout))
+	dup, err := s.pub.Publish(r.name, schema.RawMsgIDOf(&sum), data, start, deadline)
 	if errors.Is(err, ErrOverloaded) {
 		// Past capacity: nothing was published, so Meta's retry is the
 		// only copy; no store work is wasted on an answer of 503.

@@ -53,9 +53,22 @@ func Read(req *fasthttp.Request, limit int) ([]byte, error) {
 	if !req.IsBodyStream() || n >= 0 && n <= Prefetch {
 		return append([]byte(nil), req.Body()...), nil
 	}
-	body, err := ReadLimited(req.BodyStream(), min(Announced(req, limit), chunk), limit)
-	if err == nil && n >= 0 && len(body) != n {
+	// A known length bounds the buffer's growth too: it is never more
+	// than one byte past the body.
+	max := limit
+	if n >= 0 {
+		max = n
+	}
+	body, err := ReadLimited(req.BodyStream(), min(max, chunk), max)
+	switch {
+	case errors.Is(err, ErrTooLarge) && n >= 0:
+		err = ErrIncomplete // more than it announced: not one request
+	case err == nil && n >= 0 && len(body) != n:
 		err = ErrIncomplete
+	}
+	if err == nil {
+		// Read to its end: nothing of it is left on the connection.
+		_ = req.CloseBodyStream()
 	}
 	return body, err
 }
@@ -91,8 +104,22 @@ func ReadLimited(r io.Reader, first, limit int) ([]byte, error) {
 
 // Left reports whether bytes of req's body may be left unread on the
 // connection: the answer must then close it, as what follows on it is not
-// the start of a request.
+// the start of a request. A body read whole (Read, or fasthttp's Body) has
+// closed its stream.
 func Left(req *fasthttp.Request) bool {
+	return req.IsBodyStream() && hasBody(req)
+}
+
+// Unexpected reports whether req carries a body although only a POST takes
+// one: such a request is refused unread (a handler that reads the body
+// whole, as /metrics' net/http adaptor does, would read any length).
+func Unexpected(req *fasthttp.Request) bool {
+	return !req.Header.IsPost() && hasBody(req)
+}
+
+// hasBody reports whether req announces a body: a Content-Length above 0,
+// or chunks (-1). A request without either (-2, as a GET has) has none.
+func hasBody(req *fasthttp.Request) bool {
 	n := req.Header.ContentLength()
-	return req.IsBodyStream() && (n < 0 || n > Prefetch)
+	return n > 0 || n == -1
 }

@@ -1,11 +1,15 @@
 package httpbody
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 	"testing/iotest"
+
+	"github.com/valyala/fasthttp"
 )
 
 // TestReadLimited: a body read to its end whatever its size against the
@@ -25,5 +29,30 @@ func TestReadLimited(t *testing.T) {
 	cut := io.MultiReader(bytes.NewReader(make([]byte, 5000)), iotest.ErrReader(io.ErrUnexpectedEOF))
 	if _, err := ReadLimited(cut, 1000, 70_000); !errors.Is(err, ErrIncomplete) {
 		t.Errorf("a body cut short: %v, want ErrIncomplete", err)
+	}
+}
+
+// TestUnexpected: a body on a request other than a POST, announced by its
+// length or by chunks, is unexpected; a GET without either (no
+// Content-Length header: -2 to fasthttp) or with a length of 0 has none.
+func TestUnexpected(t *testing.T) {
+	for _, tc := range []struct {
+		raw  string
+		want bool
+	}{
+		{"GET /metrics HTTP/1.1\r\nHost: h\r\n\r\n", false},
+		{"GET /metrics HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n", false},
+		{"GET /metrics HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello", true},
+		{"GET /metrics HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", true},
+		{"PUT /webhook HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello", true},
+		{"POST /webhook HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello", false},
+	} {
+		var req fasthttp.Request
+		if err := req.Read(bufio.NewReader(strings.NewReader(tc.raw))); err != nil {
+			t.Fatalf("%q: %v", tc.raw, err)
+		}
+		if got := Unexpected(&req); got != tc.want {
+			t.Errorf("%q: unexpected %v, want %v", tc.raw, got, tc.want)
+		}
 	}
 }
