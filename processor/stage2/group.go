@@ -197,9 +197,9 @@ func (s *Stage2) runGroup(ctx context.Context) error {
 	if len(s.nums) > 0 {
 		// Joining again, after its consumer failed: partitions may have
 		// moved meanwhile, and the numbers of those it lost must not be
-		// kept (their signals, stale, would be written over their new
-		// owner's).
-		if forgot := s.forgetNotOwned(ctx); forgot > 0 {
+		// kept, nor written (their signals, stale, would be written over
+		// their new owner's).
+		if forgot := s.forgetNotOwned(ctx, false); forgot > 0 {
 			s.log.Info("joined again without some partitions: their numbers forgotten", zap.String("member", s.cfg.Member),
 				zap.Ints("partitions", own.list()), zap.Int("numbers_forgotten", forgot))
 		}

@@ -523,8 +523,8 @@ func TestRunRejoinsDeletedGroup(t *testing.T) {
 // it lost as it joins, as it does when they move while it runs: it kept
 // them, and went on writing their signals, stale, over their new owner's.
 // Here the group's configuration is changed in a way pcgroups refuses (it
-// stops the member), then written back as it was with b beside a before
-// the member joins again.
+// stops the member, and joining fails until the configuration is written
+// back), then written back as it was with b beside a.
 func TestRejoinForgetsPartitionsLost(t *testing.T) {
 	h := startServer(t, sec(12))
 	ctx := context.Background()

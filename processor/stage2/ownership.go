@@ -143,13 +143,19 @@ func (s *Stage2) pollOwnership(ctx context.Context) error {
 }
 
 // forgetNotOwned forgets the numbers of the partitions this instance does
-// not own, and returns how many.
-func (s *Stage2) forgetNotOwned(ctx context.Context) int {
+// not own, and returns how many; with write, after writing their pending
+// changes (they were this instance's until now), else without (they were
+// another's meanwhile: their messages go back to it).
+func (s *Stage2) forgetNotOwned(ctx context.Context, write bool) int {
 	sigNow, now := s.cfg.Now(), time.Now()
 	forgot := 0
 	for id, n := range s.nums {
 		if !s.own.owns(id) {
-			s.w.forget(n, sigNow, now)
+			if write {
+				s.w.forget(n, sigNow, now)
+			} else {
+				s.w.drop(n)
+			}
 			delete(s.nums, id)
 			forgot++
 		}
@@ -168,7 +174,7 @@ func (s *Stage2) forgetNotOwned(ctx context.Context) int {
 // restart, and fill within a minute. A number whose partition comes back
 // later is seeded from the KV again.
 func (s *Stage2) reown(ctx context.Context) {
-	forgot := s.forgetNotOwned(ctx)
+	forgot := s.forgetNotOwned(ctx, true)
 	s.m.partitions.Set(float64(s.own.count))
 	s.log.Info("partitions changed", zap.String("member", s.cfg.Member), zap.Ints("partitions", s.own.list()),
 		zap.Int("numbers_forgotten", forgot))

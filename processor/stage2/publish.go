@@ -208,6 +208,12 @@ func (w *writer) forget(n *number, sigNow, now time.Time) {
 	if n.dirty {
 		w.write(n, sigNow, now)
 	}
+	w.drop(n)
+}
+
+// drop forgets n without writing it: the messages whose change it holds
+// unwritten go back, for the number's owner to apply.
+func (w *writer) drop(n *number) {
 	n.gone = true
 	// A write refused at once leaves its messages with n, which is
 	// written no more: they go back, for the new owner to apply.
