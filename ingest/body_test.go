@@ -275,3 +275,41 @@ func TestSlowLongBody(t *testing.T) {
 		t.Fatalf("stored %d bodies, want the slow one as sent", len(stored))
 	}
 }
+
+// TestExpectContinue: a client that asks to continue before its body (as
+// curl does for bodies over 1 KiB) gets 100 Continue, sends the body, and
+// the body, longer than what comes with the headers, is stored.
+func TestExpectContinue(t *testing.T) {
+	h := newHarness(t, defaultTestConfig())
+	b := append(body(1), bytes.Repeat([]byte(" "), 20<<10)...)
+	c, err := net.DialTimeout("tcp", strings.TrimPrefix(h.base, "http://"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST /webhook HTTP/1.1\r\nHost: wahook\r\nContent-Type: application/json\r\nExpect: 100-continue\r\n%s: %s\r\nContent-Length: %d\r\n\r\n",
+		schema.SignatureHeader, schema.Sign([]byte(secretA), b), len(b))
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "HTTP/1.1 100") {
+		t.Fatalf("before the body: %q %v, want 100 Continue", line, err)
+	}
+	for line != "\r\n" && err == nil { // the rest of the 100's head
+		line, err = r.ReadString('\n')
+	}
+	if _, err := c.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d, want 200", resp.StatusCode)
+	}
+	if stored := h.stored(); len(stored) != 1 || !bytes.Equal(stored[0].Data, b) {
+		t.Fatalf("stored %d bodies, want the one sent", len(stored))
+	}
+}
