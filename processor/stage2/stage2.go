@@ -41,8 +41,11 @@ type Stage2 struct {
 	nums   map[string]*number
 	dedupe *pacing.Deduper
 	// cooldownRetry holds the ids of 131056 events whose cool-down could
-	// not be written; they were nak'ed, and their redelivery writes it.
-	cooldownRetry map[string]struct{}
+	// not be written, with their number; they were nak'ed, and their
+	// redelivery writes it. Those of numbers whose partition moves are
+	// forgotten with the numbers (forgetNotOwned): the new owner gets
+	// their redelivery.
+	cooldownRetry map[string]string
 	w             writer
 	// own is the partitions this instance owns, with Config.Partitions;
 	// nil when it consumes every number.
@@ -75,7 +78,7 @@ func New(cfg Config, js jetstream.JetStream, reg prometheus.Registerer, log *zap
 	}
 	s := &Stage2{
 		js: js, pub: pub, cfg: cfg, log: log.Named("stage2"), m: newMetrics(reg),
-		nums: map[string]*number{}, dedupe: pacing.NewDeduperFor(cfg.MessageMemory), cooldownRetry: map[string]struct{}{},
+		nums: map[string]*number{}, dedupe: pacing.NewDeduperFor(cfg.MessageMemory), cooldownRetry: map[string]string{},
 	}
 	s.w = writer{s: s, live: map[*number]struct{}{}}
 	return s, nil
@@ -451,7 +454,7 @@ const maxAhead = 2
 // retry when the write fails.
 func (s *Stage2) cooldown(ctx context.Context, ev *event) error {
 	if err := s.writeCooldown(ctx, ev.number, ev.e.Recipient, time.Unix(ev.e.At, 0)); err != nil {
-		s.cooldownRetry[ev.id] = struct{}{}
+		s.cooldownRetry[ev.id] = ev.number
 		return err
 	}
 	delete(s.cooldownRetry, ev.id)
