@@ -264,16 +264,14 @@ func newServer(cfg Config, store *Store, reg prometheus.Registerer, log *zap.Log
 	// A body where none is taken is refused unread; an answer given
 	// without reading the whole body (a refused token) closes the
 	// connection: the rest of the body would be taken for the next request.
+	srv := s.app.Server()
+	srv.Handler = httpbody.CloseLeft(srv.Handler)
 	s.app.Use(func(c *fiber.Ctx) error {
 		if httpbody.Unexpected(c.Request()) {
 			c.Context().SetConnectionClose()
 			return s.writeError(c, &Error{Status: http.StatusBadRequest, Code: CodeBadParameter, Message: "a body is taken by POST /api/v1/send-results only"})
 		}
-		err := c.Next()
-		if httpbody.Left(c.Request()) {
-			c.Context().SetConnectionClose()
-		}
-		return err
+		return c.Next()
 	})
 	s.app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok") })
 	s.app.Get("/readyz", func(c *fiber.Ctx) error {

@@ -117,19 +117,17 @@ func New(cfg Config, pub Publisher, ready ReadyFunc, reg *prometheus.Registry, l
 		ErrorHandler:                 s.handleError,
 		AppName:                      "wahook",
 	})
-	// First: a body where none is taken is refused unread, and an answer
-	// that leaves bytes of a body unread closes the connection (what
-	// follows would be taken for the next request).
+	// An answer that leaves bytes of a body unread closes the connection
+	// (what follows would be taken for the next request); and first, a
+	// body where none is taken is refused unread.
+	srv := s.app.Server()
+	srv.Handler = httpbody.CloseLeft(srv.Handler)
 	s.app.Use(func(c *fiber.Ctx) error {
 		if httpbody.Unexpected(c.Request()) {
 			c.Context().SetConnectionClose()
 			return c.Status(fiber.StatusBadRequest).SendString("a body is taken by POST /webhook only")
 		}
-		err := c.Next()
-		if httpbody.Left(c.Request()) {
-			c.Context().SetConnectionClose()
-		}
-		return err
+		return c.Next()
 	})
 	s.app.Get("/webhook", s.handleHandshake)
 	s.app.Get("/webhook/:app", s.handleHandshake)

@@ -110,6 +110,19 @@ func Left(req *fasthttp.Request) bool {
 	return req.IsBodyStream() && hasBody(req)
 }
 
+// CloseLeft wraps a server's handler so that every answer that leaves
+// bytes of the body unread closes its connection, whatever answered it:
+// routes, middleware, and Fiber's own answer to a method it does not know,
+// given before any middleware runs.
+func CloseLeft(h fasthttp.RequestHandler) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		h(ctx)
+		if Left(&ctx.Request) {
+			ctx.SetConnectionClose()
+		}
+	}
+}
+
 // Unexpected reports whether req carries a body although only a POST takes
 // one: such a request is refused unread (a handler that reads the body
 // whole, as /metrics' net/http adaptor does, would read any length).
