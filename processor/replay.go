@@ -144,11 +144,13 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 		m0, p0 := len(rows.Management), len(rows.Numbers)
 		n.Normalize(msg.Data(), src, msg.Headers().Get(schema.HeaderMsgID), &rows)
 		if resolver != nil {
-			// A try that failed half way is undone before the next: it may
-			// have added held events and events to hold.
-			m1, h0, r0 := len(rows.Management), len(work.hold), len(work.release)
+			// A try that failed half way failed resolving (learning a
+			// pair never fails it): the events to hold it listed are
+			// listed again by the next. The held events it added for a
+			// pair it learned stay, as the next does not learn it again.
+			h0 := len(work.hold)
 			if err := retry("replay: display numbers not resolved", func() error {
-				rows.Management, work.hold, work.release = rows.Management[:m1], work.hold[:h0], work.release[:r0]
+				work.hold = work.hold[:h0]
 				return resolver.resolve(ctx, &rows, m0, p0, &work)
 			}); err != nil {
 				return res, err
