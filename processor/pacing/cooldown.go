@@ -13,6 +13,9 @@ import (
 const (
 	PairInterval   = 6 * time.Second
 	maxPairStrikes = 7 // 4^6 s is about 68 min; longer waits are capped there
+	// MaxPairCooldown is the longest a pair's cool-down runs from its
+	// event: 4^6 s.
+	MaxPairCooldown = 4096 * time.Second
 )
 
 // NextCooldown is a pair's cool-down after a 131056 at at: one more strike

@@ -551,3 +551,21 @@ func TestSeenAhead(t *testing.T) {
 		t.Fatalf("ids ahead once the windows left their second: %d, want 0", len(d.ahead))
 	}
 }
+
+// TestMaxPairCooldown: however many 131056 in a row, a cool-down runs at
+// most MaxPairCooldown from its event.
+func TestMaxPairCooldown(t *testing.T) {
+	at := time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
+	var prev *schema.PairCooldown
+	for i := range 12 {
+		c := NextCooldown(prev, "1", "r", at)
+		if d := c.Until.Sub(at); d > MaxPairCooldown {
+			t.Fatalf("strike %d: %s from its event, past %s", i+1, d, MaxPairCooldown)
+		}
+		prev = &c
+		at = at.Add(time.Second)
+	}
+	if prev.Until.Sub(at.Add(-time.Second)) != MaxPairCooldown {
+		t.Errorf("the longest cool-down: %s, want %s", prev.Until.Sub(at.Add(-time.Second)), MaxPairCooldown)
+	}
+}

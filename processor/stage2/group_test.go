@@ -640,30 +640,3 @@ func TestConfigPartitions(t *testing.T) {
 		})
 	}
 }
-
-// TestForgetNotOwnedCooldownRetries: the cool-downs left to write again for
-// the numbers of partitions that move away are forgotten with the numbers
-// (their events are redelivered to the new owner); kept, the set grew
-// with every such move.
-func TestForgetNotOwnedCooldownRetries(t *testing.T) {
-	h := startServer(t, sec(1))
-	cfg := groupConfig("a")
-	cfg.Now = h.clock.Now
-	s, err := New(cfg, h.js, prometheus.NewRegistry(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.own = &ownership{partitions: testPartitions, owned: make([]bool, testPartitions), count: testPartitions / 2}
-	for p := range testPartitions / 2 {
-		s.own.owned[p] = true
-	}
-	for _, n := range testNumbers {
-		s.cooldownRetry["ev-"+n] = n
-	}
-	s.forgetNotOwned(context.Background(), false)
-	for _, n := range testNumbers {
-		if _, kept := s.cooldownRetry["ev-"+n]; kept != slices.Contains(ofA, n) {
-			t.Errorf("%s (in a's partitions: %v): retry kept %v", n, slices.Contains(ofA, n), kept)
-		}
-	}
-}

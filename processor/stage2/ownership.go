@@ -163,11 +163,6 @@ func (s *Stage2) forgetNotOwned(ctx context.Context, write bool) int {
 	if forgot > 0 {
 		s.w.reap(ctx, true)
 	}
-	for id, number := range s.cooldownRetry {
-		if !s.own.owns(number) {
-			delete(s.cooldownRetry, id)
-		}
-	}
 	s.m.numbers.Set(float64(len(s.nums)))
 	return forgot
 }

@@ -41,11 +41,11 @@ type Stage2 struct {
 	nums   map[string]*number
 	dedupe *pacing.Deduper
 	// cooldownRetry holds the ids of 131056 events whose cool-down could
-	// not be written, with their number; they were nak'ed, and their
-	// redelivery writes it. Those of numbers whose partition moves are
-	// forgotten with the numbers (forgetNotOwned): the new owner gets
-	// their redelivery.
-	cooldownRetry map[string]string
+	// not be written, with when it failed; they were nak'ed, and their
+	// redelivery writes it. An id stays while its event may come back
+	// here (its partition may move away and back), until no cool-down of
+	// it can still run (pruneCooldownRetries).
+	cooldownRetry map[string]time.Time
 	w             writer
 	// own is the partitions this instance owns, with Config.Partitions;
 	// nil when it consumes every number.
@@ -78,7 +78,7 @@ func New(cfg Config, js jetstream.JetStream, reg prometheus.Registerer, log *zap
 	}
 	s := &Stage2{
 		js: js, pub: pub, cfg: cfg, log: log.Named("stage2"), m: newMetrics(reg),
-		nums: map[string]*number{}, dedupe: pacing.NewDeduperFor(cfg.MessageMemory), cooldownRetry: map[string]string{},
+		nums: map[string]*number{}, dedupe: pacing.NewDeduperFor(cfg.MessageMemory), cooldownRetry: map[string]time.Time{},
 	}
 	s.w = writer{s: s, live: map[*number]struct{}{}}
 	return s, nil
@@ -446,6 +446,25 @@ func (s *Stage2) apply(ctx context.Context, ev *event) error {
 	return nil
 }
 
+// Bounds of cooldownRetry: past cooldownRetryPrune ids, those that failed
+// longer than cooldownRetryKeep ago are forgotten. A cool-down runs at most
+// pacing.MaxPairCooldown from its event, which is at most a few seconds
+// ahead of the failure: a redelivery after that writes nothing.
+const (
+	cooldownRetryPrune = 1024
+	cooldownRetryKeep  = 2 * pacing.MaxPairCooldown
+)
+
+// pruneCooldownRetries forgets the ids of cooldownRetry whose cool-down can
+// no longer run.
+func (s *Stage2) pruneCooldownRetries(now time.Time) {
+	for id, failed := range s.cooldownRetry {
+		if now.Sub(failed) > cooldownRetryKeep {
+			delete(s.cooldownRetry, id)
+		}
+	}
+}
+
 // maxAhead is how far ahead of this clock an event's time may be, in
 // seconds, before it counts as now.
 const maxAhead = 2
@@ -454,7 +473,11 @@ const maxAhead = 2
 // retry when the write fails.
 func (s *Stage2) cooldown(ctx context.Context, ev *event) error {
 	if err := s.writeCooldown(ctx, ev.number, ev.e.Recipient, time.Unix(ev.e.At, 0)); err != nil {
-		s.cooldownRetry[ev.id] = ev.number
+		now := time.Now()
+		if len(s.cooldownRetry) >= cooldownRetryPrune {
+			s.pruneCooldownRetries(now)
+		}
+		s.cooldownRetry[ev.id] = now
 		return err
 	}
 	delete(s.cooldownRetry, ev.id)

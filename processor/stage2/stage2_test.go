@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/wahook/wahook/processor/pacing"
 	"github.com/wahook/wahook/schema"
 )
 
@@ -583,4 +584,21 @@ func (h *harness) stop131048(number string) {
 	h.failed(number, "f1", "r1", sec(0), 131048)
 	h.flushed()
 	h.waitSignal(number, "stop", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceStop })
+}
+
+// TestPruneCooldownRetries: the ids of events whose cool-down is to be
+// written again are kept while a redelivery could still write one (the
+// event's partition may move away and come back), and forgotten once no
+// cool-down of theirs can still run; they were kept for ever before.
+func TestPruneCooldownRetries(t *testing.T) {
+	s := &Stage2{cooldownRetry: map[string]time.Time{}}
+	now := time.Now()
+	for i := range cooldownRetryPrune {
+		s.cooldownRetry[fmt.Sprintf("old-%d", i)] = now.Add(-cooldownRetryKeep - time.Minute)
+	}
+	s.cooldownRetry["recent"] = now.Add(-pacing.MaxPairCooldown)
+	s.pruneCooldownRetries(now)
+	if _, kept := s.cooldownRetry["recent"]; !kept || len(s.cooldownRetry) != 1 {
+		t.Fatalf("after pruning: %d ids, the recent one kept %v; want it alone", len(s.cooldownRetry), kept)
+	}
 }
