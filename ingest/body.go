@@ -30,7 +30,7 @@ func (s *Server) readBody(c *fiber.Ctx) ([]byte, func(), error) {
 	if n > s.cfg.BodyLimit {
 		return nil, nil, httpbody.ErrTooLarge
 	}
-	if !req.IsBodyStream() || n >= 0 && n <= httpbody.Prefetch {
+	if !httpbody.Streamed(req) {
 		return req.Body(), nil, nil
 	}
 	want := int64(httpbody.Announced(req, s.cfg.BodyLimit))

@@ -22,16 +22,25 @@ import (
 // and nothing more.
 func announce(t *testing.T, h *harness, n int, first []byte) net.Conn {
 	t.Helper()
+	c := postHead(t, h, "", schema.Sign([]byte(secretA), []byte("x")), n)
+	if _, err := c.Write(first); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// postHead opens a connection to h and sends the head of a webhook POST
+// with the signature sig, a Content-Length of n and the headers extra
+// ("Name: value\r\n" each), closed when the test ends.
+func postHead(t *testing.T, h *harness, extra, sig string, n int) net.Conn {
+	t.Helper()
 	c, err := net.DialTimeout("tcp", strings.TrimPrefix(h.base, "http://"), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	fmt.Fprintf(c, "POST /webhook HTTP/1.1\r\nHost: wahook\r\nContent-Type: application/json\r\n%s: %s\r\nContent-Length: %d\r\n\r\n",
-		schema.SignatureHeader, schema.Sign([]byte(secretA), []byte("x")), n)
-	if _, err := c.Write(first); err != nil {
-		t.Fatal(err)
-	}
+	fmt.Fprintf(c, "POST /webhook HTTP/1.1\r\nHost: wahook\r\nContent-Type: application/json\r\n%s%s: %s\r\nContent-Length: %d\r\n\r\n",
+		extra, schema.SignatureHeader, sig, n)
 	return c
 }
 
@@ -250,13 +259,7 @@ func TestSlowLongBody(t *testing.T) {
 	cfg := defaultTestConfig() // an ack timeout of 500 ms
 	h := newHarness(t, cfg)
 	b := append(body(1), bytes.Repeat([]byte(" "), 100<<10)...)
-	c, err := net.DialTimeout("tcp", strings.TrimPrefix(h.base, "http://"), 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	fmt.Fprintf(c, "POST /webhook HTTP/1.1\r\nHost: wahook\r\nContent-Type: application/json\r\n%s: %s\r\nContent-Length: %d\r\n\r\n",
-		schema.SignatureHeader, schema.Sign([]byte(secretA), b), len(b))
+	c := postHead(t, h, "", schema.Sign([]byte(secretA), b), len(b))
 	if _, err := c.Write(b[:9<<10]); err != nil {
 		t.Fatal(err)
 	}
@@ -284,13 +287,7 @@ func TestSlowLongBody(t *testing.T) {
 func TestExpectContinue(t *testing.T) {
 	h := newHarness(t, defaultTestConfig())
 	b := append(body(1), bytes.Repeat([]byte(" "), 20<<10)...)
-	c, err := net.DialTimeout("tcp", strings.TrimPrefix(h.base, "http://"), 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	fmt.Fprintf(c, "POST /webhook HTTP/1.1\r\nHost: wahook\r\nContent-Type: application/json\r\nExpect: 100-continue\r\n%s: %s\r\nContent-Length: %d\r\n\r\n",
-		schema.SignatureHeader, schema.Sign([]byte(secretA), b), len(b))
+	c := postHead(t, h, "Expect: 100-continue\r\n", schema.Sign([]byte(secretA), b), len(b))
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	r := bufio.NewReader(c)
 	line, err := r.ReadString('\n')

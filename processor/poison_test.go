@@ -24,6 +24,18 @@ func statusBody(id, display, msgID string, ts int) []byte {
 		display, id, msgID, ts))
 }
 
+// publishAround publishes n bodies of a sent status each (message ids
+// wamid.good-0 and on), and after the middle one a body of message id bad.
+func (p *pipeline) publishAround(n int, bad string) {
+	p.t.Helper()
+	for i := 0; i < n; i++ {
+		p.publish("default", statusBody("107655290331184", "15557810001", fmt.Sprintf("wamid.good-%d", i), 1781514312+i))
+		if i == n/2 {
+			p.publish("default", statusBody("107655290331184", "15557810001", bad, 1781514300))
+		}
+	}
+}
+
 // TestStage1ImpossibleIDs: a phone number id or a display number of
 // thousands of characters (it would be a subject token or a KV key longer
 // than nats-server takes, which closes the connection) makes its change a
@@ -115,12 +127,7 @@ func TestStage1PoisonBody(t *testing.T) {
 		return w
 	}
 	const n = 40
-	for i := 0; i < n; i++ {
-		p.publish("default", statusBody("107655290331184", "15557810001", fmt.Sprintf("wamid.good-%d", i), 1781514312+i))
-		if i == n/2 {
-			p.publish("default", statusBody("107655290331184", "15557810001", "wamid.poison", 1781514300))
-		}
-	}
+	p.publishAround(n, "wamid.poison")
 	p.start()
 	testutil.Eventually(t, 10*time.Second, "the good bodies beside a poison body stored", func() (bool, string) {
 		got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events WHERE startsWith(message_id, 'wamid.good-')")
@@ -254,12 +261,7 @@ func TestStage1SlowBody(t *testing.T) {
 		return &slowWriter{Writer: inner, slow: "wamid.slow"}
 	}
 	const n = 20
-	for i := 0; i < n; i++ {
-		p.publish("default", statusBody("107655290331184", "15557810001", fmt.Sprintf("wamid.good-%d", i), 1781514312+i))
-		if i == n/2 {
-			p.publish("default", statusBody("107655290331184", "15557810001", "wamid.slow", 1781514300))
-		}
-	}
+	p.publishAround(n, "wamid.slow")
 	p.start()
 	p.drained(60 * time.Second)
 	if got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events WHERE startsWith(message_id, 'wamid.good-')"); got != n {

@@ -41,6 +41,14 @@ func Announced(req *fasthttp.Request, limit int) int {
 	return limit
 }
 
+// Streamed reports whether req's body is left to the handler to read: one
+// of unknown length, or longer than Prefetch. Any other came whole with
+// the headers (fasthttp's Body returns it).
+func Streamed(req *fasthttp.Request) bool {
+	n := req.Header.ContentLength()
+	return req.IsBodyStream() && (n < 0 || n > Prefetch)
+}
+
 // Read returns req's body, of at most limit bytes, in memory of its own
 // (not fasthttp's buffer, which is reused after the handler). A body over
 // the limit, announced or sent, is ErrTooLarge; one cut short, or not
@@ -50,7 +58,7 @@ func Read(req *fasthttp.Request, limit int) ([]byte, error) {
 	if n > limit {
 		return nil, ErrTooLarge
 	}
-	if !req.IsBodyStream() || n >= 0 && n <= Prefetch {
+	if !Streamed(req) {
 		return append([]byte(nil), req.Body()...), nil
 	}
 	// A known length bounds the buffer's growth too: it is never more
@@ -60,10 +68,7 @@ func Read(req *fasthttp.Request, limit int) ([]byte, error) {
 		max = n
 	}
 	body, err := ReadLimited(req.BodyStream(), min(max, chunk), max)
-	switch {
-	case errors.Is(err, ErrTooLarge) && n >= 0:
-		err = ErrIncomplete // more than it announced: not one request
-	case err == nil && n >= 0 && len(body) != n:
+	if err == nil && n >= 0 && len(body) != n {
 		err = ErrIncomplete
 	}
 	if err == nil {
