@@ -127,6 +127,11 @@ func (p *NATSProxy) forward(c, s net.Conn) {
 				continue
 			}
 		}
+		// An op read while the proxy was being stalled (its read had begun
+		// before) waits too: nothing passes once Stall(true) returns.
+		for p.stalled.Load() {
+			time.Sleep(10 * time.Millisecond)
+		}
 		if _, err := w.Write(line); err != nil {
 			return
 		}
