@@ -1,0 +1,187 @@
+package pullreader_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wahook/wahook/internal/pullreader"
+	"github.com/wahook/wahook/internal/testutil"
+	"github.com/wahook/wahook/schema/schematest"
+)
+
+// setup starts a server with stream S and consumer C on it, and returns a
+// JetStream context over url (the server's, or a proxy's) and the server.
+func setup(t *testing.T, via func(server string) string) (jetstream.JetStream, jetstream.JetStream) {
+	t.Helper()
+	srv := schematest.StartJetStream(t)
+	direct := connect(t, srv.URL())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := direct.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := direct.CreateConsumer(ctx, "S", jetstream.ConsumerConfig{Durable: "C", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	reader := direct
+	if via != nil {
+		reader = connect(t, via(srv.URL()))
+	}
+	return direct, reader
+}
+
+func connect(t *testing.T, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+func open(t *testing.T, js jetstream.JetStream, onErr func(error)) *pullreader.Reader {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := js.Consumer(ctx, "S", "C")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := pullreader.Open(cons, 4, onErr, jetstream.PullMaxMessages(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	return r
+}
+
+func publish(t *testing.T, js jetstream.JetStream, from, to int) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		if _, err := js.Publish(context.Background(), "s.x", fmt.Appendf(nil, "%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// next reads one message within 10 s and acks it.
+func next(t *testing.T, r *pullreader.Reader) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m, err := r.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	return string(m.Data())
+}
+
+// TestNext: messages come in order, past several pulls, and a Next with
+// none to read ends with its context.
+func TestNext(t *testing.T) {
+	js, _ := setup(t, nil)
+	r := open(t, js, nil)
+	publish(t, js, 0, 10)
+	for i := range 10 {
+		if got := next(t, r); got != fmt.Sprint(i) {
+			t.Fatalf("message %d: %q", i, got)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if m, err := r.Next(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Next with nothing to read: %v, %v; want the context's deadline", m, err)
+	}
+}
+
+// TestStopEndsNext: Stop ends a Next that waits, and the ones after.
+func TestStopEndsNext(t *testing.T) {
+	js, _ := setup(t, nil)
+	r := open(t, js, nil)
+	var wg sync.WaitGroup
+	var err error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, err = r.Next(context.Background())
+	}()
+	time.Sleep(100 * time.Millisecond)
+	r.Stop()
+	wg.Wait()
+	if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+		t.Fatalf("waiting Next after Stop: %v", err)
+	}
+	if _, err := r.Next(context.Background()); !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+		t.Fatalf("Next after Stop: %v", err)
+	}
+	r.Stop() // twice is fine
+}
+
+// TestConsumerDeleted: once the consumer is deleted, Next says the
+// reading ended instead of waiting for ever.
+func TestConsumerDeleted(t *testing.T) {
+	js, _ := setup(t, nil)
+	r := open(t, js, nil)
+	if err := js.DeleteConsumer(context.Background(), "S", "C"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := r.Next(ctx); !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+		t.Fatalf("Next on a deleted consumer: %v", err)
+	}
+}
+
+// TestLostPullMadeAgain: a pull request lost on its way is never
+// answered. The reader misses two heartbeats, reports it, and pulls
+// again; once a pull passes, the messages come.
+func TestLostPullMadeAgain(t *testing.T) {
+	var proxy *testutil.NATSProxy
+	js, readerJS := setup(t, func(url string) string {
+		proxy = testutil.StartNATSProxy(t, url)
+		proxy.Drop("$JS.API.CONSUMER.MSG.NEXT.S.C")
+		return proxy.URL
+	})
+	var mu sync.Mutex
+	var reports []error
+	r := open(t, readerJS, func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		reports = append(reports, err)
+	})
+	publish(t, js, 0, 3)
+	testutil.Eventually(t, 4*pullreader.Heartbeat, "a missed heartbeat and a pull made again", func() (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		missed := len(reports) > 0 && errors.Is(reports[0], jetstream.ErrNoHeartbeat)
+		return missed && proxy.Dropped() >= 2, fmt.Sprintf("reports %v, %d pulls dropped", reports, proxy.Dropped())
+	})
+	proxy.Drop("")
+	for i := range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*pullreader.Heartbeat)
+		m, err := r.Next(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("message %d after the pulls pass again: %v", i, err)
+		}
+		if got := string(m.Data()); got != fmt.Sprint(i) {
+			t.Fatalf("message %d: %q", i, got)
+		}
+		_ = m.Ack()
+	}
+}
