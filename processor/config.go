@@ -39,9 +39,9 @@ type Config struct {
 	// consumer holds messages and no pull request waits for them (two
 	// backlog polls in a row saw it, not paused) before it reads the
 	// consumer again. A pull request lost with a consumer's leader is
-	// never answered, and the client keeps waiting for it: nats.go watches
-	// for missed heartbeats only within one Next, and stage 1's calls of
-	// Next are shorter than that watch.
+	// never answered; the reader (internal/pullreader) pulls again once it
+	// misses two of the server's heartbeats on it (10 s), and this rule
+	// is the second line.
 	StallAfter time.Duration
 }
 

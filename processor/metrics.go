@@ -59,7 +59,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "wahook_processor_retries_exhausted_total", Help: "Bodies that failed on their own --max-deliver times while ClickHouse and NATS answered, kept as dead letters and acked.",
 		}),
 		restarts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "wahook_processor_consumer_restarts_total", Help: "Times stage 1's consumer on RAW stopped (a closed connection, a deleted consumer) or stalled (it held bodies and delivered none for --stall-after) and was read again.",
+			Name: "wahook_processor_consumer_restarts_total", Help: "Times stage 1's consumer on RAW stopped (a closed connection, a deleted consumer) or stalled (it held bodies and delivered none for --stall-after) and was read again, or its pull request missed two heartbeats (lost on its way) and was made again.",
 		}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wahook_processor_errors_total", Help: "Error rows written by stage 1 (failed statuses, value-level, inbound and send-result errors), by the class of their code (throughput, quality, pair_rate, ...). A redelivered body counts again: for rates and alerts; the reports are exact.",

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/wahook/wahook/internal/deadline"
+	"github.com/wahook/wahook/internal/pullreader"
 	"github.com/wahook/wahook/internal/pullstall"
 	"github.com/wahook/wahook/internal/throttle"
 	"github.com/wahook/wahook/processor/chwriter"
@@ -72,6 +73,8 @@ type Stage1 struct {
 	// and will be tried again: while a replica's tables are read-only,
 	// every body of every batch fails so, each on every delivery.
 	strikeLog throttle.Throttle
+	// pullLog throttles the client's reports on reading the consumer.
+	pullLog throttle.Throttle
 }
 
 // strikeLogEvery is how often at most stage 1 warns of bodies that failed
@@ -88,6 +91,7 @@ func NewStage1(cfg Config, js jetstream.JetStream, w Writer, n BodyNormalizer, n
 	}
 	s := &Stage1{cfg: cfg, js: js, w: w, n: n, numbers: numbers, log: log, metrics: newMetrics(reg), backoff: cfg.BackoffMin}
 	s.strikeLog.Every = strikeLogEvery
+	s.pullLog.Every = strikeLogEvery
 	if cfg.PublishEvents {
 		s.events = newEventPublisher(js.Conn(), eventsWindow)
 	}
@@ -254,7 +258,7 @@ func (s *Stage1) Run(ctx context.Context) error {
 				wait = writerPoll
 			}
 		}
-		msg, err := it.Next(jetstream.NextContext(due.By(ctx, now.Add(wait))))
+		msg, err := it.Next(due.By(ctx, now.Add(wait)))
 		if err != nil {
 			switch {
 			case ctx.Err() != nil:
@@ -367,14 +371,16 @@ func (w *stallWatch) seen(lastMsg time.Time) (uint64, bool) {
 // open provisions stage 1's consumer and starts reading it, retrying with
 // a growing delay until it can or ctx ends (nil): a passing NATS error
 // only delays stage 1, while ingest keeps storing bodies.
-func (s *Stage1) open(ctx context.Context) jetstream.MessagesContext {
-	// Prefetch is bounded by count and by bytes (bodies reach 4 MB).
+func (s *Stage1) open(ctx context.Context) *pullreader.Reader {
+	// Prefetch is bounded by count and by bytes (bodies reach 4 MB): a
+	// pull's worth held by the reader, and up to a pull's worth more on
+	// its way.
 	pull := min(s.cfg.MaxAckPending/2, 5000)
 	for wait := s.cfg.BackoffMin; ; wait = min(2*wait, s.cfg.BackoffMax) {
 		cons, err := s.js.CreateOrUpdateConsumer(ctx, schema.StreamRaw, s.ConsumerConfig())
 		if err == nil {
-			var it jetstream.MessagesContext
-			if it, err = cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(pull, 64<<20)); err == nil {
+			var it *pullreader.Reader
+			if it, err = pullreader.Open(cons, pull, s.pullErr, jetstream.PullMaxMessagesWithBytesLimit(pull, 64<<20)); err == nil {
 				return it
 			}
 		}
@@ -384,6 +390,25 @@ func (s *Stage1) open(ctx context.Context) jetstream.MessagesContext {
 		s.log.Warn("consumer on raw stream, retrying", zap.Error(err), zap.Duration("in", wait))
 		sleep(ctx, wait)
 	}
+}
+
+// pullErr takes what the client reports on reading the consumer. A pull
+// request whose heartbeats stopped was lost on its way; the client makes
+// it again, and it counts as a restart.
+func (s *Stage1) pullErr(err error) {
+	lost := errors.Is(err, jetstream.ErrNoHeartbeat)
+	if lost {
+		s.metrics.restarts.Inc()
+	}
+	n, due := s.pullLog.Note()
+	if !due {
+		return
+	}
+	what := "raw stream consumer: the client reports an error"
+	if lost {
+		what = "raw stream consumer: its pull request missed two heartbeats (lost on its way), pulling again"
+	}
+	s.log.Warn(what, zap.Error(err), zap.Int64("reports_since_last_line", n))
 }
 
 // add normalizes one RAW message into the batch, and resolves its display

@@ -1,7 +1,10 @@
 package processor_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,19 +12,19 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wahook/wahook/internal/testutil"
+	"github.com/wahook/wahook/processor"
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/schematest"
 )
 
 // TestStage1StalledConsumer: a pull request lost on its way to the
 // consumer (as when the NATS node leading the consumer dies holding it) is
-// never answered, and nats.go keeps waiting for it, however many bodies
-// the consumer holds: its own watch for missed heartbeats runs within one
-// Next, and stage 1's calls are shorter. Here a proxy between stage 1 and
-// the server drops stage 1's pull requests for a while: stage 1 notices
-// that its consumer holds bodies it does not deliver and reads it again,
-// until a pull passes; then every body is stored. (Without the check,
-// stage 1 waits for ever: the test times out in drained.)
+// never answered. Here a proxy between stage 1 and the server drops stage
+// 1's pull requests for a while: stage 1 notices that its consumer holds
+// bodies while no pull request waits, and reads it again, until a pull
+// passes; then every body is stored. Its reader also pulls again by
+// itself after two missed heartbeats (10 s, TestStage1ReaderLostItsPull):
+// the test waits for the check's own warning, the second line.
 func TestStage1StalledConsumer(t *testing.T) {
 	p := newPipeline(t, schematest.ClickHouse(t))
 	p.cfg.MaxAckPending = 20 // pulls of 10
@@ -46,7 +49,8 @@ func TestStage1StalledConsumer(t *testing.T) {
 	// look takes two backlog polls (5 s apart) after the last start.
 	testutil.Eventually(t, 60*time.Second, "stage 1 to read its stalled consumer again", func() (bool, string) {
 		got := p.metric(0, "wahook_processor_consumer_restarts_total")
-		return got >= 1 && proxy.Dropped() >= 2, fmt.Sprintf("%v restarts, %d pulls dropped", got, proxy.Dropped())
+		stalls := p.warnings.FilterMessageSnippet("delivered nothing").Len()
+		return stalls >= 1 && got >= 1 && proxy.Dropped() >= 2, fmt.Sprintf("%d stalls seen, %v restarts, %d pulls dropped", stalls, got, proxy.Dropped())
 	})
 	info, err := p.consumerInfo()
 	if err != nil {
@@ -61,7 +65,120 @@ func TestStage1StalledConsumer(t *testing.T) {
 	if got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events"); got != n {
 		t.Fatalf("statuses stored: got %d, want %d", got, n)
 	}
-	if got := p.warnings.FilterMessageSnippet("delivered nothing").Len(); got < 1 {
-		t.Errorf("no warning of the stalled consumer")
+}
+
+// TestStage1ReaderLostItsPull: of two instances on one consumer, the
+// second's pull requests are lost on their way, while the first's waits.
+// The consumer then always has a pull request waiting, so nothing on the
+// server shows the loss (the stall rule above never holds), and nats.go's
+// Messages iterator, which watches the heartbeats only within one Next,
+// waited for ever: the second instance took nothing while the first did
+// all the work. Read with Consume, the second misses the heartbeats of its
+// request, says so, and pulls again; once a pull passes, it shares the
+// work, and every body is stored once.
+func TestStage1ReaderLostItsPull(t *testing.T) {
+	p := newPipeline(t, schematest.ClickHouse(t))
+	p.cfg.MaxAckPending = 20 // pulls of 10
+	p.start()
+	proxy := testutil.StartNATSProxy(t, p.nats.URL())
+	proxy.Drop("$JS.API.CONSUMER.MSG.NEXT." + schema.StreamRaw + ".")
+	nc, err := nats.Connect(proxy.URL, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if p.stageJS, err = jetstream.New(nc); err != nil {
+		t.Fatal(err)
+	}
+	p.start()
+	n := 0
+	publish := func(count int) {
+		for range count {
+			p.publish("default", []byte(fmt.Sprintf(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","changes":[{"field":"messages","value":{"messaging_product":"whatsapp","metadata":{"display_phone_number":"15557810001","phone_number_id":"107655290331184"},"statuses":[{"id":"wamid.lost-%d","status":"sent","timestamp":"%d","recipient_id":"4915155500734"}]}}]}]}`, n, 1781514312+n)))
+			n++
+		}
+	}
+	publish(200)
+	// Two missed heartbeats (5 s each) after its first pull, it pulls
+	// again, and that one is lost too.
+	testutil.Eventually(t, 60*time.Second, "the second instance to pull again", func() (bool, string) {
+		restarts := p.metric(1, "wahook_processor_consumer_restarts_total")
+		return restarts >= 1 && proxy.Dropped() >= 2, fmt.Sprintf("%v restarts, %d pulls dropped", restarts, proxy.Dropped())
+	})
+	if got := p.metric(1, "wahook_processor_bodies_total"); got != 0 {
+		t.Fatalf("the second instance stored %v bodies while its pulls were dropped", got)
+	}
+	if got := p.warnings.FilterMessageSnippet("missed two heartbeats").Len(); got < 1 {
+		t.Errorf("no warning of the lost pull request")
+	}
+	proxy.Drop("")
+	testutil.Eventually(t, 60*time.Second, "the second instance to take bodies", func() (bool, string) {
+		publish(10)
+		got := p.metric(1, "wahook_processor_bodies_total")
+		return got > 0, fmt.Sprintf("%v bodies, %d sent", got, n)
+	})
+	p.drained(60 * time.Second)
+	if got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events"); got != uint64(n) {
+		t.Fatalf("statuses stored: got %d, want %d", got, n)
+	}
+	if got := p.count("SELECT count() FROM {db}.status_events FINAL"); got != uint64(n) {
+		t.Fatalf("status rows (FINAL): got %d, want %d", got, n)
+	}
+	t.Logf("%d bodies; per instance %v and %v", n, p.metric(0, "wahook_processor_bodies_total"), p.metric(1, "wahook_processor_bodies_total"))
+}
+
+// lateWriter takes its time over every write.
+type lateWriter struct {
+	processor.Writer
+	delay time.Duration
+}
+
+func (w lateWriter) Write(ctx context.Context, rows *schema.Rows) error {
+	time.Sleep(w.delay)
+	return w.Writer.Write(ctx, rows)
+}
+
+// TestStage1BusyReaderDropsNothing: while stage 1 waits for its writer,
+// what the server sends piles up in the client. nats.go's Messages
+// iterator kept it in a channel as long as one pull, which the server's
+// status messages share, so once it was full the client dropped bodies as
+// a slow consumer's: each came back only after AckWait, and the iterator
+// asked for one fewer each time. Read with Consume, nothing is dropped,
+// and no body is delivered twice.
+func TestStage1BusyReaderDropsNothing(t *testing.T) {
+	p := newPipeline(t, schematest.ClickHouse(t))
+	p.cfg.MaxAckPending = 20 // pulls of 10
+	p.cfg.BatchRows = 5      // a wait for the writer every 5 bodies
+	p.faults = func(inner processor.Writer) processor.Writer {
+		return lateWriter{Writer: inner, delay: 150 * time.Millisecond}
+	}
+	var slow atomic.Int64
+	nc, err := nats.Connect(p.nats.URL(), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrSlowConsumer) {
+			slow.Add(1)
+		}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if p.stageJS, err = jetstream.New(nc); err != nil {
+		t.Fatal(err)
+	}
+	p.start()
+	const n = 300
+	for i := range n {
+		p.publish("default", statusBody("107655290331184", "15557810001", fmt.Sprintf("wamid.busy-%d", i), 1781514312+i))
+	}
+	p.drained(120 * time.Second)
+	info, err := p.consumerInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.count("SELECT count() FROM {db}.status_events FINAL"); got != n {
+		t.Fatalf("status rows (FINAL): got %d, want %d", got, n)
+	}
+	if slow.Load() != 0 || info.NumRedelivered != 0 {
+		t.Fatalf("%d slow consumer reports, %d bodies delivered again; want none", slow.Load(), info.NumRedelivered)
 	}
 }

@@ -1,9 +1,8 @@
 // Package pullstall tells, from a pull consumer's state, that its reader's
-// pull request was lost: nats.go's pull iterator watches for missed
-// heartbeats only within one Next, and stage 1 and stage 2 wait in Nexts
-// shorter than that watch, so a request lost with the consumer's leader is
-// never noticed by the client. Both stages read their consumer again when
-// Held says so for a while.
+// pull request was lost (with the consumer's leader, say). The readers
+// (internal/pullreader) notice a lost request themselves, by the server's
+// heartbeats it no longer gets; this is the second line: both stages read
+// their consumer again when Held says so for a while.
 package pullstall
 
 import "github.com/nats-io/nats.go/jetstream"

@@ -59,9 +59,10 @@ type Config struct {
 	// consumer holds events and no pull request waits for them (two
 	// checks in a row saw it, not paused) before it reads the consumer
 	// again: a pull request lost with the consumer's leader is never
-	// answered, and nats.go's watch for missed heartbeats runs within one
-	// Next, longer than stage 2's. (A partitioned stage 2 reads with
-	// nats.go's Consume, whose watch runs all the time.)
+	// answered. The reader (internal/pullreader, or pcgroups for a
+	// partitioned stage 2, both on nats.go's Consume) pulls again once it
+	// misses two of the server's heartbeats on it; this rule is the second
+	// line.
 	StallAfter time.Duration
 	// AckWait is how long JetStream waits for an ack before redelivering.
 	// With Partitions it also times the hand-over (pcgroups): a stopped

@@ -14,7 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/processor"
@@ -47,6 +49,9 @@ type harness struct {
 	stop  context.CancelFunc
 	sent  atomic.Int64 // EVENTS messages published
 	cfg   Config
+	// warnings has what every stage 2 run logged at warn and above.
+	warnings *observer.ObservedLogs
+	warnCore zapcore.Core
 }
 
 func start(t testing.TB, at time.Time, edit func(*Config)) *harness {
@@ -88,9 +93,12 @@ func startServer(t testing.TB, at time.Time) *harness {
 // run starts a new stage 2 and waits for its consumer.
 func (h *harness) run() {
 	h.t.Helper()
-	var log *zap.Logger
+	if h.warnings == nil {
+		h.warnCore, h.warnings = observer.New(zap.WarnLevel)
+	}
+	log := zap.New(h.warnCore)
 	if tt, ok := h.t.(*testing.T); ok {
-		log = zaptest.NewLogger(tt)
+		log = zap.New(zapcore.NewTee(zaptest.NewLogger(tt).Core(), h.warnCore))
 	}
 	var err error
 	h.s, err = New(h.cfg, h.js, prometheus.NewRegistry(), log)

@@ -74,7 +74,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "wahook_stage2_numbers_evicted_total", Help: "Numbers forgotten from memory once neither traffic nor a hold could change their signal; an event seeds them again from their last signal.",
 		}),
 		restarts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "wahook_stage2_consumer_restarts_total", Help: "Times stage 2's consumer failed (a closed connection, a deleted consumer) or stalled (it held events and delivered none for --stage2-stall-after) and was read again.",
+			Name: "wahook_stage2_consumer_restarts_total", Help: "Times stage 2's consumer failed (a closed connection, a deleted consumer) or stalled (it held events and delivered none for --stage2-stall-after) and was read again, or its pull request missed two heartbeats (lost on its way) and was made again.",
 		}),
 		writeFails: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wahook_stage2_write_failures_total", Help: "KV writes that failed, by bucket.",

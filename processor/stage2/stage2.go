@@ -12,7 +12,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/wahook/wahook/internal/deadline"
+	"github.com/wahook/wahook/internal/pullreader"
 	"github.com/wahook/wahook/internal/pullstall"
+	"github.com/wahook/wahook/internal/throttle"
 	"github.com/wahook/wahook/processor/pacing"
 	"github.com/wahook/wahook/schema"
 )
@@ -50,6 +52,8 @@ type Stage2 struct {
 	// own is the partitions this instance owns, with Config.Partitions;
 	// nil when it consumes every number.
 	own *ownership
+	// pullLog throttles the client's reports on reading the consumer.
+	pullLog throttle.Throttle
 }
 
 // New builds stage 2 over js. It does no I/O: Run provisions and consumes.
@@ -80,6 +84,7 @@ func New(cfg Config, js jetstream.JetStream, reg prometheus.Registerer, log *zap
 		js: js, pub: pub, cfg: cfg, log: log.Named("stage2"), m: newMetrics(reg),
 		nums: map[string]*number{}, dedupe: pacing.NewDeduperFor(cfg.MessageMemory), cooldownRetry: map[string]time.Time{},
 	}
+	s.pullLog.Every = pullLogEvery
 	s.w = writer{s: s, live: map[*number]struct{}{}}
 	return s, nil
 }
@@ -214,12 +219,12 @@ const (
 // consume applies the events of cons until ctx ends (nil) or the consumer
 // fails (its error). The signals due are written as it goes.
 func (s *Stage2) consume(ctx context.Context, cons jetstream.Consumer) error {
-	it, err := cons.Messages(jetstream.PullMaxMessages(fetchBatch))
+	it, err := pullreader.Open(cons, fetchBatch, s.pullErr, jetstream.PullMaxMessages(fetchBatch))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", schema.StreamEvents, err)
 	}
 	// Next waits for a message or a timer, not for ctx: ctx's end stops
-	// the iterator, which ends a waiting Next.
+	// the reader, which ends a waiting Next.
 	quit, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
@@ -248,7 +253,7 @@ func (s *Stage2) consume(ctx context.Context, cons jetstream.Consumer) error {
 		err = nil
 		if wait := time.Until(next); wait > 0 {
 			before := next.Add(-wait)
-			msg, err = it.Next(jetstream.NextContext(wake.By(context.Background(), next)))
+			msg, err = it.Next(wake.By(context.Background(), next))
 			if msg == nil {
 				idle += time.Since(before)
 			}
@@ -268,9 +273,9 @@ func (s *Stage2) consume(ctx context.Context, cons jetstream.Consumer) error {
 		nextRefresh = s.tick(ctx, now, nextRefresh)
 		if !now.Before(nextCheck) {
 			// A pull to a consumer deleted before it arrived gets no
-			// answer, and the iterator waits for ever: look. So does a
-			// pull lost with the consumer's leader: the consumer then
-			// holds events it does not deliver.
+			// answer: look. A pull lost with the consumer's leader is
+			// made again once its heartbeats stop; as a second line, the
+			// consumer then holds events it does not deliver.
 			info, err := cons.Info(ctx)
 			if errors.Is(err, jetstream.ErrConsumerNotFound) {
 				return fmt.Errorf("consume %s: %w", schema.StreamEvents, err)
@@ -288,6 +293,29 @@ func (s *Stage2) consume(ctx context.Context, cons jetstream.Consumer) error {
 			nextCheck = now.Add(check)
 		}
 	}
+}
+
+// pullLogEvery is how often at most stage 2 warns of what the client
+// reports on reading its consumer.
+const pullLogEvery = 10 * time.Second
+
+// pullErr takes what the client reports on reading the consumer. A pull
+// request whose heartbeats stopped was lost on its way; the client makes
+// it again, and it counts as a restart.
+func (s *Stage2) pullErr(err error) {
+	lost := errors.Is(err, jetstream.ErrNoHeartbeat)
+	if lost {
+		s.m.restarts.Inc()
+	}
+	n, due := s.pullLog.Note()
+	if !due {
+		return
+	}
+	what := "stage 2 consumer: the client reports an error"
+	if lost {
+		what = "stage 2 consumer: its pull request missed two heartbeats (lost on its way), pulling again"
+	}
+	s.log.Warn(what, zap.Error(err), zap.Int64("reports_since_last_line", n))
 }
 
 // nextWake is when Run's loop must wake up next without a message: the
