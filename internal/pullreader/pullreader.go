@@ -13,17 +13,22 @@
 //     lost on its way is never noticed: the reader waits for ever (while
 //     another reader's request waits, nothing on the server shows it).
 //
-// Consume takes what the server sends without a bound (a pull bounds it),
-// and watches the heartbeats for as long as it runs: a lost request is
-// made again after two heartbeats are missed.
+// Consume hands each message to a callback, which here queues it for
+// Next, bounded by a count and by bytes; while the queue is full the
+// callback waits, and the client asks for no more. Its watch of the
+// heartbeats runs for as long as it reads: a lost request is made again
+// after two are missed.
 package pullreader
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/semaphore"
 )
 
 // Heartbeat is how often the server is asked to show a waiting pull
@@ -36,71 +41,123 @@ type Reader struct {
 	cc     jetstream.ConsumeContext
 	closed <-chan struct{}
 	msgs   chan jetstream.Msg
-	stop   chan struct{}
-	once   sync.Once
+	// held bounds the bytes of the messages queued for Next.
+	held     *semaphore.Weighted
+	maxBytes int64
+	stop     chan struct{}
+	stopCtx  context.Context
+	cancel   context.CancelFunc
+	once     sync.Once
+	// gone is closed when a pull reached no consumer.
+	gone     chan struct{}
+	goneOnce sync.Once
 }
 
 // Open starts reading cons with opts (a pull's size, say) and Heartbeat.
-// The reader takes up to buffer messages from the client ahead of Next:
-// as many as a pull, so that the client's goroutine seldom waits for the
-// reader's (the client then pulls more, so up to two pulls' worth is on
-// its way or held). onErr, when set, is told of what the client reports without stopping:
-// a missed heartbeat (jetstream.ErrNoHeartbeat, after which it pulls
-// again), a status from the server. It is called on the client's
+// Up to buffer messages, of maxBytes at most together, wait for Next:
+// with buffer and maxBytes those of a pull, the client's goroutine seldom
+// waits for the reader's, and at most two pulls' worth is held or on its
+// way. onErr, when set, is told of what the client reports without
+// stopping: a missed heartbeat (jetstream.ErrNoHeartbeat, after which it
+// pulls again), a status from the server. It is called on the client's
 // goroutines.
-func Open(cons jetstream.Consumer, buffer int, onErr func(error), opts ...jetstream.PullConsumeOpt) (*Reader, error) {
-	r := &Reader{msgs: make(chan jetstream.Msg, buffer), stop: make(chan struct{})}
+func Open(cons jetstream.Consumer, buffer int, maxBytes int64, onErr func(error), opts ...jetstream.PullConsumeOpt) (*Reader, error) {
+	r := &Reader{
+		msgs: make(chan jetstream.Msg, buffer), held: semaphore.NewWeighted(maxBytes), maxBytes: maxBytes,
+		stop: make(chan struct{}), gone: make(chan struct{}),
+	}
+	r.stopCtx, r.cancel = context.WithCancel(context.Background())
 	opts = append([]jetstream.PullConsumeOpt{jetstream.PullHeartbeat(Heartbeat)}, opts...)
 	opts = append(opts, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if errors.Is(err, nats.ErrNoResponders) {
+			// No consumer took the pull: deleted before it came (a
+			// deletion while a pull waits ends the reading by itself),
+			// or without a leader yet. The client would ask it again
+			// and again; the reading ends instead, and the stage opens
+			// the consumer again.
+			r.goneOnce.Do(func() { close(r.gone) })
+		}
 		if onErr != nil {
 			onErr(err)
 		}
 	}))
 	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if r.held.Acquire(r.stopCtx, r.weight(m)) != nil {
+			return // stopped
+		}
 		select {
 		case r.msgs <- m:
 		case <-r.stop:
 		}
 	}, opts...)
 	if err != nil {
+		r.cancel()
 		return nil, err
 	}
 	r.cc, r.closed = cc, cc.Closed()
 	return r, nil
 }
 
+// weight is what m counts against maxBytes: its data, and no more than
+// maxBytes, so that a larger message still passes once the queue is empty.
+func (r *Reader) weight(m jetstream.Msg) int64 {
+	return min(int64(len(m.Data())), r.maxBytes)
+}
+
 // Next returns the next message, waiting until ctx ends (ctx's error).
 // It returns jetstream.ErrMsgIteratorClosed once the reader is stopped, or
 // once the client stopped consuming (a closed connection, a deleted
-// consumer) and the messages it had given are read.
+// consumer) or a pull reached no consumer, and the messages it had given
+// are read.
 func (r *Reader) Next(ctx context.Context) (jetstream.Msg, error) {
 	select {
-	case m := <-r.msgs:
-		return m, nil
+	case <-r.stop:
+		return nil, jetstream.ErrMsgIteratorClosed
 	default:
 	}
 	select {
 	case m := <-r.msgs:
-		return m, nil
+		return r.took(m), nil
+	default:
+	}
+	select {
+	case m := <-r.msgs:
+		return r.took(m), nil
 	case <-r.stop:
 		return nil, jetstream.ErrMsgIteratorClosed
 	case <-r.closed:
-		select {
-		case m := <-r.msgs:
-			return m, nil
-		default:
-		}
-		return nil, jetstream.ErrMsgIteratorClosed
+		return r.last()
+	case <-r.gone:
+		return r.last()
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 }
 
+// last returns a message still queued once the reading ended, and
+// jetstream.ErrMsgIteratorClosed when none is.
+func (r *Reader) last() (jetstream.Msg, error) {
+	select {
+	case m := <-r.msgs:
+		return r.took(m), nil
+	default:
+	}
+	return nil, jetstream.ErrMsgIteratorClosed
+}
+
+// took frees m's bytes for the messages behind it.
+func (r *Reader) took(m jetstream.Msg) jetstream.Msg {
+	r.held.Release(r.weight(m))
+	return m
+}
+
 // Stop ends the reading; messages not yet returned by Next are not acked,
-// so they come back after AckWait. A Next waiting returns.
+// so they come back after AckWait. A Next waiting returns, and so do those
+// after.
 func (r *Reader) Stop() {
 	r.once.Do(func() {
 		close(r.stop)
+		r.cancel()
 		r.cc.Stop()
 	})
 }

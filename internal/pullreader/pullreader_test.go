@@ -53,13 +53,20 @@ func connect(t *testing.T, url string) jetstream.JetStream {
 
 func open(t *testing.T, js jetstream.JetStream, onErr func(error)) *pullreader.Reader {
 	t.Helper()
+	return openSized(t, js, 4, 1<<20, onErr)
+}
+
+// openSized reads in pulls of 4 messages, holding up to buffer messages
+// of maxBytes together.
+func openSized(t *testing.T, js jetstream.JetStream, buffer int, maxBytes int64, onErr func(error)) *pullreader.Reader {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cons, err := js.Consumer(ctx, "S", "C")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := pullreader.Open(cons, 4, onErr, jetstream.PullMaxMessages(4))
+	r, err := pullreader.Open(cons, buffer, maxBytes, onErr, jetstream.PullMaxMessages(4))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +116,8 @@ func TestNext(t *testing.T) {
 	}
 }
 
-// TestStopEndsNext: Stop ends a Next that waits, and the ones after.
+// TestStopEndsNext: Stop ends a Next that waits, and the ones after, even
+// with messages queued.
 func TestStopEndsNext(t *testing.T) {
 	js, _ := setup(t, nil)
 	r := open(t, js, nil)
@@ -130,20 +138,105 @@ func TestStopEndsNext(t *testing.T) {
 		t.Fatalf("Next after Stop: %v", err)
 	}
 	r.Stop() // twice is fine
+
+	queued := open(t, js, nil)
+	publish(t, js, 0, 3)
+	testutil.Eventually(t, 10*time.Second, "messages delivered to the reader", func() (bool, string) {
+		info, err := js.Consumer(context.Background(), "S", "C")
+		if err != nil {
+			return false, err.Error()
+		}
+		return info.CachedInfo().NumAckPending == 3, fmt.Sprint(info.CachedInfo().NumAckPending, " delivered")
+	})
+	queued.Stop()
+	for range 3 {
+		if m, err := queued.Next(context.Background()); !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			t.Fatalf("Next after Stop with messages queued: %v, %v", m, err)
+		}
+	}
+}
+
+// TestBytesBound: while the messages queued for Next reach maxBytes, the
+// reader takes no more, and the client asks for no more; each message
+// still comes once it is read.
+func TestBytesBound(t *testing.T) {
+	js, _ := setup(t, nil)
+	r := openSized(t, js, 100, 30, nil) // 100 messages, or 30 bytes
+	const n = 60
+	for i := range n {
+		if _, err := js.Publish(context.Background(), "s.x", fmt.Appendf(nil, "message-%02d", i)); err != nil { // 10 bytes
+			t.Fatal(err)
+		}
+	}
+	// Three queued (30 bytes), one in the callback waiting for room, the
+	// rest of the pulls (4 messages each) made before it waited.
+	time.Sleep(time.Second)
+	info, err := js.Consumer(context.Background(), "S", "C")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := info.CachedInfo().NumAckPending; got > 3+1+4+4 {
+		t.Fatalf("%d messages delivered to a reader holding 30 bytes; want at most 12", got)
+	}
+	for i := range n {
+		if got, want := next(t, r), fmt.Sprintf("message-%02d", i); got != want {
+			t.Fatalf("message %d: %q, want %q", i, got, want)
+		}
+	}
 }
 
 // TestConsumerDeleted: once the consumer is deleted, Next says the
-// reading ended instead of waiting for ever.
+// reading ended instead of waiting for ever: deleted while a pull waits
+// (the server ends the pull), and deleted before the pull came (no
+// consumer answers it).
 func TestConsumerDeleted(t *testing.T) {
 	js, _ := setup(t, nil)
 	r := open(t, js, nil)
+	testutil.Eventually(t, 10*time.Second, "a pull waiting", func() (bool, string) {
+		c, err := js.Consumer(context.Background(), "S", "C")
+		if err != nil {
+			return false, err.Error()
+		}
+		return c.CachedInfo().NumWaiting > 0, fmt.Sprint(c.CachedInfo().NumWaiting, " waiting")
+	})
 	if err := js.DeleteConsumer(context.Background(), "S", "C"); err != nil {
 		t.Fatal(err)
 	}
+	ended := func(r *pullreader.Reader) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := r.Next(ctx); !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			t.Fatalf("Next on a deleted consumer: %v", err)
+		}
+	}
+	ended(r)
+
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := r.Next(ctx); !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-		t.Fatalf("Next on a deleted consumer: %v", err)
+	stale, err := js.CreateConsumer(ctx, "S", jetstream.ConsumerConfig{Durable: "D", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteConsumer(ctx, "S", "D"); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var reports []error
+	r2, err := pullreader.Open(stale, 4, 1<<20, func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		reports = append(reports, err)
+	}, jetstream.PullMaxMessages(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r2.Stop)
+	ended(r2)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reports) == 0 || !errors.Is(reports[0], nats.ErrNoResponders) {
+		t.Fatalf("reports: %v, want no responders", reports)
 	}
 }
 
