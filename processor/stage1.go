@@ -73,8 +73,9 @@ type Stage1 struct {
 	// and will be tried again: while a replica's tables are read-only,
 	// every body of every batch fails so, each on every delivery.
 	strikeLog throttle.Throttle
-	// pullLog throttles the client's reports on reading the consumer.
-	pullLog throttle.Throttle
+	// lostLog and pullLog throttle the warnings of a lost pull request
+	// and of the client's other reports on reading the consumer.
+	lostLog, pullLog throttle.Throttle
 }
 
 // strikeLogEvery is how often at most stage 1 warns of bodies that failed
@@ -92,6 +93,7 @@ func NewStage1(cfg Config, js jetstream.JetStream, w Writer, n BodyNormalizer, n
 	s := &Stage1{cfg: cfg, js: js, w: w, n: n, numbers: numbers, log: log, metrics: newMetrics(reg), backoff: cfg.BackoffMin}
 	s.strikeLog.Every = strikeLogEvery
 	s.pullLog.Every = strikeLogEvery
+	s.lostLog.Every = strikeLogEvery
 	if cfg.PublishEvents {
 		s.events = newEventPublisher(js.Conn(), eventsWindow)
 	}
@@ -368,6 +370,21 @@ func (w *stallWatch) seen(lastMsg time.Time) (uint64, bool) {
 	return w.messages, w.polls >= 2 && w.prev.After(lastMsg) && time.Since(w.last) <= 2*backlogPoll
 }
 
+// pullBytes bounds a pull, and the bodies stage 1's reader holds, in
+// bytes, for the largest message the servers take (maxPayload, 0 when not
+// known yet): room for one such message and 8 MiB at least, 64 MiB (what
+// NATS allows one message) at most. While stage 1 is busy, what the pulls
+// on their way bring waits in the client's subscription, whose own bound
+// is 64 MiB: with the 8 MiB max_payload serve gives its servers, they stay
+// well under it.
+func pullBytes(maxPayload int64) int {
+	const least, most = 8 << 20, 64 << 20
+	if maxPayload <= 0 {
+		return most
+	}
+	return int(min(max(maxPayload+64<<10, least), most))
+}
+
 // open provisions stage 1's consumer and starts reading it, retrying with
 // a growing delay until it can or ctx ends (nil): a passing NATS error
 // only delays stage 1, while ingest keeps storing bodies.
@@ -380,7 +397,8 @@ func (s *Stage1) open(ctx context.Context) *pullreader.Reader {
 		cons, err := s.js.CreateOrUpdateConsumer(ctx, schema.StreamRaw, s.ConsumerConfig())
 		if err == nil {
 			var it *pullreader.Reader
-			if it, err = pullreader.Open(cons, pull, s.pullErr, jetstream.PullMaxMessagesWithBytesLimit(pull, 64<<20)); err == nil {
+			bytes := pullBytes(s.js.Conn().MaxPayload())
+			if it, err = pullreader.Open(cons, pull, int64(bytes), s.pullErr, jetstream.PullMaxMessagesWithBytesLimit(pull, bytes)); err == nil {
 				return it
 			}
 		}
@@ -396,19 +414,16 @@ func (s *Stage1) open(ctx context.Context) *pullreader.Reader {
 // request whose heartbeats stopped was lost on its way; the client makes
 // it again, and it counts as a restart.
 func (s *Stage1) pullErr(err error) {
-	lost := errors.Is(err, jetstream.ErrNoHeartbeat)
-	if lost {
+	if errors.Is(err, jetstream.ErrNoHeartbeat) {
 		s.metrics.restarts.Inc()
-	}
-	n, due := s.pullLog.Note()
-	if !due {
+		if n, due := s.lostLog.Note(); due {
+			s.log.Warn("raw stream consumer: its pull request missed two heartbeats (lost on its way), pulling again", zap.Int64("times_since_last_line", n))
+		}
 		return
 	}
-	what := "raw stream consumer: the client reports an error"
-	if lost {
-		what = "raw stream consumer: its pull request missed two heartbeats (lost on its way), pulling again"
+	if n, due := s.pullLog.Note(); due {
+		s.log.Warn("raw stream consumer: the client reports an error", zap.Error(err), zap.Int64("reports_since_last_line", n))
 	}
-	s.log.Warn(what, zap.Error(err), zap.Int64("reports_since_last_line", n))
 }
 
 // add normalizes one RAW message into the batch, and resolves its display

@@ -52,8 +52,9 @@ type Stage2 struct {
 	// own is the partitions this instance owns, with Config.Partitions;
 	// nil when it consumes every number.
 	own *ownership
-	// pullLog throttles the client's reports on reading the consumer.
-	pullLog throttle.Throttle
+	// lostLog and pullLog throttle the warnings of a lost pull request
+	// and of the client's other reports on reading the consumer.
+	lostLog, pullLog throttle.Throttle
 }
 
 // New builds stage 2 over js. It does no I/O: Run provisions and consumes.
@@ -84,7 +85,7 @@ func New(cfg Config, js jetstream.JetStream, reg prometheus.Registerer, log *zap
 		js: js, pub: pub, cfg: cfg, log: log.Named("stage2"), m: newMetrics(reg),
 		nums: map[string]*number{}, dedupe: pacing.NewDeduperFor(cfg.MessageMemory), cooldownRetry: map[string]time.Time{},
 	}
-	s.pullLog.Every = pullLogEvery
+	s.pullLog.Every, s.lostLog.Every = pullLogEvery, pullLogEvery
 	s.w = writer{s: s, live: map[*number]struct{}{}}
 	return s, nil
 }
@@ -219,7 +220,7 @@ const (
 // consume applies the events of cons until ctx ends (nil) or the consumer
 // fails (its error). The signals due are written as it goes.
 func (s *Stage2) consume(ctx context.Context, cons jetstream.Consumer) error {
-	it, err := pullreader.Open(cons, fetchBatch, s.pullErr, jetstream.PullMaxMessages(fetchBatch))
+	it, err := pullreader.Open(cons, fetchBatch, 64<<20, s.pullErr, jetstream.PullMaxMessages(fetchBatch))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", schema.StreamEvents, err)
 	}
@@ -303,19 +304,16 @@ const pullLogEvery = 10 * time.Second
 // request whose heartbeats stopped was lost on its way; the client makes
 // it again, and it counts as a restart.
 func (s *Stage2) pullErr(err error) {
-	lost := errors.Is(err, jetstream.ErrNoHeartbeat)
-	if lost {
+	if errors.Is(err, jetstream.ErrNoHeartbeat) {
 		s.m.restarts.Inc()
-	}
-	n, due := s.pullLog.Note()
-	if !due {
+		if n, due := s.lostLog.Note(); due {
+			s.log.Warn("stage 2 consumer: its pull request missed two heartbeats (lost on its way), pulling again", zap.Int64("times_since_last_line", n))
+		}
 		return
 	}
-	what := "stage 2 consumer: the client reports an error"
-	if lost {
-		what = "stage 2 consumer: its pull request missed two heartbeats (lost on its way), pulling again"
+	if n, due := s.pullLog.Note(); due {
+		s.log.Warn("stage 2 consumer: the client reports an error", zap.Error(err), zap.Int64("reports_since_last_line", n))
 	}
-	s.log.Warn(what, zap.Error(err), zap.Int64("reports_since_last_line", n))
 }
 
 // nextWake is when Run's loop must wake up next without a message: the
