@@ -371,34 +371,24 @@ func (w *stallWatch) seen(lastMsg time.Time) (uint64, bool) {
 }
 
 // pullBytes bounds a pull, and the bodies stage 1's reader holds, in
-// bytes, for the largest message the servers take (maxPayload, 0 when not
-// known yet): room for one such message and 8 MiB at least, 64 MiB (what
-// NATS allows one message) at most. While stage 1 is busy, what the pulls
-// on their way bring waits in the client's subscription, whose own bound
-// is 64 MiB: with the 8 MiB max_payload serve gives its servers, they stay
-// well under it.
-func pullBytes(maxPayload int64) int {
-	const least, most = 8 << 20, 64 << 20
-	if maxPayload <= 0 {
-		return most
-	}
-	return int(min(max(maxPayload+64<<10, least), most))
-}
+// bytes: the most NATS allows in one message, so that any body fits (a
+// body larger than a pull is never delivered, and the client asks again
+// without end).
+const pullBytes = 64 << 20
 
 // open provisions stage 1's consumer and starts reading it, retrying with
 // a growing delay until it can or ctx ends (nil): a passing NATS error
 // only delays stage 1, while ingest keeps storing bodies.
 func (s *Stage1) open(ctx context.Context) *pullreader.Reader {
 	// Prefetch is bounded by count and by bytes (bodies reach 4 MB): a
-	// pull's worth held by the reader, and up to a pull's worth more on
-	// its way.
+	// pull's worth held by the reader, and up to two more on their way
+	// (pullreader.Open).
 	pull := min(s.cfg.MaxAckPending/2, 5000)
 	for wait := s.cfg.BackoffMin; ; wait = min(2*wait, s.cfg.BackoffMax) {
 		cons, err := s.js.CreateOrUpdateConsumer(ctx, schema.StreamRaw, s.ConsumerConfig())
 		if err == nil {
 			var it *pullreader.Reader
-			bytes := pullBytes(s.js.Conn().MaxPayload())
-			if it, err = pullreader.Open(cons, pull, int64(bytes), s.pullErr, jetstream.PullMaxMessagesWithBytesLimit(pull, bytes)); err == nil {
+			if it, err = pullreader.Open(cons, pull, pullBytes, s.pullErr, jetstream.PullMaxMessagesWithBytesLimit(pull, pullBytes)); err == nil {
 				return it
 			}
 		}

@@ -56,8 +56,10 @@ type Reader struct {
 // Open starts reading cons with opts (a pull's size, say) and Heartbeat.
 // Up to buffer messages, of maxBytes at most together, wait for Next:
 // with buffer and maxBytes those of a pull, the client's goroutine seldom
-// waits for the reader's, and at most two pulls' worth is held or on its
-// way. onErr, when set, is told of what the client reports without
+// waits for the reader's. While they wait, the client asks for no more,
+// but what it asked for still comes: the rest of one pull and a whole
+// other at most, held in its subscription (whose own bound is 64 MiB; the
+// client drops what passes it). onErr, when set, is told of what the client reports without
 // stopping: a missed heartbeat (jetstream.ErrNoHeartbeat, after which it
 // pulls again), a status from the server. It is called on the client's
 // goroutines.
@@ -69,6 +71,9 @@ func Open(cons jetstream.Consumer, buffer int, maxBytes int64, onErr func(error)
 	r.stopCtx, r.cancel = context.WithCancel(context.Background())
 	opts = append([]jetstream.PullConsumeOpt{jetstream.PullHeartbeat(Heartbeat)}, opts...)
 	opts = append(opts, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if onErr != nil {
+			onErr(err)
+		}
 		if errors.Is(err, nats.ErrNoResponders) {
 			// No consumer took the pull: deleted before it came (a
 			// deletion while a pull waits ends the reading by itself),
@@ -76,9 +81,6 @@ func Open(cons jetstream.Consumer, buffer int, maxBytes int64, onErr func(error)
 			// and again; the reading ends instead, and the stage opens
 			// the consumer again.
 			r.goneOnce.Do(func() { close(r.gone) })
-		}
-		if onErr != nil {
-			onErr(err)
 		}
 	}))
 	cc, err := cons.Consume(func(m jetstream.Msg) {
