@@ -184,3 +184,54 @@ func TestStage1BusyReaderDropsNothing(t *testing.T) {
 		t.Fatalf("%d slow consumer reports, %d deliveries of %d bodies; want none, and one each", slow.Load(), info.Delivered.Consumer, n)
 	}
 }
+
+// TestStage1ConsumerDeletedBetweenPulls: stage 1's consumer deleted while
+// none of its pull requests waits (here the proxy drops them meanwhile,
+// so the deletion ends none). The next pull reaches no consumer, and the
+// server answers 503; nats.go takes that for a passing answer and asks
+// again without end, and the stall rule does not count a consumer that is
+// not found, so stage 1 stopped until restarted. Now the reading ends,
+// stage 1 provisions the consumer again, and the bodies are stored.
+func TestStage1ConsumerDeletedBetweenPulls(t *testing.T) {
+	p := newPipeline(t, schematest.ClickHouse(t))
+	proxy := testutil.StartNATSProxy(t, p.nats.URL())
+	proxy.Drop("$JS.API.CONSUMER.MSG.NEXT." + schema.StreamRaw + ".")
+	nc, err := nats.Connect(proxy.URL, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if p.stageJS, err = jetstream.New(nc); err != nil {
+		t.Fatal(err)
+	}
+	p.start()
+	testutil.Eventually(t, 30*time.Second, "stage 1's first pull dropped", func() (bool, string) {
+		return proxy.Dropped() >= 1, fmt.Sprintf("%d pulls dropped", proxy.Dropped())
+	})
+	info, err := p.consumerInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumWaiting != 0 {
+		t.Fatalf("%d pulls waiting, want none", info.NumWaiting)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.js.DeleteConsumer(ctx, schema.StreamRaw, p.cfg.Consumer); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Drop("")
+	const n = 5
+	for i := range n {
+		p.publish("default", statusBody("107655290331184", "15557810001", fmt.Sprintf("wamid.deleted-%d", i), 1781514312+i))
+	}
+	// Two missed heartbeats after its first pull (10 s), stage 1 pulls
+	// again, and that pull finds no consumer.
+	testutil.Eventually(t, 60*time.Second, "the bodies stored", func() (bool, string) {
+		got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events")
+		return got == n, fmt.Sprintf("%d of %d stored", got, n)
+	})
+	if got := p.warnings.FilterMessageSnippet("stopped, reading again").Len(); got < 1 {
+		t.Errorf("no warning of the reading ended")
+	}
+}
