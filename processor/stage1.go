@@ -73,9 +73,8 @@ type Stage1 struct {
 	// and will be tried again: while a replica's tables are read-only,
 	// every body of every batch fails so, each on every delivery.
 	strikeLog throttle.Throttle
-	// lostLog and pullLog throttle the warnings of a lost pull request
-	// and of the client's other reports on reading the consumer.
-	lostLog, pullLog throttle.Throttle
+	// pullErr takes the client's reports on reading the consumer.
+	pullErr func(error)
 }
 
 // strikeLogEvery is how often at most stage 1 warns of bodies that failed
@@ -92,8 +91,7 @@ func NewStage1(cfg Config, js jetstream.JetStream, w Writer, n BodyNormalizer, n
 	}
 	s := &Stage1{cfg: cfg, js: js, w: w, n: n, numbers: numbers, log: log, metrics: newMetrics(reg), backoff: cfg.BackoffMin}
 	s.strikeLog.Every = strikeLogEvery
-	s.pullLog.Every = strikeLogEvery
-	s.lostLog.Every = strikeLogEvery
+	s.pullErr = pullreader.Reports(log, "raw stream consumer", s.metrics.restarts)
 	if cfg.PublishEvents {
 		s.events = newEventPublisher(js.Conn(), eventsWindow)
 	}
@@ -397,22 +395,6 @@ func (s *Stage1) open(ctx context.Context) *pullreader.Reader {
 		}
 		s.log.Warn("consumer on raw stream, retrying", zap.Error(err), zap.Duration("in", wait))
 		sleep(ctx, wait)
-	}
-}
-
-// pullErr takes what the client reports on reading the consumer. A pull
-// request whose heartbeats stopped was lost on its way; the client makes
-// it again, and it counts as a restart.
-func (s *Stage1) pullErr(err error) {
-	if errors.Is(err, jetstream.ErrNoHeartbeat) {
-		s.metrics.restarts.Inc()
-		if n, due := s.lostLog.Note(); due {
-			s.log.Warn("raw stream consumer: its pull request missed two heartbeats (lost on its way), pulling again", zap.Int64("times_since_last_line", n))
-		}
-		return
-	}
-	if n, due := s.pullLog.Note(); due {
-		s.log.Warn("raw stream consumer: the client reports an error", zap.Error(err), zap.Int64("reports_since_last_line", n))
 	}
 }
 

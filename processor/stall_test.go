@@ -17,6 +17,32 @@ import (
 	"github.com/wahook/wahook/schema/schematest"
 )
 
+// stageVia has the stage 1 instances started from now on reach NATS at
+// url, with opts.
+func (p *pipeline) stageVia(url string, opts ...nats.Option) {
+	p.t.Helper()
+	opts = append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}, opts...)
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.t.Cleanup(nc.Close)
+	if p.stageJS, err = jetstream.New(nc); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// dropPulls has the stage 1 instances started from now on reach NATS
+// through a proxy that drops their pull requests on RAW until told
+// otherwise.
+func (p *pipeline) dropPulls() *testutil.NATSProxy {
+	p.t.Helper()
+	proxy := testutil.StartNATSProxy(p.t, p.nats.URL())
+	proxy.Drop("$JS.API.CONSUMER.MSG.NEXT." + schema.StreamRaw + ".")
+	p.stageVia(proxy.URL)
+	return proxy
+}
+
 // TestStage1StalledConsumer: a pull request lost on its way to the
 // consumer (as when the NATS node leading the consumer dies holding it) is
 // never answered. Here a proxy between stage 1 and the server drops stage
@@ -29,21 +55,11 @@ func TestStage1StalledConsumer(t *testing.T) {
 	p := newPipeline(t, schematest.ClickHouse(t))
 	p.cfg.MaxAckPending = 20 // pulls of 10
 	p.cfg.StallAfter = 2 * time.Second
-	proxy := testutil.StartNATSProxy(t, p.nats.URL())
-	pulls := "$JS.API.CONSUMER.MSG.NEXT." + schema.StreamRaw + "."
-	proxy.Drop(pulls)
-	nc, err := nats.Connect(proxy.URL, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	if p.stageJS, err = jetstream.New(nc); err != nil {
-		t.Fatal(err)
-	}
+	proxy := p.dropPulls()
 	p.start()
 	const n = 30
 	for i := range n {
-		p.publish("default", []byte(fmt.Sprintf(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","changes":[{"field":"messages","value":{"messaging_product":"whatsapp","metadata":{"display_phone_number":"15557810001","phone_number_id":"107655290331184"},"statuses":[{"id":"wamid.stall-%d","status":"sent","timestamp":"%d","recipient_id":"4915155500734"}]}}]}]}`, i, 1781514312+i)))
+		p.publish("default", statusBody("107655290331184", "15557810001", fmt.Sprintf("wamid.stall-%d", i), 1781514312+i))
 	}
 	// Stage 1 reads its consumer again, and that pull is lost too. Each
 	// look takes two backlog polls (5 s apart) after the last start.
@@ -80,21 +96,12 @@ func TestStage1ReaderLostItsPull(t *testing.T) {
 	p := newPipeline(t, schematest.ClickHouse(t))
 	p.cfg.MaxAckPending = 20 // pulls of 10
 	p.start()
-	proxy := testutil.StartNATSProxy(t, p.nats.URL())
-	proxy.Drop("$JS.API.CONSUMER.MSG.NEXT." + schema.StreamRaw + ".")
-	nc, err := nats.Connect(proxy.URL, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	if p.stageJS, err = jetstream.New(nc); err != nil {
-		t.Fatal(err)
-	}
+	proxy := p.dropPulls()
 	p.start()
 	n := 0
 	publish := func(count int) {
 		for range count {
-			p.publish("default", []byte(fmt.Sprintf(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","changes":[{"field":"messages","value":{"messaging_product":"whatsapp","metadata":{"display_phone_number":"15557810001","phone_number_id":"107655290331184"},"statuses":[{"id":"wamid.lost-%d","status":"sent","timestamp":"%d","recipient_id":"4915155500734"}]}}]}]}`, n, 1781514312+n)))
+			p.publish("default", statusBody("107655290331184", "15557810001", fmt.Sprintf("wamid.lost-%d", n), 1781514312+n))
 			n++
 		}
 	}
@@ -153,18 +160,11 @@ func TestStage1BusyReaderDropsNothing(t *testing.T) {
 		return lateWriter{Writer: inner, delay: 150 * time.Millisecond}
 	}
 	var slow atomic.Int64
-	nc, err := nats.Connect(p.nats.URL(), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+	p.stageVia(p.nats.URL(), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		if errors.Is(err, nats.ErrSlowConsumer) {
 			slow.Add(1)
 		}
 	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	if p.stageJS, err = jetstream.New(nc); err != nil {
-		t.Fatal(err)
-	}
 	p.start()
 	const n = 300
 	for i := range n {
@@ -194,16 +194,7 @@ func TestStage1BusyReaderDropsNothing(t *testing.T) {
 // stage 1 provisions the consumer again, and the bodies are stored.
 func TestStage1ConsumerDeletedBetweenPulls(t *testing.T) {
 	p := newPipeline(t, schematest.ClickHouse(t))
-	proxy := testutil.StartNATSProxy(t, p.nats.URL())
-	proxy.Drop("$JS.API.CONSUMER.MSG.NEXT." + schema.StreamRaw + ".")
-	nc, err := nats.Connect(proxy.URL, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	if p.stageJS, err = jetstream.New(nc); err != nil {
-		t.Fatal(err)
-	}
+	proxy := p.dropPulls()
 	p.start()
 	testutil.Eventually(t, 30*time.Second, "stage 1's first pull dropped", func() (bool, string) {
 		return proxy.Dropped() >= 1, fmt.Sprintf("%d pulls dropped", proxy.Dropped())

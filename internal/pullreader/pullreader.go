@@ -28,7 +28,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 	"golang.org/x/sync/semaphore"
+
+	"github.com/wahook/wahook/internal/throttle"
 )
 
 // Heartbeat is how often the server is asked to show a waiting pull
@@ -162,4 +166,29 @@ func (r *Reader) Stop() {
 		r.cancel()
 		r.cc.Stop()
 	})
+}
+
+// reportEvery is how often at most Reports warns of each kind of report.
+const reportEvery = 10 * time.Second
+
+// Reports returns an onErr for Open that takes what the client reports on
+// reading a consumer, across the readers opened with it. A pull request
+// whose heartbeats stopped was lost on its way; the client makes it
+// again, and it counts in lost. Each kind is warned of at most once per
+// 10 s, with the count since; name begins the warnings.
+func Reports(log *zap.Logger, name string, lost prometheus.Counter) func(error) {
+	lostLog := &throttle.Throttle{Every: reportEvery}
+	otherLog := &throttle.Throttle{Every: reportEvery}
+	return func(err error) {
+		if errors.Is(err, jetstream.ErrNoHeartbeat) {
+			lost.Inc()
+			if n, due := lostLog.Note(); due {
+				log.Warn(name+": its pull request missed two heartbeats (lost on its way), pulling again", zap.Int64("times_since_last_line", n))
+			}
+			return
+		}
+		if n, due := otherLog.Note(); due {
+			log.Warn(name+": the client reports an error", zap.Error(err), zap.Int64("reports_since_last_line", n))
+		}
+	}
 }

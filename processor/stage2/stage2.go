@@ -14,7 +14,6 @@ import (
 	"github.com/wahook/wahook/internal/deadline"
 	"github.com/wahook/wahook/internal/pullreader"
 	"github.com/wahook/wahook/internal/pullstall"
-	"github.com/wahook/wahook/internal/throttle"
 	"github.com/wahook/wahook/processor/pacing"
 	"github.com/wahook/wahook/schema"
 )
@@ -52,9 +51,8 @@ type Stage2 struct {
 	// own is the partitions this instance owns, with Config.Partitions;
 	// nil when it consumes every number.
 	own *ownership
-	// lostLog and pullLog throttle the warnings of a lost pull request
-	// and of the client's other reports on reading the consumer.
-	lostLog, pullLog throttle.Throttle
+	// pullErr takes the client's reports on reading the consumer.
+	pullErr func(error)
 }
 
 // New builds stage 2 over js. It does no I/O: Run provisions and consumes.
@@ -85,7 +83,7 @@ func New(cfg Config, js jetstream.JetStream, reg prometheus.Registerer, log *zap
 		js: js, pub: pub, cfg: cfg, log: log.Named("stage2"), m: newMetrics(reg),
 		nums: map[string]*number{}, dedupe: pacing.NewDeduperFor(cfg.MessageMemory), cooldownRetry: map[string]time.Time{},
 	}
-	s.pullLog.Every, s.lostLog.Every = pullLogEvery, pullLogEvery
+	s.pullErr = pullreader.Reports(s.log, "stage 2 consumer", s.m.restarts)
 	s.w = writer{s: s, live: map[*number]struct{}{}}
 	return s, nil
 }
@@ -293,26 +291,6 @@ func (s *Stage2) consume(ctx context.Context, cons jetstream.Consumer) error {
 			}
 			nextCheck = now.Add(check)
 		}
-	}
-}
-
-// pullLogEvery is how often at most stage 2 warns of what the client
-// reports on reading its consumer.
-const pullLogEvery = 10 * time.Second
-
-// pullErr takes what the client reports on reading the consumer. A pull
-// request whose heartbeats stopped was lost on its way; the client makes
-// it again, and it counts as a restart.
-func (s *Stage2) pullErr(err error) {
-	if errors.Is(err, jetstream.ErrNoHeartbeat) {
-		s.m.restarts.Inc()
-		if n, due := s.lostLog.Note(); due {
-			s.log.Warn("stage 2 consumer: its pull request missed two heartbeats (lost on its way), pulling again", zap.Int64("times_since_last_line", n))
-		}
-		return
-	}
-	if n, due := s.pullLog.Note(); due {
-		s.log.Warn("stage 2 consumer: the client reports an error", zap.Error(err), zap.Int64("reports_since_last_line", n))
 	}
 }
 
