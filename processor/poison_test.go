@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/processor"
@@ -148,6 +149,54 @@ func TestStage1PoisonBody(t *testing.T) {
 	}
 	if got := p.metric(0, "wahook_processor_bodies_total"); got != n {
 		t.Errorf("bodies counted: %v, want %d", got, n)
+	}
+}
+
+// TestReplayPoisonBody: a replay meets the body stage 1 made a dead letter
+// for, and the store refuses it again. The replay retried that batch
+// without end and stored nothing after it; now it writes the batch in
+// halves as stage 1 does, makes the body a dead letter again once it has
+// failed --max-deliver times on its own, and finishes.
+func TestReplayPoisonBody(t *testing.T) {
+	p := newPipeline(t, schematest.ClickHouse(t))
+	p.cfg.MaxDeliver = 3
+	var w *refuse
+	p.faults = func(inner processor.Writer) processor.Writer {
+		w = &refuse{Writer: inner, bad: "wamid.poison"}
+		return w
+	}
+	const n = 30
+	p.publishAround(n, "wamid.poison")
+	p.start()
+	p.drained(30 * time.Second)
+	p.stop()
+	before := w.refused.Load()
+	// Bodies received after the poison one, which the replay reaches only
+	// past it.
+	for i := n; i < n+10; i++ {
+		p.publish("other-app", statusBody("107655290331184", "15557810001", fmt.Sprintf("wamid.good-%d", i), 1781514312+i))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := processor.Replay(ctx, p.cfg, p.js, w, p.norm, p.numbers, time.Now().Add(-time.Hour), zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatalf("replay: %v (%+v)", err, res)
+	}
+	if res.Bodies != n+11 || res.DeadLetters != 1 {
+		t.Errorf("replay: %d bodies, %d dead letters; want %d and 1", res.Bodies, res.DeadLetters, n+11)
+	}
+	if got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events WHERE startsWith(message_id, 'wamid.good-')"); got != n+10 {
+		t.Errorf("good bodies stored: %d, want %d", got, n+10)
+	}
+	if got := p.codeCounts("SELECT reason, count() FROM {db}.dead_letters FINAL GROUP BY reason"); fmt.Sprint(got) != fmt.Sprint(map[string]uint64{processor.ReasonRetriesExhausted: 1}) {
+		t.Errorf("dead letters: %v, want one %s", got, processor.ReasonRetriesExhausted)
+	}
+	// The table keeps the last copy: the replay's, which says so.
+	if got := p.count("SELECT count() FROM {db}.dead_letters FINAL WHERE position(body, 'wamid.poison') > 0 AND position(error, 'replay') > 0"); got != 1 {
+		t.Errorf("the poison body's dead letter is not the replay's, with the body")
+	}
+	if got := w.refused.Load() - before; got < 3 {
+		t.Errorf("the replay tried the poison body %d times, want at least --max-deliver (3)", got)
 	}
 }
 
@@ -352,4 +401,37 @@ func TestStage1StopWhileReopening(t *testing.T) {
 		return n > 0, fmt.Sprintf("%d warnings", n)
 	})
 	p.stop()
+}
+
+// TestReplayOutageDoesNotCountTowardMaxDeliver: a replay whose store is
+// away for longer than --max-deliver tries, and then refuses a body once on
+// its own, stores every body and makes no dead letter: an outage delays a
+// replay, it never drops a body.
+func TestReplayOutageDoesNotCountTowardMaxDeliver(t *testing.T) {
+	p := newPipeline(t, schematest.ClickHouse(t))
+	p.cfg.MaxDeliver = 2
+	const n = 10
+	for i := 0; i < n; i++ {
+		p.publish("default", statusBody("107655290331184", "15557810001", fmt.Sprintf("wamid.good-%d", i), 1781514312+i))
+	}
+	p.publish("default", statusBody("107655290331184", "15557810001", "wamid.flaky", 1781514300))
+	w := &outageThenRefuse{Writer: p.writer, flaky: "wamid.flaky", outages: 5, alone: 1}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := processor.Replay(ctx, p.cfg, p.js, w, p.norm, p.numbers, time.Now().Add(-time.Hour), zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatalf("replay: %v (%+v)", err, res)
+	}
+	if res.Bodies != n+1 || res.DeadLetters != 0 || res.Rows != n+1 {
+		t.Errorf("replay: %+v, want %d bodies and rows, no dead letter", res, n+1)
+	}
+	if got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events"); got != n+1 {
+		t.Errorf("statuses stored: %d, want %d", got, n+1)
+	}
+	if got := p.count("SELECT count() FROM {db}.dead_letters FINAL"); got != 0 {
+		t.Errorf("dead letters: %d, want 0", got)
+	}
+	if w.outages != 0 || w.alone != 0 {
+		t.Errorf("the writer's faults did not all happen: %d outages, %d refusals alone left", w.outages, w.alone)
+	}
 }

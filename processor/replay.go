@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/wahook/wahook/internal/throttle"
+	"github.com/wahook/wahook/processor/chwriter"
 	"github.com/wahook/wahook/schema"
 )
 
@@ -24,8 +26,13 @@ type ReplayResult struct {
 // stored when it starts, through normalization, the writer and EVENTS again,
 // batch by batch. Event ids are deterministic, so the analytics come out as
 // if nothing had been replayed. It reads with an ordered consumer of its
-// own and leaves stage 1's consumer alone. A failed write is retried with
-// backoff until ctx ends.
+// own and leaves stage 1's consumer alone.
+//
+// A write that fails while a store is down is retried with backoff until
+// ctx ends. One that fails while both stores answer is written again in
+// halves, as stage 1 does (isolate), and a body that fails on its own
+// cfg.MaxDeliver times becomes a dead letter (retries_exhausted): one
+// body the store refuses never holds back the replay of the others.
 //
 // With numbers (nil: none), display numbers are resolved and learned as
 // stage 1 does (resolve.go), and the events of numbers still unknown held
@@ -63,57 +70,31 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 	}
 	defer it.Stop()
 
-	var events *eventPublisher
+	r := &replayer{
+		ctx: ctx, cfg: cfg, log: log, res: &res,
+		// stage 1's resolution of display numbers, and its view of
+		// whether both stores answer.
+		st: &Stage1{cfg: cfg, js: js, w: w, n: n, numbers: numbers, log: log, metrics: newMetrics(prometheus.NewRegistry())},
+	}
+	r.strikeLog.Every = strikeLogEvery
 	if cfg.PublishEvents {
-		events = newEventPublisher(js.Conn(), eventsWindow)
-		defer events.close()
+		r.events = newEventPublisher(js.Conn(), eventsWindow)
+		defer r.events.close()
 	}
-	// resolver is stage 1's resolution of display numbers (nil: none);
-	// work what the batch does about them once stored.
-	var resolver *Stage1
-	var work numberWork
-	if numbers != nil {
-		resolver = &Stage1{numbers: numbers, log: log, metrics: newMetrics(prometheus.NewRegistry())}
-	}
-	var rows schema.Rows
-	bytes := 0 // of the bodies in rows
-	// retry runs f until it succeeds, waiting a growing backoff after each
-	// failure, or until ctx ends.
-	retry := func(what string, f func() error) error {
-		backoff := cfg.BackoffMin
-		for {
-			err := f()
-			if err == nil {
-				return nil
-			}
-			log.Warn(what+", retrying", zap.Error(err), zap.Duration("in", backoff))
-			sleep(ctx, backoff)
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			backoff = min(2*backoff, cfg.BackoffMax)
-		}
-	}
+	var (
+		rows   schema.Rows
+		work   numberWork
+		bodies []replayBody
+		bytes  int // of the bodies in rows
+	)
 	flush := func() error {
-		err := retry("replay batch not stored", func() error {
-			err := w.Write(ctx, &rows)
-			if err == nil && cfg.PublishEvents {
-				err = events.publish(ctx, &rows)
-			}
-			if err == nil && resolver != nil {
-				err = resolver.settleNumbers(ctx, &rows, &work)
-			}
-			return err
-		})
-		if err != nil {
+		if err := r.store(bodies, &rows, &work, false); err != nil {
 			return err
 		}
-		res.Rows += rows.Len()
-		res.DeadLetters += len(rows.DeadLetters)
-		res.Batches++
 		rows.Reset()
 		work.reset()
-		bytes = 0
+		clear(bodies)
+		bodies, bytes = bodies[:0], 0
 		return nil
 	}
 	for {
@@ -135,29 +116,18 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 			}
 			return res, fmt.Errorf("replay: %w", err)
 		}
-		src := SourceOf(msg)
+		b := replayBody{data: msg.Data(), src: SourceOf(msg), id: msg.Headers().Get(schema.HeaderMsgID)}
 		if res.FirstSeq == 0 {
-			res.FirstSeq = src.RawSeq
+			res.FirstSeq = b.src.RawSeq
 		}
-		res.LastSeq = src.RawSeq
+		res.LastSeq = b.src.RawSeq
 		res.Bodies++
-		m0, p0 := len(rows.Management), len(rows.Numbers)
-		n.Normalize(msg.Data(), src, msg.Headers().Get(schema.HeaderMsgID), &rows)
-		if resolver != nil {
-			// A try that failed half way failed resolving (learning a
-			// pair never fails it): the events to hold it listed are
-			// listed again by the next. The held events it added for a
-			// pair it learned stay, as the next does not learn it again.
-			h0 := len(work.hold)
-			if err := retry("replay: display numbers not resolved", func() error {
-				work.hold = work.hold[:h0]
-				return resolver.resolve(ctx, &rows, m0, p0, &work)
-			}); err != nil {
-				return res, err
-			}
+		if err := r.add(b, &rows, &work); err != nil {
+			return res, err
 		}
-		bytes += len(msg.Data())
-		done := src.RawSeq >= last
+		bodies = append(bodies, b)
+		bytes += len(b.data)
+		done := b.src.RawSeq >= last
 		// Dead letters hold whole bodies (up to 4 MiB each): a batch is
 		// bounded by their bytes too, as stage 1's are.
 		if rows.Len() >= cfg.BatchRows || bytes >= cfg.BatchBytes || done {
@@ -169,4 +139,165 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 			return res, nil
 		}
 	}
+}
+
+// replayBody is a RAW body a replay read.
+type replayBody struct {
+	data []byte
+	src  schema.Source
+	id   string // its Nats-Msg-Id
+}
+
+// replayer stores what Replay reads.
+type replayer struct {
+	ctx    context.Context
+	cfg    Config
+	log    *zap.Logger
+	st     *Stage1
+	events *eventPublisher // nil: events are not published
+	res    *ReplayResult
+	// strikeLog throttles the warning of a body that failed on its own.
+	strikeLog throttle.Throttle
+}
+
+// retry runs f until it succeeds, waiting a growing backoff after each
+// failure, or until the replay's context ends.
+func (r *replayer) retry(what string, f func() error) error {
+	backoff := r.cfg.BackoffMin
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		r.log.Warn(what+", retrying", zap.Error(err), zap.Duration("in", backoff))
+		sleep(r.ctx, backoff)
+		if r.ctx.Err() != nil {
+			return r.ctx.Err()
+		}
+		backoff = min(2*backoff, r.cfg.BackoffMax)
+	}
+}
+
+// add normalizes b into rows, resolving its display numbers when the
+// replay has numbers.
+func (r *replayer) add(b replayBody, rows *schema.Rows, work *numberWork) error {
+	m0, p0 := len(rows.Management), len(rows.Numbers)
+	r.st.n.Normalize(b.data, b.src, b.id, rows)
+	if r.st.numbers == nil {
+		return nil
+	}
+	// A try that failed half way failed resolving (learning a pair never
+	// fails it): the events to hold it listed are listed again by the
+	// next. The held events it added for a pair it learned stay, as the
+	// next does not learn it again.
+	h0 := len(work.hold)
+	return r.retry("replay: display numbers not resolved", func() error {
+		work.hold = work.hold[:h0]
+		return r.st.resolve(r.ctx, rows, m0, p0, work)
+	})
+}
+
+// try writes rows, publishes their events and settles their numbers.
+func (r *replayer) try(rows *schema.Rows, work *numberWork) error {
+	// A write does not outlive a hung store: as stage 1's, it has a
+	// deadline of its own.
+	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.AckWait/2)
+	defer cancel()
+	err := r.st.w.Write(ctx, rows)
+	if err == nil && r.events != nil {
+		err = r.events.publish(ctx, rows)
+	}
+	if err == nil {
+		err = r.st.settleNumbers(ctx, rows, work)
+	}
+	return err
+}
+
+// store stores rows, normalized from bodies. A failure while a store is
+// down, or of the number buckets, is retried with backoff until the
+// replay's context ends. A failure while both stores answer writes bodies
+// again in halves, each normalized again, and a single body that fails so
+// cfg.MaxDeliver times becomes a dead letter. A half (nested) does not
+// warn again of its split.
+func (r *replayer) store(bodies []replayBody, rows *schema.Rows, work *numberWork, nested bool) error {
+	backoff := r.cfg.BackoffMin
+	strikes := 0
+	for {
+		err := r.try(rows, work)
+		if err == nil {
+			r.res.Rows += rows.Len()
+			r.res.DeadLetters += len(rows.DeadLetters)
+			r.res.Batches++
+			return nil
+		}
+		if r.ctx.Err() != nil {
+			return r.ctx.Err()
+		}
+		if len(bodies) > 0 && !errors.Is(err, errNumbers) && !isOutage(err) && r.st.healthy(r.ctx) {
+			if len(bodies) > 1 {
+				if !nested {
+					r.log.Warn("replay batch not stored while both stores answer: writing its bodies in halves",
+						zap.Int("batch_bodies", len(bodies)), zap.Error(err))
+				}
+				half := len(bodies) / 2
+				for _, group := range [][]replayBody{bodies[:half], bodies[half:]} {
+					var grows schema.Rows
+					var gwork numberWork
+					for _, b := range group {
+						if err := r.add(b, &grows, &gwork); err != nil {
+							return err
+						}
+					}
+					if err := r.store(group, &grows, &gwork, true); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			// As in stage 1, a ClickHouse that cannot take writes now
+			// (read-only replicas) answers pings: its refusals delay the
+			// body and never make it a dead letter.
+			if !chwriter.Unavailable(err) {
+				strikes++
+			}
+			if strikes >= r.cfg.MaxDeliver {
+				return r.deadLetter(bodies[0], strikes, err)
+			}
+			if count, due := r.strikeLog.Note(); due {
+				r.log.Warn("replayed body not stored on its own, will retry", zap.Uint64("raw_seq", bodies[0].src.RawSeq),
+					zap.Int("tries", strikes), zap.Int("max_deliver", r.cfg.MaxDeliver), zap.Duration("retry_in", backoff),
+					zap.Int64("bodies_since_last_line", count), zap.Error(err))
+			}
+		} else {
+			r.log.Warn("replay batch not stored, retrying", zap.Int("batch_bodies", len(bodies)), zap.Error(err), zap.Duration("in", backoff))
+		}
+		sleep(r.ctx, backoff)
+		if r.ctx.Err() != nil {
+			return r.ctx.Err()
+		}
+		backoff = min(2*backoff, r.cfg.BackoffMax)
+	}
+}
+
+// deadLetter stores b, which failed on its own tries times with err, as a
+// dead letter (retrying while the store does not take it).
+func (r *replayer) deadLetter(b replayBody, tries int, err error) error {
+	id := b.id
+	if id == "" {
+		id = schema.RawMsgID(b.data)
+	}
+	d := schema.DeadLetter{Source: b.src, RawMsgID: id, Reason: ReasonRetriesExhausted,
+		Error: fmt.Sprintf("not stored in %d tries on its own in a replay while the stores answered: %v", tries, err), Body: string(b.data)}
+	if err := r.retry("replay: dead letter not stored", func() error {
+		ctx, cancel := context.WithTimeout(r.ctx, r.cfg.AckWait/2)
+		defer cancel()
+		return writeDeadLetter(ctx, r.st.w, d)
+	}); err != nil {
+		return err
+	}
+	r.res.DeadLetters++
+	r.res.Batches++
+	r.log.Warn("replayed body made a dead letter after failing on its own", zap.Uint64("raw_seq", b.src.RawSeq),
+		zap.Int("tries", tries), zap.Error(err))
+	return nil
 }

@@ -640,15 +640,7 @@ func (s *Stage1) strike(ctx context.Context, m jetstream.Msg, err error) {
 		}
 		d := schema.DeadLetter{Source: src, RawMsgID: id, Reason: ReasonRetriesExhausted,
 			Error: fmt.Sprintf("not stored in %d tries on its own while the stores answered (%d deliveries): %v", s.cfg.MaxDeliver, n, err), Body: string(m.Data())}
-		rows := schema.Rows{DeadLetters: []schema.DeadLetter{d}}
-		werr := s.w.Write(ctx, &rows)
-		if werr != nil {
-			// The body itself may be what the store refuses: keep the
-			// reason without it (RAW still holds it, at its sequence).
-			rows.DeadLetters[0].Body = ""
-			rows.DeadLetters[0].Error += fmt.Sprintf("; the body is not kept here (%v): it is in %s at sequence %d", werr, schema.StreamRaw, src.RawSeq)
-			werr = s.w.Write(ctx, &rows)
-		}
+		werr := writeDeadLetter(ctx, s.w, d)
 		if werr == nil {
 			_ = m.Ack()
 			delete(s.strikes, src.RawSeq)
@@ -667,6 +659,20 @@ func (s *Stage1) strike(ctx context.Context, m jetstream.Msg, err error) {
 		s.log.Warn("body not stored on its own, will retry", zap.Uint64("raw_seq", src.RawSeq), zap.Uint64("deliveries", n),
 			zap.Int("max_deliver", s.cfg.MaxDeliver), zap.Duration("retry_in", delay), zap.Int64("bodies_since_last_line", count), zap.Error(err))
 	}
+}
+
+// writeDeadLetter stores d, a body's dead letter. The body itself may be
+// what the store refuses: the reason is then kept without it (RAW still
+// holds it, at its sequence).
+func writeDeadLetter(ctx context.Context, w Writer, d schema.DeadLetter) error {
+	rows := schema.Rows{DeadLetters: []schema.DeadLetter{d}}
+	err := w.Write(ctx, &rows)
+	if err != nil {
+		rows.DeadLetters[0].Body = ""
+		rows.DeadLetters[0].Error += fmt.Sprintf("; the body is not kept here (%v): it is in %s at sequence %d", err, schema.StreamRaw, d.Source.RawSeq)
+		err = w.Write(ctx, &rows)
+	}
+	return err
 }
 
 // strikeCount is how often a body failed on its own while the stores
