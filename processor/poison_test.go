@@ -101,12 +101,16 @@ type refuse struct {
 	processor.Writer
 	bad     string
 	refused atomic.Int64
+	alone   atomic.Int64 // of the refusals, those of the status alone
 }
 
 func (r *refuse) Write(ctx context.Context, rows *schema.Rows) error {
 	for i := range rows.Statuses {
 		if rows.Statuses[i].MessageID == r.bad {
 			r.refused.Add(1)
+			if len(rows.Statuses) == 1 {
+				r.alone.Add(1)
+			}
 			return errors.New("refused: a row the store cannot take")
 		}
 	}
@@ -170,7 +174,7 @@ func TestReplayPoisonBody(t *testing.T) {
 	p.start()
 	p.drained(30 * time.Second)
 	p.stop()
-	before := w.refused.Load()
+	before := w.alone.Load()
 	// Bodies received after the poison one, which the replay reaches only
 	// past it.
 	for i := n; i < n+10; i++ {
@@ -182,8 +186,8 @@ func TestReplayPoisonBody(t *testing.T) {
 	if err != nil {
 		t.Fatalf("replay: %v (%+v)", err, res)
 	}
-	if res.Bodies != n+11 || res.DeadLetters != 1 {
-		t.Errorf("replay: %d bodies, %d dead letters; want %d and 1", res.Bodies, res.DeadLetters, n+11)
+	if res.Bodies != n+11 || res.Rows != n+10 || res.DeadLetters != 1 {
+		t.Errorf("replay: %d bodies, %d rows, %d dead letters; want %d, %d and 1", res.Bodies, res.Rows, res.DeadLetters, n+11, n+10)
 	}
 	if got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events WHERE startsWith(message_id, 'wamid.good-')"); got != n+10 {
 		t.Errorf("good bodies stored: %d, want %d", got, n+10)
@@ -195,8 +199,8 @@ func TestReplayPoisonBody(t *testing.T) {
 	if got := p.count("SELECT count() FROM {db}.dead_letters FINAL WHERE position(body, 'wamid.poison') > 0 AND position(error, 'replay') > 0"); got != 1 {
 		t.Errorf("the poison body's dead letter is not the replay's, with the body")
 	}
-	if got := w.refused.Load() - before; got < 3 {
-		t.Errorf("the replay tried the poison body %d times, want at least --max-deliver (3)", got)
+	if got := w.alone.Load() - before; got != 3 {
+		t.Errorf("the replay tried the poison body alone %d times, want --max-deliver (3)", got)
 	}
 }
 
@@ -403,10 +407,40 @@ func TestStage1StopWhileReopening(t *testing.T) {
 	p.stop()
 }
 
-// TestReplayOutageDoesNotCountTowardMaxDeliver: a replay whose store is
-// away for longer than --max-deliver tries, and then refuses a body once on
-// its own, stores every body and makes no dead letter: an outage delays a
-// replay, it never drops a body.
+// aloneOutageThenRefuse is a writer that refuses a batch holding a status
+// of message id flaky beside others; alone, the status first finds the
+// store away (outages times), then is refused once more, and then is
+// taken.
+type aloneOutageThenRefuse struct {
+	processor.Writer
+	flaky   string
+	outages int
+	alone   int // refusals of the body alone left
+}
+
+func (w *aloneOutageThenRefuse) Write(ctx context.Context, rows *schema.Rows) error {
+	for i := range rows.Statuses {
+		if rows.Statuses[i].MessageID != w.flaky {
+			continue
+		}
+		switch {
+		case len(rows.Statuses) > 1:
+			return errors.New("refused beside others")
+		case w.outages > 0:
+			w.outages--
+			return fmt.Errorf("store away: %w", nats.ErrNoResponders)
+		case w.alone > 0:
+			w.alone--
+			return errors.New("refused once on its own: a passing error")
+		}
+	}
+	return w.Writer.Write(ctx, rows)
+}
+
+// TestReplayOutageDoesNotCountTowardMaxDeliver: in a replay, a body being
+// written on its own finds the store away for more tries than
+// --max-deliver, and is then refused once: it is stored, and no dead
+// letter is made. An outage delays a replay, it never drops a body.
 func TestReplayOutageDoesNotCountTowardMaxDeliver(t *testing.T) {
 	p := newPipeline(t, schematest.ClickHouse(t))
 	p.cfg.MaxDeliver = 2
@@ -415,7 +449,7 @@ func TestReplayOutageDoesNotCountTowardMaxDeliver(t *testing.T) {
 		p.publish("default", statusBody("107655290331184", "15557810001", fmt.Sprintf("wamid.good-%d", i), 1781514312+i))
 	}
 	p.publish("default", statusBody("107655290331184", "15557810001", "wamid.flaky", 1781514300))
-	w := &outageThenRefuse{Writer: p.writer, flaky: "wamid.flaky", outages: 5, alone: 1}
+	w := &aloneOutageThenRefuse{Writer: p.writer, flaky: "wamid.flaky", outages: 5, alone: 1}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	res, err := processor.Replay(ctx, p.cfg, p.js, w, p.norm, p.numbers, time.Now().Add(-time.Hour), zaptest.NewLogger(t))
@@ -433,5 +467,63 @@ func TestReplayOutageDoesNotCountTowardMaxDeliver(t *testing.T) {
 	}
 	if w.outages != 0 || w.alone != 0 {
 		t.Errorf("the writer's faults did not all happen: %d outages, %d refusals alone left", w.outages, w.alone)
+	}
+}
+
+// outageOnWrite is a writer that stops the NATS server at its nth write and
+// starts it again a while later.
+type outageOnWrite struct {
+	processor.Writer
+	nats   *schematest.JetStream
+	nth    int
+	writes int
+	down   time.Duration
+	back   chan struct{}
+}
+
+func (w *outageOnWrite) Write(ctx context.Context, rows *schema.Rows) error {
+	w.writes++
+	if w.writes == w.nth {
+		w.nats.Shutdown()
+		go func() {
+			time.Sleep(w.down)
+			w.nats.Start()
+			close(w.back)
+		}()
+	}
+	return w.Writer.Write(ctx, rows)
+}
+
+// TestReplayThroughNATSRestart: NATS stops in the middle of a replay, with
+// more bodies to read than the replay's reader holds, and comes back 12 s
+// later. The replay waits for it and replays every body. Without EVENTS to
+// publish to (whose retries waited for NATS), it gave up after 10 s without
+// a message ("replay stalled").
+func TestReplayThroughNATSRestart(t *testing.T) {
+	for _, events := range []bool{false, true} {
+		t.Run(fmt.Sprintf("events=%v", events), func(t *testing.T) {
+			p := newPipeline(t, schematest.ClickHouse(t))
+			const n = 2500 // the reader pulls 2,000 at most
+			for i := 0; i < n; i++ {
+				p.publish("default", statusBody("107655290331184", "15557810001", fmt.Sprintf("wamid.good-%d", i), 1781514312+i))
+			}
+			cfg := p.cfg
+			cfg.BatchRows = 500
+			cfg.PublishEvents = events
+			w := &outageOnWrite{Writer: p.writer, nats: p.nats, nth: 1, down: 12 * time.Second, back: make(chan struct{})}
+			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+			defer cancel()
+			res, err := processor.Replay(ctx, cfg, p.js, w, p.norm, p.numbers, time.Now().Add(-time.Hour), zaptest.NewLogger(t))
+			<-w.back
+			if err != nil {
+				t.Fatalf("replay: %v (%+v)", err, res)
+			}
+			if res.Bodies != n || res.LastSeq != n {
+				t.Errorf("replay: %+v, want %d bodies up to sequence %d", res, n, n)
+			}
+			if got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events"); got != n {
+				t.Errorf("statuses stored: %d, want %d", got, n)
+			}
+		})
 	}
 }

@@ -18,8 +18,11 @@ import (
 // ReplayResult counts what a replay fed through stage 1 again.
 type ReplayResult struct {
 	Bodies, Rows, DeadLetters int
-	Batches                   int // written, of BatchRows rows or BatchBytes body bytes at most, about
-	FirstSeq, LastSeq         uint64
+	// Batches is the writes that stored rows: batches of BatchRows rows or
+	// BatchBytes body bytes at most, about, and the halves and dead
+	// letters of a batch written again.
+	Batches           int
+	FirstSeq, LastSeq uint64
 }
 
 // Replay feeds the RAW bodies received since `since`, up to the last one
@@ -41,6 +44,9 @@ type ReplayResult struct {
 // would replace it.
 func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n BodyNormalizer, numbers *NumberMap, since time.Time, log *zap.Logger) (ReplayResult, error) {
 	var res ReplayResult
+	if err := cfg.Validate(); err != nil {
+		return res, fmt.Errorf("processor config: %w", err)
+	}
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -56,24 +62,39 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 	if info.State.Msgs == 0 || info.State.LastTime.Before(since) {
 		return res, nil
 	}
-	cons, err := js.OrderedConsumer(ctx, schema.StreamRaw, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{schema.SubjectRawAll},
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
-		OptStartTime:   &since,
-	})
-	if err != nil {
-		return res, fmt.Errorf("replay consumer: %w", err)
+	// open reads RAW from sequence from, or from since when from is 0.
+	open := func(from uint64) (jetstream.MessagesContext, error) {
+		cc := jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{schema.SubjectRawAll},
+			DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
+			OptStartTime:   &since,
+		}
+		if from > 0 {
+			cc.DeliverPolicy, cc.OptStartTime, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, nil, from
+		}
+		cons, err := js.OrderedConsumer(ctx, schema.StreamRaw, cc)
+		if err != nil {
+			return nil, fmt.Errorf("replay consumer: %w", err)
+		}
+		it, err := cons.Messages(jetstream.PullMaxMessages(replayPull))
+		if err != nil {
+			return nil, fmt.Errorf("replay consume: %w", err)
+		}
+		return it, nil
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(2000))
+	it, err := open(0)
 	if err != nil {
-		return res, fmt.Errorf("replay consume: %w", err)
+		return res, err
 	}
-	defer it.Stop()
+	defer func() { it.Stop() }()
 
 	r := &replayer{
 		ctx: ctx, cfg: cfg, log: log, res: &res,
 		// stage 1's resolution of display numbers, and its view of
-		// whether both stores answer.
+		// whether both stores answer. The events of numbers learned
+		// meanwhile that settleNumbers queues for stage 1's next batch
+		// are not applied by the replay: they stay held, and stage 1's
+		// sweep applies them.
 		st: &Stage1{cfg: cfg, js: js, w: w, n: n, numbers: numbers, log: log, metrics: newMetrics(prometheus.NewRegistry())},
 	}
 	r.strikeLog.Every = strikeLogEvery
@@ -97,26 +118,72 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 		bodies, bytes = bodies[:0], 0
 		return nil
 	}
+	// idle counts the reads in a row that found nothing while NATS and
+	// RAW answered.
+	idle := 0
 	for {
-		nctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		nctx, cancel := context.WithTimeout(ctx, replayWait)
 		msg, err := it.Next(jetstream.NextContext(nctx))
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return res, ctx.Err()
 			}
-			if errors.Is(err, context.DeadlineExceeded) {
-				// What was read is written before giving up.
-				if rows.Len() > 0 {
-					if err := flush(); err != nil {
-						return res, err
-					}
+			// What was read is written while the replay waits.
+			if rows.Len() > 0 {
+				if err := flush(); err != nil {
+					return res, err
 				}
-				return res, fmt.Errorf("replay stalled at sequence %d of %d", res.LastSeq, last)
 			}
-			return res, fmt.Errorf("replay: %w", err)
+			// NATS away (or RAW without a leader) delays the replay: it
+			// waits, and reads on from where it was once RAW answers.
+			sctx, cancel := context.WithTimeout(ctx, replayWait)
+			info, ierr := stream.Info(sctx)
+			cancel()
+			if ierr != nil || !js.Conn().IsConnected() {
+				log.Warn("replay waiting for NATS", zap.Uint64("read_up_to", res.LastSeq), zap.Uint64("last", last), zap.NamedError("read_error", err), zap.NamedError("stream_error", ierr))
+				sleep(ctx, time.Second)
+				continue
+			}
+			if res.LastSeq > 0 && info.State.LastSeq <= res.LastSeq {
+				// The bodies after the last one read were deleted: the
+				// replay has read every body there is.
+				return res, nil
+			}
+			if idle++; idle > replayIdle {
+				return res, fmt.Errorf("replay stalled at sequence %d of %d: %w", res.LastSeq, last, err)
+			}
+			// The reader may not have found its feet again after NATS
+			// came back: a new one reads on after the last body read.
+			log.Warn("replay reading RAW again", zap.Uint64("from", res.LastSeq+1), zap.Uint64("last", last), zap.NamedError("read_error", err))
+			it.Stop()
+			from := res.LastSeq + 1
+			if res.LastSeq == 0 {
+				from = 0
+			}
+			next, oerr := open(from)
+			if oerr != nil {
+				// The stopped reader ends the next read at once, and
+				// this is tried again.
+				log.Warn("replay: RAW not read again", zap.Error(oerr))
+				sleep(ctx, time.Second)
+				continue
+			}
+			it = next
+			continue
 		}
+		idle = 0
 		b := replayBody{data: msg.Data(), src: SourceOf(msg), id: msg.Headers().Get(schema.HeaderMsgID)}
+		if b.src.RawSeq > last {
+			// Past the last body of the start: those before it were
+			// deleted meanwhile.
+			if rows.Len() > 0 {
+				if err := flush(); err != nil {
+					return res, err
+				}
+			}
+			return res, nil
+		}
 		if res.FirstSeq == 0 {
 			res.FirstSeq = b.src.RawSeq
 		}
@@ -140,6 +207,18 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 		}
 	}
 }
+
+const (
+	// replayPull is how many RAW bodies the replay's reader asks for at once.
+	replayPull = 2000
+	// replayWait is how long the replay waits for its next body before it
+	// asks whether NATS and RAW answer.
+	replayWait = 10 * time.Second
+	// replayIdle is how many times in a row the replay reads RAW again
+	// from its last body, while NATS and RAW answer and hold bodies after
+	// it, before it gives up.
+	replayIdle = 3
+)
 
 // replayBody is a RAW body a replay read.
 type replayBody struct {
