@@ -5,12 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/processor"
@@ -470,26 +475,21 @@ func TestReplayOutageDoesNotCountTowardMaxDeliver(t *testing.T) {
 	}
 }
 
-// outageOnWrite is a writer that stops the NATS server at its nth write and
-// starts it again a while later.
+// outageOnWrite is a writer that stops the NATS server at its nth write
+// and says so on down.
 type outageOnWrite struct {
 	processor.Writer
 	nats   *schematest.JetStream
 	nth    int
 	writes int
-	down   time.Duration
-	back   chan struct{}
+	down   chan struct{}
 }
 
 func (w *outageOnWrite) Write(ctx context.Context, rows *schema.Rows) error {
 	w.writes++
 	if w.writes == w.nth {
 		w.nats.Shutdown()
-		go func() {
-			time.Sleep(w.down)
-			w.nats.Start()
-			close(w.back)
-		}()
+		close(w.down)
 	}
 	return w.Writer.Write(ctx, rows)
 }
@@ -498,10 +498,15 @@ func (w *outageOnWrite) Write(ctx context.Context, rows *schema.Rows) error {
 // more bodies to read than the replay's reader holds, and comes back 12 s
 // later. The replay waits for it and replays every body. Without EVENTS to
 // publish to (whose retries waited for NATS), it gave up after 10 s without
-// a message ("replay stalled").
+// a body ("replay stalled at sequence 2000 of 2500"). The replay asks
+// after 2 s without a body here, so that it finds NATS away.
 func TestReplayThroughNATSRestart(t *testing.T) {
-	for _, events := range []bool{false, true} {
-		t.Run(fmt.Sprintf("events=%v", events), func(t *testing.T) {
+	processor.SetReplayWait(t, 2*time.Second)
+	for _, tc := range []struct {
+		events bool
+		down   time.Duration
+	}{{false, 12 * time.Second}, {true, 12 * time.Second}} {
+		t.Run(fmt.Sprintf("events=%v", tc.events), func(t *testing.T) {
 			p := newPipeline(t, schematest.ClickHouse(t))
 			const n = 2500 // the reader pulls 2,000 at most
 			for i := 0; i < n; i++ {
@@ -509,21 +514,93 @@ func TestReplayThroughNATSRestart(t *testing.T) {
 			}
 			cfg := p.cfg
 			cfg.BatchRows = 500
-			cfg.PublishEvents = events
-			w := &outageOnWrite{Writer: p.writer, nats: p.nats, nth: 1, down: 12 * time.Second, back: make(chan struct{})}
-			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+			cfg.PublishEvents = tc.events
+			w := &outageOnWrite{Writer: p.writer, nats: p.nats, nth: 1, down: make(chan struct{})}
+			core, logs := observer.New(zap.WarnLevel)
+			logger := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
+			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 			defer cancel()
-			res, err := processor.Replay(ctx, cfg, p.js, w, p.norm, p.numbers, time.Now().Add(-time.Hour), zaptest.NewLogger(t))
-			<-w.back
-			if err != nil {
-				t.Fatalf("replay: %v (%+v)", err, res)
+			type result struct {
+				res processor.ReplayResult
+				err error
 			}
-			if res.Bodies != n || res.LastSeq != n {
-				t.Errorf("replay: %+v, want %d bodies up to sequence %d", res, n, n)
+			done := make(chan result, 1)
+			go func() {
+				res, err := processor.Replay(ctx, cfg, p.js, w, p.norm, p.numbers, time.Now().Add(-time.Hour), logger)
+				done <- result{res, err}
+			}()
+			select {
+			case <-w.down:
+			case r := <-done:
+				t.Fatalf("replay ended before its first write: %+v, %v", r.res, r.err)
+			}
+			time.Sleep(tc.down)
+			p.nats.Start()
+			r := <-done
+			if r.err != nil {
+				t.Fatalf("replay: %v (%+v)", r.err, r.res)
+			}
+			if r.res.Bodies != n || r.res.LastSeq != n {
+				t.Errorf("replay: %+v, want %d bodies up to sequence %d", r.res, n, n)
 			}
 			if got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events"); got != n {
 				t.Errorf("statuses stored: %d, want %d", got, n)
 			}
+			if !tc.events && logs.FilterMessageSnippet("replay waiting for NATS").Len() == 0 {
+				t.Errorf("the replay never found NATS away: the test does not test the wait")
+			}
 		})
+	}
+}
+
+// deleteOnWrite is a writer that, at its first write, deletes the RAW
+// messages of sequences from to to.
+type deleteOnWrite struct {
+	processor.Writer
+	js       jetstream.JetStream
+	from, to uint64
+	once     sync.Once
+	err      error
+}
+
+func (w *deleteOnWrite) Write(ctx context.Context, rows *schema.Rows) error {
+	w.once.Do(func() {
+		st, err := w.js.Stream(ctx, schema.StreamRaw)
+		for seq := w.from; err == nil && seq <= w.to; seq++ {
+			err = st.DeleteMsg(ctx, seq)
+		}
+		w.err = err
+	})
+	return w.Writer.Write(ctx, rows)
+}
+
+// TestReplayDeletedTail: the last bodies a replay was to read are deleted
+// while it runs, and nothing is published after them. The replay ends when
+// it has read every body left, instead of waiting for those that are gone.
+func TestReplayDeletedTail(t *testing.T) {
+	processor.SetReplayWait(t, 2*time.Second)
+	p := newPipeline(t, schematest.ClickHouse(t))
+	const n, kept = 2500, 2100 // the reader pulls 2,000 at most
+	for i := 0; i < n; i++ {
+		p.publish("default", statusBody("107655290331184", "15557810001", fmt.Sprintf("wamid.good-%d", i), 1781514312+i))
+	}
+	cfg := p.cfg
+	cfg.BatchRows = 500
+	cfg.PublishEvents = false
+	w := &deleteOnWrite{Writer: p.writer, js: p.js, from: kept + 1, to: n}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := processor.Replay(ctx, cfg, p.js, w, p.norm, p.numbers, time.Now().Add(-time.Hour), zaptest.NewLogger(t))
+	if w.err != nil {
+		t.Fatalf("deleting the tail: %v", w.err)
+	}
+	if err != nil {
+		t.Fatalf("replay: %v (%+v)", err, res)
+	}
+	if res.Bodies != kept || res.LastSeq != kept {
+		t.Errorf("replay: %+v, want %d bodies up to sequence %d", res, kept, kept)
+	}
+	if got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events"); got != kept {
+		t.Errorf("statuses stored: %d, want %d", got, kept)
 	}
 }

@@ -63,26 +63,33 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 		return res, nil
 	}
 	// open reads RAW from sequence from, or from since when from is 0.
-	open := func(from uint64) (jetstream.MessagesContext, error) {
+	open := func(from uint64) (jetstream.MessagesContext, *jetstream.ConsumerInfo, error) {
 		cc := jetstream.OrderedConsumerConfig{
 			FilterSubjects: []string{schema.SubjectRawAll},
 			DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
 			OptStartTime:   &since,
+			// The client makes the consumer again after a reconnect or
+			// missed heartbeats, without end by default, within one Next
+			// and deaf to its context: a few tries, then the replay's
+			// own loop below decides.
+			MaxResetAttempts: replayResets,
 		}
 		if from > 0 {
 			cc.DeliverPolicy, cc.OptStartTime, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, nil, from
 		}
 		cons, err := js.OrderedConsumer(ctx, schema.StreamRaw, cc)
 		if err != nil {
-			return nil, fmt.Errorf("replay consumer: %w", err)
+			return nil, nil, fmt.Errorf("replay consumer: %w", err)
 		}
 		it, err := cons.Messages(jetstream.PullMaxMessages(replayPull))
 		if err != nil {
-			return nil, fmt.Errorf("replay consume: %w", err)
+			return nil, nil, fmt.Errorf("replay consume: %w", err)
 		}
-		return it, nil
+		// What the server said of the consumer it made (Messages makes
+		// it): NumPending is the bodies from the start on.
+		return it, cons.CachedInfo(), nil
 	}
-	it, err := open(0)
+	it, _, err := open(0)
 	if err != nil {
 		return res, err
 	}
@@ -118,9 +125,14 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 		bodies, bytes = bodies[:0], 0
 		return nil
 	}
-	// idle counts the reads in a row that found nothing while NATS and
-	// RAW answered.
-	idle := 0
+	var (
+		// fresh is whether the reader was opened again after the last
+		// body read; idle counts the fresh readers in a row that found
+		// nothing while NATS and RAW answered and held bodies after it.
+		fresh   bool
+		idle    int
+		waitLog = throttle.Throttle{Every: replayWait}
+	)
 	for {
 		nctx, cancel := context.WithTimeout(ctx, replayWait)
 		msg, err := it.Next(jetstream.NextContext(nctx))
@@ -138,41 +150,52 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 			// NATS away (or RAW without a leader) delays the replay: it
 			// waits, and reads on from where it was once RAW answers.
 			sctx, cancel := context.WithTimeout(ctx, replayWait)
-			info, ierr := stream.Info(sctx)
+			_, ierr := stream.Info(sctx)
 			cancel()
+			if errors.Is(ierr, jetstream.ErrStreamNotFound) {
+				return res, fmt.Errorf("replay at sequence %d of %d: %w", res.LastSeq, last, ierr)
+			}
 			if ierr != nil || !js.Conn().IsConnected() {
-				log.Warn("replay waiting for NATS", zap.Uint64("read_up_to", res.LastSeq), zap.Uint64("last", last), zap.NamedError("read_error", err), zap.NamedError("stream_error", ierr))
+				if _, due := waitLog.Note(); due {
+					log.Warn("replay waiting for NATS", zap.Uint64("read_up_to", res.LastSeq), zap.Uint64("last", last),
+						zap.NamedError("read_error", err), zap.NamedError("stream_error", ierr))
+				}
 				sleep(ctx, time.Second)
 				continue
 			}
-			if res.LastSeq > 0 && info.State.LastSeq <= res.LastSeq {
-				// The bodies after the last one read were deleted: the
-				// replay has read every body there is.
-				return res, nil
+			if fresh {
+				if idle++; idle >= replayIdle {
+					return res, fmt.Errorf("replay stalled at sequence %d of %d: %w", res.LastSeq, last, err)
+				}
 			}
-			if idle++; idle > replayIdle {
-				return res, fmt.Errorf("replay stalled at sequence %d of %d: %w", res.LastSeq, last, err)
-			}
-			// The reader may not have found its feet again after NATS
-			// came back: a new one reads on after the last body read.
-			log.Warn("replay reading RAW again", zap.Uint64("from", res.LastSeq+1), zap.Uint64("last", last), zap.NamedError("read_error", err))
+			// A new reader reads on after the last body read: the old
+			// one may have given up on NATS while it was away.
 			it.Stop()
 			from := res.LastSeq + 1
 			if res.LastSeq == 0 {
 				from = 0
 			}
-			next, oerr := open(from)
+			next, info, oerr := open(from)
 			if oerr != nil {
 				// The stopped reader ends the next read at once, and
-				// this is tried again.
-				log.Warn("replay: RAW not read again", zap.Error(oerr))
+				// this is tried again, as long as NATS is away.
+				if _, due := waitLog.Note(); due {
+					log.Warn("replay waiting for NATS: RAW not read again", zap.Uint64("read_up_to", res.LastSeq), zap.Error(oerr))
+				}
+				fresh = false
 				sleep(ctx, time.Second)
 				continue
 			}
-			it = next
+			it, fresh = next, true
+			if info != nil && info.NumPending == 0 {
+				// Nothing after the last body read: those up to the last
+				// one of the start were deleted meanwhile.
+				return res, nil
+			}
+			log.Info("replay reading RAW again", zap.Uint64("from", from), zap.Uint64("last", last), zap.NamedError("read_error", err))
 			continue
 		}
-		idle = 0
+		fresh, idle = false, 0
 		b := replayBody{data: msg.Data(), src: SourceOf(msg), id: msg.Headers().Get(schema.HeaderMsgID)}
 		if b.src.RawSeq > last {
 			// Past the last body of the start: those before it were
@@ -211,14 +234,18 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 const (
 	// replayPull is how many RAW bodies the replay's reader asks for at once.
 	replayPull = 2000
-	// replayWait is how long the replay waits for its next body before it
-	// asks whether NATS and RAW answer.
-	replayWait = 10 * time.Second
-	// replayIdle is how many times in a row the replay reads RAW again
-	// from its last body, while NATS and RAW answer and hold bodies after
-	// it, before it gives up.
+	// replayIdle is how many readers opened in a row after the last body
+	// read may find nothing within replayWait, while NATS and RAW answer
+	// and hold bodies after it, before the replay gives up.
 	replayIdle = 3
+	// replayResets is how often the client tries to make the replay's
+	// consumer again on its own.
+	replayResets = 2
 )
+
+// replayWait is how long the replay waits for its next body before it
+// asks whether NATS and RAW answer (a variable for tests).
+var replayWait = 10 * time.Second
 
 // replayBody is a RAW body a replay read.
 type replayBody struct {
