@@ -61,6 +61,63 @@ func (o *ingestOptions) registerPublisher(f *flags) {
 	f.DurationVar(&o.cfg.Batch.MaxDelay, "batch-max-delay", o.cfg.Batch.MaxDelay, "batch publisher: a batch ends when a body has waited this long for its ack")
 }
 
+// checkMaxPayload reports a --body-limit that the connected NATS servers'
+// max_payload cannot carry (a body and its headers); nil while not
+// connected.
+func checkMaxPayload(nc *nats.Conn, bodyLimit int) error {
+	if mp := nc.MaxPayload(); mp > 0 && int64(bodyLimit)+4096 > mp {
+		return fmt.Errorf("--body-limit %d does not fit the NATS max_payload of %d bytes: raise max_payload on the servers or lower --body-limit", bodyLimit, mp)
+	}
+	return nil
+}
+
+// checkRawWindow warns of a RAW stream whose duplicate window is shorter
+// than the ack timeout. An existing stream keeps its window until wahook
+// migrate; one shorter than the ack timeout may store a resent body twice.
+func checkRawWindow(log *zap.Logger, info *jetstream.StreamInfo, ackTimeout time.Duration) {
+	if err := ingest.CheckRawStream(info, ackTimeout); err != nil {
+		log.Warn("the raw stream's duplicate window is too short; run wahook migrate with --raw-duplicate-window of at least --ack-timeout",
+			zap.String("stream", schema.StreamRaw), zap.Error(err))
+	}
+}
+
+// checkLater makes the checks of startEndpoint that need NATS once it
+// answers, for an endpoint started while it was away (--provision=false):
+// a --body-limit its max_payload cannot carry is logged as an error (the
+// endpoint runs on, and bodies over the limit get 503), a duplicate
+// window too short as a warning, and a stream that allows fast batches is
+// noted (this process keeps its PubAck per body until restarted).
+func checkLater(ctx context.Context, log *zap.Logger, nc *nats.Conn, js jetstream.JetStream, cfg ingest.Config) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !nc.IsConnected() {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		s, err := js.Stream(cctx, schema.StreamRaw)
+		cancel()
+		if err != nil {
+			continue
+		}
+		if err := checkMaxPayload(nc, cfg.BodyLimit); err != nil {
+			log.Error("NATS answers now, and bodies over its max_payload are answered 503 until this is fixed", zap.Error(err))
+		}
+		info := s.CachedInfo()
+		checkRawWindow(log, info, cfg.AckTimeout)
+		if cfg.Publisher == ingest.PublisherBatch && info.Config.AllowBatchPublish {
+			log.Info("NATS answers now, and the raw stream allows fast batches: this process publishes with a PubAck per body until it is restarted",
+				zap.String("stream", schema.StreamRaw))
+		}
+		return
+	}
+}
+
 // endpoint is a running webhook endpoint.
 type endpoint struct {
 	srv   *ingest.Server
@@ -92,15 +149,10 @@ func startEndpoint(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *inges
 	}
 	// A body NATS cannot carry would get 503 until Meta gives up: refuse
 	// to start instead (nats-server's default max_payload is 1 MB).
-	if mp := nc.MaxPayload(); mp > 0 && int64(o.cfg.BodyLimit)+4096 > mp {
-		return nil, fmt.Errorf("%w: --body-limit %d does not fit the NATS max_payload of %d bytes: raise max_payload on the servers or lower --body-limit", errUsage, o.cfg.BodyLimit, mp)
+	if err := checkMaxPayload(nc, o.cfg.BodyLimit); err != nil {
+		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
-	// An existing stream keeps its window until wahook migrate; one
-	// shorter than the ack timeout may store a resent body twice.
-	if err := ingest.CheckRawStream(info, o.cfg.AckTimeout); err != nil {
-		log.Warn("the raw stream's duplicate window is too short; run wahook migrate with --raw-duplicate-window of at least --ack-timeout",
-			zap.String("stream", schema.StreamRaw), zap.Error(err))
-	}
+	checkRawWindow(log, info, o.cfg.AckTimeout)
 	cfg := o.cfg
 	if o.metricsListen != "" {
 		cfg.NoMetrics = true
@@ -111,10 +163,19 @@ func startEndpoint(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *inges
 	// Fast batches need a stream that allows them (nats-server 2.14+, the
 	// stream provisioned by this version or switched on by wahook migrate);
 	// a stream not known to allow them gets a PubAck per body.
-	if cfg.Publisher == ingest.PublisherBatch && (info == nil || !info.Config.AllowBatchPublish) {
+	switch {
+	case cfg.Publisher != ingest.PublisherBatch:
+	case info == nil:
+		log.Warn("the raw stream could not be read at start (NATS away, with --provision=false): publishing with a PubAck per body; the checks of max_payload and of the stream are made once NATS answers",
+			zap.String("stream", schema.StreamRaw))
+		cfg.Publisher = ingest.PublisherAsync
+	case !info.Config.AllowBatchPublish:
 		log.Warn("the raw stream does not allow fast batches (allow_batched, nats-server 2.14+): publishing with a PubAck per body",
 			zap.String("stream", schema.StreamRaw))
 		cfg.Publisher = ingest.PublisherAsync
+	}
+	if info == nil {
+		go checkLater(ctx, log, nc, js, o.cfg)
 	}
 	pub, err := ingest.NewPublisher(nc, cfg)
 	if err != nil {
