@@ -124,6 +124,9 @@ type endpoint struct {
 	pub   ingest.RawPublisher
 	serve *task // Serve, until Shutdown
 	addr  net.Addr
+	// stopChecks ends the checks made once NATS answers (checkLater), if
+	// they run.
+	stopChecks func() error
 }
 
 // startEndpoint provisions the RAW stream (unless told not to) and starts
@@ -174,8 +177,11 @@ func startEndpoint(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *inges
 			zap.String("stream", schema.StreamRaw))
 		cfg.Publisher = ingest.PublisherAsync
 	}
+	var stopChecks func() error
 	if info == nil {
-		go checkLater(ctx, log, nc, js, o.cfg)
+		cctx, cancel := context.WithCancel(ctx)
+		t := goTask(func() error { checkLater(cctx, log, nc, js, o.cfg); return nil })
+		stopChecks = func() error { cancel(); return t.wait() }
 	}
 	pub, err := ingest.NewPublisher(nc, cfg)
 	if err != nil {
@@ -191,7 +197,7 @@ func startEndpoint(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *inges
 		pub.Close()
 		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	e := &endpoint{srv: srv, pub: pub, addr: ln.Addr()}
+	e := &endpoint{srv: srv, pub: pub, addr: ln.Addr(), stopChecks: stopChecks}
 	e.serve = goTask(func() error { return srv.Serve(ln) })
 	log.Info("webhook endpoint listening", zap.String("addr", ln.Addr().String()), zap.Strings("apps", srv.AppNames()),
 		zap.String("publisher", cfg.Publisher))
@@ -201,7 +207,11 @@ func startEndpoint(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *inges
 // stop shuts the endpoint down in order: readiness fails, HTTP stops
 // accepting, requests in flight finish with their acks.
 func (e *endpoint) parts() []part {
-	return []part{
+	var parts []part
+	if e.stopChecks != nil {
+		parts = append(parts, part{name: "checks of NATS ended", stop: e.stopChecks})
+	}
+	return append(parts, []part{
 		{name: "pending publishes acknowledged", stop: func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 			defer cancel()
@@ -213,7 +223,7 @@ func (e *endpoint) parts() []part {
 			defer cancel()
 			return e.srv.Shutdown(ctx)
 		}},
-	}
+	}...)
 }
 
 // drainNATS drains a connection: pending messages go out, subscriptions end.
