@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/wahook/wahook/ingest"
+	"github.com/wahook/wahook/internal/throttle"
 	"github.com/wahook/wahook/schema"
 )
 
@@ -81,15 +83,19 @@ func checkRawWindow(log *zap.Logger, info *jetstream.StreamInfo, ackTimeout time
 	}
 }
 
-// checkLater makes the checks of startEndpoint that need NATS once it
-// answers, for an endpoint started while it was away (--provision=false):
-// a --body-limit its max_payload cannot carry is logged as an error (the
-// endpoint runs on, and bodies over the limit get 503), a duplicate
-// window too short as a warning, and a stream that allows fast batches is
-// noted (this process keeps its PubAck per body until restarted).
+// checkLater makes the checks of startEndpoint that need NATS and RAW, for
+// an endpoint started before it could read RAW (--provision=false, NATS
+// away or RAW not made yet): once connected, a --body-limit that NATS's
+// max_payload cannot carry is logged as an error (the endpoint runs on,
+// and bodies over the limit get 503); once RAW can be read, a duplicate
+// window too short is warned of, and a stream that allows fast batches is
+// noted (this process keeps its PubAck per body until restarted). While
+// NATS answers and RAW cannot be read, it says so once a minute.
 func checkLater(ctx context.Context, log *zap.Logger, nc *nats.Conn, js jetstream.JetStream, cfg ingest.Config) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	payloadChecked := false
+	unread := throttle.Throttle{Every: time.Minute}
 	for {
 		select {
 		case <-ctx.Done():
@@ -99,19 +105,26 @@ func checkLater(ctx context.Context, log *zap.Logger, nc *nats.Conn, js jetstrea
 		if !nc.IsConnected() {
 			continue
 		}
+		if !payloadChecked {
+			payloadChecked = true
+			if err := checkMaxPayload(nc, cfg.BodyLimit); err != nil {
+				log.Error("NATS answers now, and bodies over its max_payload are answered 503 until this is fixed", zap.Error(err))
+			}
+		}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		s, err := js.Stream(cctx, schema.StreamRaw)
 		cancel()
 		if err != nil {
+			if _, due := unread.Note(); due && ctx.Err() == nil {
+				log.Warn("NATS answers, and the raw stream cannot be read: bodies get 503 until it can (wahook migrate makes it)",
+					zap.String("stream", schema.StreamRaw), zap.Error(err))
+			}
 			continue
-		}
-		if err := checkMaxPayload(nc, cfg.BodyLimit); err != nil {
-			log.Error("NATS answers now, and bodies over its max_payload are answered 503 until this is fixed", zap.Error(err))
 		}
 		info := s.CachedInfo()
 		checkRawWindow(log, info, cfg.AckTimeout)
 		if cfg.Publisher == ingest.PublisherBatch && info.Config.AllowBatchPublish {
-			log.Info("NATS answers now, and the raw stream allows fast batches: this process publishes with a PubAck per body until it is restarted",
+			log.Info("the raw stream can be read now, and allows fast batches: this process publishes with a PubAck per body until it is restarted",
 				zap.String("stream", schema.StreamRaw))
 		}
 		return
@@ -145,10 +158,18 @@ func startEndpoint(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *inges
 		}
 	default:
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		if s, err := js.Stream(cctx, schema.StreamRaw); err == nil {
-			info = s.CachedInfo()
-		}
+		s, err := js.Stream(cctx, schema.StreamRaw)
 		cancel()
+		if err == nil {
+			info = s.CachedInfo()
+			break
+		}
+		why := "NATS away"
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			why = "not found: run wahook migrate"
+		}
+		log.Warn("the raw stream could not be read at start ("+why+"): the checks of max_payload and of the stream are made once it can be read, and bodies get 503 until then",
+			zap.String("stream", schema.StreamRaw), zap.Error(err))
 	}
 	// A body NATS cannot carry would get 503 until Meta gives up: refuse
 	// to start instead (nats-server's default max_payload is 1 MB).
@@ -169,19 +190,12 @@ func startEndpoint(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *inges
 	switch {
 	case cfg.Publisher != ingest.PublisherBatch:
 	case info == nil:
-		log.Warn("the raw stream could not be read at start (NATS away, with --provision=false): publishing with a PubAck per body; the checks of max_payload and of the stream are made once NATS answers",
-			zap.String("stream", schema.StreamRaw))
+		log.Warn("the raw stream's settings are not known: publishing with a PubAck per body", zap.String("stream", schema.StreamRaw))
 		cfg.Publisher = ingest.PublisherAsync
 	case !info.Config.AllowBatchPublish:
 		log.Warn("the raw stream does not allow fast batches (allow_batched, nats-server 2.14+): publishing with a PubAck per body",
 			zap.String("stream", schema.StreamRaw))
 		cfg.Publisher = ingest.PublisherAsync
-	}
-	var stopChecks func() error
-	if info == nil {
-		cctx, cancel := context.WithCancel(ctx)
-		t := goTask(func() error { checkLater(cctx, log, nc, js, o.cfg); return nil })
-		stopChecks = func() error { cancel(); return t.wait() }
 	}
 	pub, err := ingest.NewPublisher(nc, cfg)
 	if err != nil {
@@ -197,7 +211,12 @@ func startEndpoint(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *inges
 		pub.Close()
 		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	e := &endpoint{srv: srv, pub: pub, addr: ln.Addr(), stopChecks: stopChecks}
+	e := &endpoint{srv: srv, pub: pub, addr: ln.Addr()}
+	if info == nil {
+		cctx, cancel := context.WithCancel(ctx)
+		t := goTask(func() error { checkLater(cctx, log, nc, js, o.cfg); return nil })
+		e.stopChecks = func() error { cancel(); return t.wait() }
+	}
 	e.serve = goTask(func() error { return srv.Serve(ln) })
 	log.Info("webhook endpoint listening", zap.String("addr", ln.Addr().String()), zap.Strings("apps", srv.AppNames()),
 		zap.String("publisher", cfg.Publisher))

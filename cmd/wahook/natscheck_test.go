@@ -11,6 +11,7 @@ import (
 
 	"github.com/wahook/wahook/ingest"
 	"github.com/wahook/wahook/internal/testutil"
+	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/schematest"
 )
 
@@ -19,8 +20,9 @@ import (
 // answering at start, ingest refuses to start and says why. With
 // --provision=false and NATS away at start, ingest started and never said
 // it (every body over 1 MB got 503, with "maximum payload exceeded" in a
-// throttled warning); now it says so as an error once NATS answers, and
-// checks the stream then too.
+// throttled warning); now it says so as an error once NATS answers, says
+// that RAW cannot be read while it is missing, and checks RAW once it can
+// be read.
 func TestIngestBodyLimitOverMaxPayload(t *testing.T) {
 	js := schematest.StartJetStream(t)
 	const tooLarge = "does not fit the NATS max_payload of 1048576 bytes"
@@ -39,38 +41,49 @@ func TestIngestBodyLimitOverMaxPayload(t *testing.T) {
 		t.Fatalf("ingest with a --body-limit over max_payload still runs after 30 s:\n%s", logs.String())
 	}
 
-	// The stream exists, with a duplicate window shorter than the ack
-	// timeout; then NATS goes away and ingest starts without provisioning.
+	// With --provision=false, NATS away at start, and no RAW stream when it
+	// comes back (the first run above made one: it is deleted).
 	nc, err := nats.Connect(js.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer nc.Close()
 	jsc, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cfg := ingest.DefaultStreamConfig().RawStreamConfig()
-	cfg.Duplicates = time.Second // ingest's ack timeout is 2 s
-	if _, err := jsc.CreateOrUpdateStream(ctx, cfg); err != nil {
+	if err := jsc.DeleteStream(ctx, schema.StreamRaw); err != nil {
 		t.Fatal(err)
 	}
-	nc.Close()
 	js.Shutdown()
 
 	var logs2 syncBuffer
 	startWahook(t, &logs2, "ingest", "--nats-url", js.URL(), "--provision=false", "--listen", freeAddr(t), "--app-secret", abuseSecret,
 		"--body-limit", "4000000", "--log-format", "console")
 	testutil.Eventually(t, 30*time.Second, "ingest started with NATS away", func() (bool, string) {
-		return strings.Contains(logs2.String(), "could not be read at start"), logs2.String()
+		return strings.Contains(logs2.String(), "could not be read at start (NATS away)"), logs2.String()
 	})
-	if strings.Contains(logs2.String(), tooLarge) {
-		t.Fatalf("the max_payload check made before NATS answered:\n%s", logs2.String())
-	}
 	js.Start()
-	testutil.Eventually(t, 30*time.Second, "the checks made once NATS answers", func() (bool, string) {
+	// NATS answers: the max_payload check is made, and the missing stream
+	// said.
+	testutil.Eventually(t, 30*time.Second, "the max_payload check made once NATS answers", func() (bool, string) {
 		l := logs2.String()
-		return strings.Contains(l, tooLarge) && strings.Contains(l, "duplicate window is too short") && strings.Contains(l, "allows fast batches"), l
+		return strings.Contains(l, tooLarge) && strings.Contains(l, "the raw stream cannot be read"), l
 	})
+	// The stream is made, with a duplicate window shorter than the ack
+	// timeout: its checks follow.
+	cfg := ingest.DefaultStreamConfig().RawStreamConfig()
+	cfg.Duplicates = time.Second // ingest's ack timeout is 2 s
+	if _, err := jsc.CreateOrUpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, "the stream's checks made once it can be read", func() (bool, string) {
+		l := logs2.String()
+		return strings.Contains(l, "duplicate window is too short") && strings.Contains(l, "allows fast batches: this process publishes"), l
+	})
+	if n := strings.Count(logs2.String(), tooLarge); n != 1 {
+		t.Errorf("the max_payload error logged %d times, want once:\n%s", n, logs2.String())
+	}
 }
