@@ -157,6 +157,12 @@ func connLogging(log *zap.Logger, name string) []nats.Option {
 	errs := &throttle.Throttle{Every: 10 * time.Second}
 	return []nats.Option{
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			// The client calls this on a close too (a drain at shutdown):
+			// that is no loss of NATS, and the closed handler speaks of
+			// it.
+			if nc.IsClosed() {
+				return
+			}
 			l.Warn("nats disconnected, reconnecting", zap.Error(err))
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {

@@ -79,3 +79,34 @@ func TestConnLoggingClientErrors(t *testing.T) {
 		t.Fatalf("%d messages dropped, want 20 (the test's rounds went otherwise)", d)
 	}
 }
+
+// TestConnLoggingDisconnects: a connection drained at shutdown is not
+// logged as NATS lost (the client calls its disconnect handler on a close
+// too, and every serve logged "nats disconnected, reconnecting" as it
+// stopped); a server that goes away is.
+func TestConnLoggingDisconnects(t *testing.T) {
+	srv := schematest.StartJetStream(t)
+	core, logs := observer.New(zap.WarnLevel)
+	nc, err := nats.Connect(srv.URL(), connLogging(zap.New(core), "test")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drainNATS(nc); err != nil {
+		t.Fatal(err)
+	}
+	// The client's handlers run on a goroutine of their own: one more
+	// connection's lost server, logged after the first's close would
+	// have been, shows the close was seen.
+	nc2, err := nats.Connect(srv.URL(), append(connLogging(zap.New(core), "test2"), nats.ReconnectWait(50*time.Millisecond))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc2.Close()
+	srv.Shutdown()
+	testutil.Eventually(t, 10*time.Second, "the lost server logged", func() (bool, string) {
+		return logs.FilterMessage("nats disconnected, reconnecting").FilterField(zap.String("connection", "test2")).Len() == 1, ""
+	})
+	if n := logs.FilterMessage("nats disconnected, reconnecting").FilterField(zap.String("connection", "test")).Len(); n != 0 {
+		t.Errorf("the drained connection logged as lost %d times", n)
+	}
+}
