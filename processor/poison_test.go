@@ -333,12 +333,14 @@ func TestStage1SlowBody(t *testing.T) {
 // outageThenRefuse is a writer for which a batch holding a status of
 // message id flaky first finds the store away (outages times), then is
 // refused while the body is not alone, then once more alone, and then is
-// taken.
+// taken. With whenAlone, the store is away only for the body alone: a
+// batch holding it beside others is refused at once.
 type outageThenRefuse struct {
 	processor.Writer
-	flaky   string
-	outages int
-	alone   int // refusals of the body alone left
+	flaky     string
+	outages   int
+	alone     int // refusals of the body alone left
+	whenAlone bool
 }
 
 func (w *outageThenRefuse) Write(ctx context.Context, rows *schema.Rows) error {
@@ -347,7 +349,7 @@ func (w *outageThenRefuse) Write(ctx context.Context, rows *schema.Rows) error {
 			continue
 		}
 		switch {
-		case w.outages > 0:
+		case w.outages > 0 && (!w.whenAlone || len(rows.Statuses) == 1):
 			w.outages--
 			return fmt.Errorf("store away: %w", nats.ErrNoResponders)
 		case len(rows.Statuses) > 1:
@@ -412,36 +414,6 @@ func TestStage1StopWhileReopening(t *testing.T) {
 	p.stop()
 }
 
-// aloneOutageThenRefuse is a writer that refuses a batch holding a status
-// of message id flaky beside others; alone, the status first finds the
-// store away (outages times), then is refused once more, and then is
-// taken.
-type aloneOutageThenRefuse struct {
-	processor.Writer
-	flaky   string
-	outages int
-	alone   int // refusals of the body alone left
-}
-
-func (w *aloneOutageThenRefuse) Write(ctx context.Context, rows *schema.Rows) error {
-	for i := range rows.Statuses {
-		if rows.Statuses[i].MessageID != w.flaky {
-			continue
-		}
-		switch {
-		case len(rows.Statuses) > 1:
-			return errors.New("refused beside others")
-		case w.outages > 0:
-			w.outages--
-			return fmt.Errorf("store away: %w", nats.ErrNoResponders)
-		case w.alone > 0:
-			w.alone--
-			return errors.New("refused once on its own: a passing error")
-		}
-	}
-	return w.Writer.Write(ctx, rows)
-}
-
 // TestReplayOutageDoesNotCountTowardMaxDeliver: in a replay, a body being
 // written on its own finds the store away for more tries than
 // --max-deliver, and is then refused once: it is stored, and no dead
@@ -454,7 +426,7 @@ func TestReplayOutageDoesNotCountTowardMaxDeliver(t *testing.T) {
 		p.publish("default", statusBody("107655290331184", "15557810001", fmt.Sprintf("wamid.good-%d", i), 1781514312+i))
 	}
 	p.publish("default", statusBody("107655290331184", "15557810001", "wamid.flaky", 1781514300))
-	w := &aloneOutageThenRefuse{Writer: p.writer, flaky: "wamid.flaky", outages: 5, alone: 1}
+	w := &outageThenRefuse{Writer: p.writer, flaky: "wamid.flaky", outages: 5, alone: 1, whenAlone: true}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	res, err := processor.Replay(ctx, p.cfg, p.js, w, p.norm, p.numbers, time.Now().Add(-time.Hour), zaptest.NewLogger(t))
