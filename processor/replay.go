@@ -37,6 +37,11 @@ type ReplayResult struct {
 // cfg.MaxDeliver times becomes a dead letter (retries_exhausted): one
 // body the store refuses never holds back the replay of the others.
 //
+// NATS away, or RAW without a leader, delays the replay too: it writes
+// what it read, waits, and reads on from after the last body it read. It
+// gives up only when RAW is gone, or when readers opened again keep
+// finding nothing while RAW answers and holds bodies after it.
+//
 // With numbers (nil: none), display numbers are resolved and learned as
 // stage 1 does (resolve.go), and the events of numbers still unknown held
 // again: the management table keeps the last copy of an event, and a
