@@ -137,6 +137,9 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 		fresh   bool
 		idle    int
 		waitLog = throttle.Throttle{Every: replayWait}
+		// openFails counts the readers in a row that could not be
+		// opened while NATS and RAW answered.
+		openFails int
 	)
 	for {
 		nctx, cancel := context.WithTimeout(ctx, replayWait)
@@ -165,6 +168,9 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 					log.Warn("replay waiting for NATS", zap.Uint64("read_up_to", res.LastSeq), zap.Uint64("last", last),
 						zap.NamedError("read_error", err), zap.NamedError("stream_error", ierr))
 				}
+				// A reader that met the outage found nothing for it, not
+				// for want of bodies: it does not count toward giving up.
+				fresh = false
 				sleep(ctx, time.Second)
 				continue
 			}
@@ -182,16 +188,20 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 			}
 			next, info, oerr := open(from)
 			if oerr != nil {
-				// The stopped reader ends the next read at once, and
-				// this is tried again, as long as NATS is away.
+				// The stopped reader ends the next read at once, and this
+				// is tried again: while NATS is away, without end; while
+				// NATS and RAW answer, replayOpens times.
+				if openFails++; openFails > replayOpens {
+					return res, fmt.Errorf("replay at sequence %d of %d: RAW not read again: %w", res.LastSeq, last, oerr)
+				}
 				if _, due := waitLog.Note(); due {
-					log.Warn("replay waiting for NATS: RAW not read again", zap.Uint64("read_up_to", res.LastSeq), zap.Error(oerr))
+					log.Warn("replay: RAW not read again, retrying", zap.Uint64("read_up_to", res.LastSeq), zap.Error(oerr))
 				}
 				fresh = false
 				sleep(ctx, time.Second)
 				continue
 			}
-			it, fresh = next, true
+			it, fresh, openFails = next, true, 0
 			if info != nil && info.NumPending == 0 {
 				// Nothing after the last body read: those up to the last
 				// one of the start were deleted meanwhile.
@@ -246,6 +256,10 @@ const (
 	// replayResets is how often the client tries to make the replay's
 	// consumer again on its own.
 	replayResets = 2
+	// replayOpens is how many times in a row a reader may fail to open,
+	// while NATS and RAW answer, before the replay gives up (a second
+	// apart at least).
+	replayOpens = 30
 )
 
 // replayWait is how long the replay waits for its next body before it

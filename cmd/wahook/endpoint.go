@@ -164,11 +164,14 @@ func startEndpoint(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *inges
 			info = s.CachedInfo()
 			break
 		}
-		why := "NATS away"
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
+		why := "it did not answer"
+		switch {
+		case errors.Is(err, jetstream.ErrStreamNotFound):
 			why = "not found: run wahook migrate"
+		case !nc.IsConnected():
+			why = "NATS away"
 		}
-		log.Warn("the raw stream could not be read at start ("+why+"): the checks of max_payload and of the stream are made once it can be read, and bodies get 503 until then",
+		log.Warn("the raw stream could not be read at start ("+why+"): bodies get 503 until it can; the check of max_payload is made once NATS answers, the stream's once it can be read",
 			zap.String("stream", schema.StreamRaw), zap.Error(err))
 	}
 	// A body NATS cannot carry would get 503 until Meta gives up: refuse

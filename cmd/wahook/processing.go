@@ -56,7 +56,7 @@ func (o *processOptions) register(f *flags, withSwitch bool) {
 		f.Secret("phone-hash-key")
 		f.IntVar(&o.cfg.BatchRows, "batch-rows", o.cfg.BatchRows, "rows per ClickHouse insert at most")
 		f.DurationVar(&o.cfg.FlushInterval, "flush-interval", o.cfg.FlushInterval, "how long a batch gathers rows before it is written (longer while the previous write runs)")
-		f.DurationVar(&o.cfg.AckWait, "ack-wait", o.cfg.AckWait, "how long JetStream waits for stage 1's ack before redelivering; a ClickHouse write gets half of it (replay's writes too)")
+		f.DurationVar(&o.cfg.AckWait, "ack-wait", o.cfg.AckWait, "how long JetStream waits for stage 1's ack before redelivering; a batch's ClickHouse write gets half of it (a replay's too), a failed batch's parts written again a quarter")
 		f.DurationVar(&o.cfg.StallAfter, "stall-after", o.cfg.StallAfter, "how long stage 1 waits for a body while its consumer holds bodies and no pull request waits for them before it reads the consumer again (a pull request lost with a NATS node is never answered)")
 		f.IntVar(&o.cfg.MaxDeliver, "max-deliver", o.cfg.MaxDeliver, "failures of a RAW body on its own while ClickHouse and NATS answer before it becomes a dead letter (retries_exhausted) and is acked; failures during an outage, and the deliveries they cost, never count")
 		f.BoolVar(&o.storeContent, "store-content", false, "store the text of inbound messages (text, captions, reply titles, reactions, locations) in inbound_messages.content and their WAHOOK_EVENTS; off: the text is kept nowhere")
