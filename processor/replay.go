@@ -101,12 +101,10 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 	defer func() { it.Stop() }()
 
 	r := &replayer{
-		ctx: ctx, cfg: cfg, log: log, res: &res,
-		// stage 1's resolution of display numbers, and its view of
-		// whether both stores answer. The events of numbers learned
-		// meanwhile that settleNumbers queues for stage 1's next batch
-		// are not applied by the replay: they stay held, and stage 1's
-		// sweep applies them.
+		ctx: ctx, res: &res,
+		// The events of numbers learned meanwhile that settleNumbers
+		// queues for stage 1's next batch are not applied by the replay:
+		// they stay held, and stage 1's sweep applies them.
 		st: &Stage1{cfg: cfg, js: js, w: w, n: n, numbers: numbers, log: log, metrics: newMetrics(prometheus.NewRegistry())},
 	}
 	r.strikeLog.Every = strikeLogEvery
@@ -275,9 +273,10 @@ type replayBody struct {
 
 // replayer stores what Replay reads.
 type replayer struct {
-	ctx    context.Context
-	cfg    Config
-	log    *zap.Logger
+	ctx context.Context
+	// st is stage 1's resolution of display numbers, and its view of
+	// whether both stores answer; its cfg, writer, normalizer and log
+	// are the replay's.
 	st     *Stage1
 	events *eventPublisher // nil: events are not published
 	res    *ReplayResult
@@ -288,18 +287,18 @@ type replayer struct {
 // retry runs f until it succeeds, waiting a growing backoff after each
 // failure, or until the replay's context ends.
 func (r *replayer) retry(what string, f func() error) error {
-	backoff := r.cfg.BackoffMin
+	backoff := r.st.cfg.BackoffMin
 	for {
 		err := f()
 		if err == nil {
 			return nil
 		}
-		r.log.Warn(what+", retrying", zap.Error(err), zap.Duration("in", backoff))
+		r.st.log.Warn(what+", retrying", zap.Error(err), zap.Duration("in", backoff))
 		sleep(r.ctx, backoff)
 		if r.ctx.Err() != nil {
 			return r.ctx.Err()
 		}
-		backoff = min(2*backoff, r.cfg.BackoffMax)
+		backoff = min(2*backoff, r.st.cfg.BackoffMax)
 	}
 }
 
@@ -326,7 +325,7 @@ func (r *replayer) add(b replayBody, rows *schema.Rows, work *numberWork) error 
 func (r *replayer) try(rows *schema.Rows, work *numberWork) error {
 	// A write does not outlive a hung store: as stage 1's, it has a
 	// deadline of its own.
-	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.AckWait/2)
+	ctx, cancel := context.WithTimeout(r.ctx, r.st.cfg.AckWait/2)
 	defer cancel()
 	err := r.st.w.Write(ctx, rows)
 	if err == nil && r.events != nil {
@@ -345,7 +344,7 @@ func (r *replayer) try(rows *schema.Rows, work *numberWork) error {
 // cfg.MaxDeliver times becomes a dead letter. A half (nested) does not
 // warn again of its split.
 func (r *replayer) store(bodies []replayBody, rows *schema.Rows, work *numberWork, nested bool) error {
-	backoff := r.cfg.BackoffMin
+	backoff := r.st.cfg.BackoffMin
 	strikes := 0
 	for {
 		err := r.try(rows, work)
@@ -361,7 +360,7 @@ func (r *replayer) store(bodies []replayBody, rows *schema.Rows, work *numberWor
 		if len(bodies) > 0 && !errors.Is(err, errNumbers) && !isOutage(err) && r.st.healthy(r.ctx) {
 			if len(bodies) > 1 {
 				if !nested {
-					r.log.Warn("replay batch not stored while both stores answer: writing its bodies in halves",
+					r.st.log.Warn("replay batch not stored while both stores answer: writing its bodies in halves",
 						zap.Int("batch_bodies", len(bodies)), zap.Error(err))
 				}
 				half := len(bodies) / 2
@@ -385,44 +384,39 @@ func (r *replayer) store(bodies []replayBody, rows *schema.Rows, work *numberWor
 			if !chwriter.Unavailable(err) {
 				strikes++
 			}
-			if strikes >= r.cfg.MaxDeliver {
+			if strikes >= r.st.cfg.MaxDeliver {
 				return r.deadLetter(bodies[0], strikes, err)
 			}
 			if count, due := r.strikeLog.Note(); due {
-				r.log.Warn("replayed body not stored on its own, will retry", zap.Uint64("raw_seq", bodies[0].src.RawSeq),
-					zap.Int("tries", strikes), zap.Int("max_deliver", r.cfg.MaxDeliver), zap.Duration("retry_in", backoff),
+				r.st.log.Warn("replayed body not stored on its own, will retry", zap.Uint64("raw_seq", bodies[0].src.RawSeq),
+					zap.Int("tries", strikes), zap.Int("max_deliver", r.st.cfg.MaxDeliver), zap.Duration("retry_in", backoff),
 					zap.Int64("bodies_since_last_line", count), zap.Error(err))
 			}
 		} else {
-			r.log.Warn("replay batch not stored, retrying", zap.Int("batch_bodies", len(bodies)), zap.Error(err), zap.Duration("in", backoff))
+			r.st.log.Warn("replay batch not stored, retrying", zap.Int("batch_bodies", len(bodies)), zap.Error(err), zap.Duration("in", backoff))
 		}
 		sleep(r.ctx, backoff)
 		if r.ctx.Err() != nil {
 			return r.ctx.Err()
 		}
-		backoff = min(2*backoff, r.cfg.BackoffMax)
+		backoff = min(2*backoff, r.st.cfg.BackoffMax)
 	}
 }
 
 // deadLetter stores b, which failed on its own tries times with err, as a
 // dead letter (retrying while the store does not take it).
 func (r *replayer) deadLetter(b replayBody, tries int, err error) error {
-	id := b.id
-	if id == "" {
-		id = schema.RawMsgID(b.data)
-	}
-	d := schema.DeadLetter{Source: b.src, RawMsgID: id, Reason: ReasonRetriesExhausted,
-		Error: fmt.Sprintf("not stored in %d tries on its own in a replay while the stores answered: %v", tries, err), Body: string(b.data)}
+	why := fmt.Sprintf("not stored in %d tries on its own in a replay while the stores answered: %v", tries, err)
 	if err := r.retry("replay: dead letter not stored", func() error {
-		ctx, cancel := context.WithTimeout(r.ctx, r.cfg.AckWait/2)
+		ctx, cancel := context.WithTimeout(r.ctx, r.st.cfg.AckWait/2)
 		defer cancel()
-		return writeDeadLetter(ctx, r.st.w, d)
+		return writeDeadLetter(ctx, r.st.w, b.src, b.id, b.data, why)
 	}); err != nil {
 		return err
 	}
 	r.res.DeadLetters++
 	r.res.Batches++
-	r.log.Warn("replayed body made a dead letter after failing on its own", zap.Uint64("raw_seq", b.src.RawSeq),
+	r.st.log.Warn("replayed body made a dead letter after failing on its own", zap.Uint64("raw_seq", b.src.RawSeq),
 		zap.Int("tries", tries), zap.Error(err))
 	return nil
 }

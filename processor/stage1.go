@@ -634,13 +634,8 @@ func (s *Stage1) strike(ctx context.Context, m jetstream.Msg, err error) {
 	// one a first failure of its own (a timeout, a passing error) would
 	// make it a dead letter at once.
 	if !isOutage(err) && !chwriter.Unavailable(err) && s.healthy(ctx) && s.countStrike(src.RawSeq) >= s.cfg.MaxDeliver {
-		id := m.Headers().Get(schema.HeaderMsgID)
-		if id == "" {
-			id = schema.RawMsgID(m.Data())
-		}
-		d := schema.DeadLetter{Source: src, RawMsgID: id, Reason: ReasonRetriesExhausted,
-			Error: fmt.Sprintf("not stored in %d tries on its own while the stores answered (%d deliveries): %v", s.cfg.MaxDeliver, n, err), Body: string(m.Data())}
-		werr := writeDeadLetter(ctx, s.w, d)
+		werr := writeDeadLetter(ctx, s.w, src, m.Headers().Get(schema.HeaderMsgID), m.Data(),
+			fmt.Sprintf("not stored in %d tries on its own while the stores answered (%d deliveries): %v", s.cfg.MaxDeliver, n, err))
 		if werr == nil {
 			_ = m.Ack()
 			delete(s.strikes, src.RawSeq)
@@ -661,10 +656,15 @@ func (s *Stage1) strike(ctx context.Context, m jetstream.Msg, err error) {
 	}
 }
 
-// writeDeadLetter stores d, a body's dead letter. The body itself may be
-// what the store refuses: the reason is then kept without it (RAW still
-// holds it, at its sequence).
-func writeDeadLetter(ctx context.Context, w Writer, d schema.DeadLetter) error {
+// writeDeadLetter stores the dead letter (retries_exhausted, for the
+// reason why) of body, read from RAW as src with Nats-Msg-Id id (empty:
+// the body's own id). The body itself may be what the store refuses: the
+// reason is then kept without it (RAW still holds it, at its sequence).
+func writeDeadLetter(ctx context.Context, w Writer, src schema.Source, id string, body []byte, why string) error {
+	if id == "" {
+		id = schema.RawMsgID(body)
+	}
+	d := schema.DeadLetter{Source: src, RawMsgID: id, Reason: ReasonRetriesExhausted, Error: why, Body: string(body)}
 	rows := schema.Rows{DeadLetters: []schema.DeadLetter{d}}
 	err := w.Write(ctx, &rows)
 	if err != nil {
