@@ -521,6 +521,7 @@ func TestReplayThroughNATSRestart(t *testing.T) {
 			if !tc.events && logs.FilterMessageSnippet("replay waiting for NATS").Len() == 0 {
 				t.Errorf("the replay never found NATS away: the test does not test the wait")
 			}
+			noReplayConsumers(t, p.js)
 		})
 	}
 }
@@ -574,5 +575,26 @@ func TestReplayDeletedTail(t *testing.T) {
 	}
 	if got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events"); got != kept {
 		t.Errorf("statuses stored: %d, want %d", got, kept)
+	}
+	// Its first reader and the one it opened again are both deleted.
+	noReplayConsumers(t, p.js)
+}
+
+// noReplayConsumers fails t if RAW has a consumer: a replay deletes its
+// own when it ends (the pipelines of these tests run no stage 1).
+func noReplayConsumers(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, schema.StreamRaw)
+	if err != nil {
+		t.Fatalf("stream %s: %v", schema.StreamRaw, err)
+	}
+	var names []string
+	for name := range st.ConsumerNames(ctx).Name() {
+		names = append(names, name)
+	}
+	if len(names) > 0 {
+		t.Errorf("consumers of %s after the replay: %v, want none", schema.StreamRaw, names)
 	}
 }

@@ -68,7 +68,7 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 		return res, nil
 	}
 	// open reads RAW from sequence from, or from since when from is 0.
-	open := func(from uint64) (jetstream.MessagesContext, *jetstream.ConsumerInfo, error) {
+	open := func(from uint64) (jetstream.MessagesContext, jetstream.Consumer, error) {
 		cc := jetstream.OrderedConsumerConfig{
 			FilterSubjects: []string{schema.SubjectRawAll},
 			DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
@@ -90,15 +90,16 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 		if err != nil {
 			return nil, nil, fmt.Errorf("replay consume: %w", err)
 		}
-		// What the server said of the consumer it made (Messages makes
-		// it): NumPending is the bodies from the start on.
-		return it, cons.CachedInfo(), nil
+		return it, cons, nil
 	}
-	it, _, err := open(0)
+	it, cons, err := open(0)
 	if err != nil {
 		return res, err
 	}
-	defer func() { it.Stop() }()
+	defer func() {
+		it.Stop()
+		dropConsumer(ctx, stream, cons, log)
+	}()
 
 	r := &replayer{
 		ctx: ctx, res: &res,
@@ -178,13 +179,16 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 				}
 			}
 			// A new reader reads on after the last body read: the old
-			// one may have given up on NATS while it was away.
+			// one may have given up on NATS while it was away. Its
+			// consumer is deleted rather than left to the server's
+			// inactivity timeout.
 			it.Stop()
+			dropConsumer(ctx, stream, cons, log)
 			from := res.LastSeq + 1
 			if res.LastSeq == 0 {
 				from = 0
 			}
-			next, info, oerr := open(from)
+			next, nextCons, oerr := open(from)
 			if oerr != nil {
 				// The stopped reader ends the next read at once, and this
 				// is tried again: while NATS is away, without end; while
@@ -199,8 +203,10 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 				sleep(ctx, time.Second)
 				continue
 			}
-			it, fresh, openFails = next, true, 0
-			if info != nil && info.NumPending == 0 {
+			it, cons, fresh, openFails = next, nextCons, true, 0
+			// What the server said of the consumer it made (Messages
+			// makes it): NumPending is the bodies from the start on.
+			if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
 				// Nothing after the last body read: those up to the last
 				// one of the start were deleted meanwhile.
 				return res, nil
@@ -259,6 +265,22 @@ const (
 	// apart at least).
 	replayOpens = 30
 )
+
+// dropConsumer deletes the replay's consumer of RAW, cons, once its
+// reader is stopped: the server would keep it for its inactivity timeout
+// (five minutes) otherwise. A consumer gone already, with the server it
+// lived on, is no error.
+func dropConsumer(ctx context.Context, stream jetstream.Stream, cons jetstream.Consumer, log *zap.Logger) {
+	info := cons.CachedInfo()
+	if info == nil {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := stream.DeleteConsumer(dctx, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		log.Debug("replay: consumer not deleted; the server drops it when idle", zap.String("consumer", info.Name), zap.Error(err))
+	}
+}
 
 // replayWait is how long the replay waits for its next body before it
 // asks whether NATS and RAW answer (a variable for tests).
