@@ -157,10 +157,12 @@ func connLogging(log *zap.Logger, name string) []nats.Option {
 	errs := &throttle.Throttle{Every: 10 * time.Second}
 	return []nats.Option{
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
-			// The client calls this on a close too (a drain at shutdown):
-			// that is no loss of NATS, and the closed handler speaks of
-			// it.
-			if nc.IsClosed() {
+			// The client calls this on a close too (a drain at shutdown),
+			// without an error: that is no loss of NATS, and the closed
+			// handler speaks of it. A lost server comes with the error
+			// that lost it, even when the connection was closed before
+			// this ran.
+			if err == nil && nc.IsClosed() {
 				return
 			}
 			l.Warn("nats disconnected, reconnecting", zap.Error(err))

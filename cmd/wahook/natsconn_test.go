@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"testing"
 	"time"
 
@@ -108,5 +109,28 @@ func TestConnLoggingDisconnects(t *testing.T) {
 	})
 	if n := logs.FilterMessage("nats disconnected, reconnecting").FilterField(zap.String("connection", "test")).Len(); n != 0 {
 		t.Errorf("the drained connection logged as lost %d times", n)
+	}
+
+	// A server lost, and the connection closed before the client's handler
+	// goroutine ran the disconnect handler (the client gives a test no way
+	// to hold that order, so the handler is called as the client would,
+	// with the closed connection): still logged, since it comes with the
+	// error that lost the server.
+	var o nats.Options
+	for _, opt := range connLogging(zap.New(core), "test3") {
+		if err := opt(&o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !nc.IsClosed() {
+		t.Fatal("the drained connection is not closed")
+	}
+	o.DisconnectedErrCB(nc, io.EOF)
+	if n := logs.FilterMessage("nats disconnected, reconnecting").FilterField(zap.String("connection", "test3")).Len(); n != 1 {
+		t.Errorf("a lost server seen after the close logged %d times, want 1", n)
+	}
+	o.DisconnectedErrCB(nc, nil)
+	if n := logs.FilterMessage("nats disconnected, reconnecting").FilterField(zap.String("connection", "test3")).Len(); n != 1 {
+		t.Errorf("after a close without an error: %d lines, want still 1 (a close is no lost server)", n)
 	}
 }
