@@ -43,6 +43,13 @@ type Config struct {
 	FallbackShare float64
 	// FallbackTierMPS is the tier assumed before any signal (80).
 	FallbackTierMPS float64
+	// Share is the part of each number's rate this Pacer sends at (1).
+	// wahook's signal is the rate of the number for all its senders
+	// together: when n processes (replicas of a service, or several
+	// services) send from the same numbers, each gives its Pacer 1/n, or
+	// each number is sent from by one process only. Otherwise they send
+	// at n times the rate and meet Meta's 130429.
+	Share float64
 	// BurstWindow is the depth of a number's bucket as time at its rate:
 	// at 80 mps and 100 ms, 8 sends may go at once (at least 1).
 	BurstWindow time.Duration
@@ -92,6 +99,7 @@ func DefaultConfig() Config {
 		MaxSignalAge:      30 * time.Second,
 		FallbackShare:     0.8,
 		FallbackTierMPS:   DefaultTierMPS,
+		Share:             1,
 		BurstWindow:       100 * time.Millisecond,
 		PairInterval:      PairInterval + 100*time.Millisecond,
 		PairBurst:         PairBurst,
@@ -114,6 +122,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.FallbackTierMPS == 0 {
 		c.FallbackTierMPS = d.FallbackTierMPS
+	}
+	if c.Share == 0 {
+		c.Share = d.Share
 	}
 	if c.BurstWindow == 0 {
 		c.BurstWindow = d.BurstWindow
@@ -147,6 +158,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("pacer: durations must not be negative")
 	case c.FallbackShare <= 0 || c.FallbackShare > 1:
 		return c, errors.New("pacer: fallback share must be in (0, 1]")
+	case c.Share <= 0 || c.Share > 1:
+		return c, errors.New("pacer: share must be in (0, 1]")
 	case c.FallbackTierMPS < 1:
 		return c, errors.New("pacer: fallback tier must be at least 1 mps")
 	case c.ReportBatch < 1 || c.ReportBatch > 1000:

@@ -16,6 +16,9 @@
 // down), a number is sent at Config.FallbackShare (80%) of its last known
 // tier, else of 80 mps; Wait never blocks forever on a missing signal.
 //
+// The signal is a number's rate for all its senders together: processes
+// that send from the same numbers each take their part (Config.Share).
+//
 // The package imports only schema, nats.go and golang.org/x/time/rate.
 // docs/pacer.md describes it with the simulator and the campaign that
 // measure it.

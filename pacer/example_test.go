@@ -26,7 +26,13 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	defer p.Close(ctx)
+	defer func() {
+		// Close reports what is still queued within its context: a fresh
+		// one with a limit, since the service's own has ended at shutdown.
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = p.Close(cctx)
+	}()
 
 	const number, recipient = "106540352242922", "15551234567"
 	if err := p.Wait(ctx, number, recipient); err != nil {

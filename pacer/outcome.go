@@ -62,7 +62,12 @@ var requestSeq atomic.Uint64
 //     doubling with the attempt (to 60 s), dropped after MaxAttempts.
 //
 // A result without a timestamp gets now; without a request id one of the
-// pacer's, so that two identical failures in one second count twice.
+// pacer's, so that two identical failures in one second count twice;
+// without a status, failed if it has an error code, accepted if it has a
+// message id. A result with none of the three is a send whose answer was
+// lost: it is retried like a service error and not reported. A result
+// wahook would refuse (schema.SendResult.Check) is not reported either,
+// and counted (Stats.ReportInvalid); its decision is made all the same.
 func (p *Pacer) Outcome(r Result) Decision {
 	now := time.Now()
 	res := r.SendResult
@@ -73,14 +78,33 @@ func (p *Pacer) Outcome(r Result) Decision {
 		res.RequestID = "pacer-" + strconv.FormatUint(requestSeq.Add(1), 36)
 	}
 	if res.Status == "" {
-		if res.ErrorCode != 0 {
+		switch {
+		case res.ErrorCode != 0:
 			res.Status = schema.SendFailed
-		} else {
+		case res.MessageID != "":
 			res.Status = schema.SendAccepted
+		default:
+			// Neither a wamid nor Meta's error: the send's answer was lost
+			// (a timeout, a broken connection). Nothing to report; the
+			// message may not have gone, so it is retried as a service
+			// error is.
+			d := Decision{Reason: "no answer from the send API: neither a message_id nor an error_code"}
+			if attempt := max(r.Attempt, 1); attempt < p.cfg.MaxAttempts {
+				d.Action, d.Retry, d.After = ActionRetry, true, retryBackoff(attempt)
+			} else {
+				d.Action = ActionDrop
+			}
+			return d
 		}
 	}
 	if p.rep != nil {
-		p.rep.add(res)
+		// A result wahook would refuse is not queued: it would be dropped
+		// there, after holding up the reports of the others.
+		if err := res.Check(); err != nil {
+			p.rep.refusedHere(err)
+		} else {
+			p.rep.add(res)
+		}
 	}
 	if res.Status == schema.SendAccepted {
 		return Decision{Action: ActionDone}
@@ -113,8 +137,7 @@ func (p *Pacer) Outcome(r Result) Decision {
 		switch {
 		case e.Retryable && attempt < p.cfg.MaxAttempts:
 			d.Action = ActionRetry
-			back := time.Duration(math.Min(60, math.Pow(2, float64(attempt-1))) * float64(time.Second))
-			d.After = time.Duration(float64(back) * (0.8 + 0.4*rand.Float64()))
+			d.After = retryBackoff(attempt)
 		case e.Class == schema.ClassTemplate && !e.Retryable:
 			d.Action = ActionStopCampaign
 		default:
@@ -123,6 +146,14 @@ func (p *Pacer) Outcome(r Result) Decision {
 	}
 	d.Retry = d.Action == ActionRetry
 	return d
+}
+
+// retryBackoff is the wait before the next send of a message whose
+// attempt-th send met a retryable service error: 1 s doubling with the
+// attempt, to 60 s, ±20%.
+func retryBackoff(attempt int) time.Duration {
+	back := time.Duration(math.Min(60, math.Pow(2, float64(attempt-1))) * float64(time.Second))
+	return time.Duration(float64(back) * (0.8 + 0.4*rand.Float64()))
 }
 
 // throttled halves the number's rate after a 130429 until a signal written

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/time/rate"
 
@@ -175,6 +176,7 @@ type Stats struct {
 	Reported        int64 // results reported to wahook and acknowledged
 	ReportDropped   int64 // results dropped: queue full or wahook unreachable
 	ReportFailures  int64 // reports that failed (and were tried again)
+	ReportInvalid   int64 // results not reported: wahook would refuse them (schema.SendResult.Check)
 }
 
 // Stats returns the counters.
@@ -195,12 +197,14 @@ func (p *Pacer) Stats() Stats {
 	p.mu.Unlock()
 	if p.rep != nil {
 		s.Reported, s.ReportDropped, s.ReportFailures = p.rep.reported.Load(), p.rep.dropped.Load(), p.rep.failures.Load()
+		s.ReportInvalid = p.rep.invalid.Load()
 	}
 	return s
 }
 
 // Rate is the rate the pacer sends a number at now, in messages per
-// second, and whether it is the fallback rate.
+// second (its Config.Share of the number's rate), and whether it is the
+// fallback rate.
 func (p *Pacer) Rate(phoneNumberID string) (mps float64, fallback bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -315,25 +319,46 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 				continue
 			}
 		}
-		if err := n.lim.Wait(ctx); err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
+		// The number's token: reserved, then waited for. A stop or pause
+		// that comes meanwhile, or a rate at least twice the one it was
+		// reserved at (a slow-down that ended), gives it back, and Wait
+		// starts over: a caller queued at a low rate does not keep its
+		// late turn once the rate is back.
+		now = time.Now()
+		p.mu.Lock()
+		reservedAt := n.lim.Limit()
+		tok := n.lim.ReserveN(now, 1)
+		changed = p.changed
+		p.mu.Unlock()
+		if d := tok.DelayFrom(now); d > 0 {
+			if dl, ok := ctx.Deadline(); ok && now.Add(d).After(dl) {
+				tok.CancelAt(now)
+				return fmt.Errorf("pacer: %w: the number's next token comes in %v, after the context's deadline", context.DeadlineExceeded, d)
 			}
-			// The bucket's next token comes after ctx's deadline.
-			return fmt.Errorf("pacer: %w: %v", context.DeadlineExceeded, err)
+			again, err := p.waitToken(ctx, n, tok, now.Add(d), reservedAt, changed)
+			if err != nil {
+				return err
+			}
+			if again {
+				continue
+			}
 		}
 		now = time.Now()
 		p.mu.Lock()
-		// A stop that came while waiting still counts.
+		// A stop or pause that came with the token still counts (the
+		// token is spent).
 		h = n.hold(now, p.cfg.MaintenanceMargin)
 		var res *rate.Reservation
-		if pr != nil && !h.stop {
+		if pr != nil && h.until.IsZero() {
 			res = pr.lim.ReserveN(now, 1)
 		}
 		p.mu.Unlock()
 		if h.stop {
 			p.stats.stops.Add(1)
 			return &StopError{PhoneNumberID: phoneNumberID, Until: h.until, Reason: h.reason}
+		}
+		if !h.until.IsZero() {
+			continue
 		}
 		if res != nil {
 			if d := res.DelayFrom(now); d > 0 {
@@ -349,6 +374,35 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 			}
 		}
 		return nil
+	}
+}
+
+// waitToken waits until at, the time of the number's token tok, or ctx's
+// end (tok given back). A stop or pause of the number that comes meanwhile,
+// or a rate at least twice reservedAt, gives tok back and answers again:
+// Wait starts over.
+func (p *Pacer) waitToken(ctx context.Context, n *number, tok *rate.Reservation, at time.Time, reservedAt rate.Limit, changed <-chan struct{}) (again bool, err error) {
+	t := time.NewTimer(time.Until(at))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			tok.Cancel()
+			return false, ctx.Err()
+		case <-t.C:
+			return false, nil
+		case <-changed:
+		}
+		now := time.Now()
+		p.mu.Lock()
+		h := n.hold(now, p.cfg.MaintenanceMargin)
+		cur := n.lim.Limit()
+		changed = p.changed
+		p.mu.Unlock()
+		if h.stop || !h.until.IsZero() || cur >= 2*reservedAt {
+			tok.CancelAt(now)
+			return true, nil
+		}
 	}
 }
 
@@ -381,7 +435,7 @@ func (p *Pacer) hash(recipient string) string {
 func (p *Pacer) number(id string) *number {
 	n := p.numbers[id]
 	if n == nil {
-		r := p.cfg.FallbackShare * p.cfg.FallbackTierMPS
+		r := p.cfg.FallbackShare * p.cfg.FallbackTierMPS * p.cfg.Share
 		n = &number{id: id, lim: rate.NewLimiter(rate.Limit(r), p.burst(r))}
 		p.numbers[id] = n
 		p.fallbackOn(n, "no signal yet")
@@ -453,6 +507,7 @@ func (p *Pacer) refresh(n *number, now time.Time) {
 		}
 		r = max(p.cfg.FallbackShare*tier, 1)
 	}
+	r *= p.cfg.Share
 	if n.throttle > 0 {
 		if now.Before(n.thrUntil) && (s == nil || !s.UpdatedAt.After(n.thrSince.Add(time.Second))) {
 			r = min(r, n.throttle)
@@ -480,7 +535,7 @@ func (p *Pacer) fallbackOn(n *number, why string) {
 		tier = p.cfg.FallbackTierMPS
 	}
 	p.cfg.Logger.Warn("pacer: fallback rate", "phone_number_id", n.id, "reason", why,
-		"mps", p.cfg.FallbackShare*tier, "tier_mps", tier)
+		"mps", p.cfg.FallbackShare*tier*p.cfg.Share, "tier_mps", tier)
 }
 
 func (p *Pacer) fallbackOff(n *number) {
@@ -550,18 +605,33 @@ func (p *Pacer) onCooldown(key string, value []byte) {
 }
 
 // watch follows a bucket's keys, waiting for the bucket to exist, and
-// starting again after an error.
+// starting again after an error (with a backoff, logged at most once a
+// minute) or at once after NATS reconnects: the client's own watch may take
+// many seconds to notice that the server it read from went away, and a stop
+// written meanwhile would be missed.
 func (p *Pacer) watch(ctx context.Context, bucket string, apply func(key string, value []byte)) {
-	backoff := 250 * time.Millisecond
-	logged := false
+	const minBackoff = 250 * time.Millisecond
+	backoff := minBackoff
+	var failLog every
+	failing := false
 	for ctx.Err() == nil {
-		err := p.watchOnce(ctx, bucket, apply)
+		live, err := p.watchOnce(ctx, bucket, apply)
 		if ctx.Err() != nil {
 			return
 		}
-		if !logged {
+		if live {
+			backoff = minBackoff
+			if failing {
+				failing = false
+				p.cfg.Logger.Info("pacer: watching " + bucket + " again")
+			}
+		}
+		if errors.Is(err, errReconnected) {
+			continue
+		}
+		failing = true
+		if failLog.due(time.Minute) {
 			p.cfg.Logger.Warn("pacer: cannot watch "+bucket+"; numbers fall back once their signals are stale", "error", fmt.Sprint(err))
-			logged = true
 		}
 		select {
 		case <-ctx.Done():
@@ -572,25 +642,35 @@ func (p *Pacer) watch(ctx context.Context, bucket string, apply func(key string,
 	}
 }
 
-func (p *Pacer) watchOnce(ctx context.Context, bucket string, apply func(string, []byte)) error {
+// errReconnected ends a watch when NATS reconnects.
+var errReconnected = errors.New("nats reconnected")
+
+// watchOnce watches the bucket until an error, ctx's end or a reconnect.
+// live is whether the watch delivered the bucket's values.
+func (p *Pacer) watchOnce(ctx context.Context, bucket string, apply func(string, []byte)) (live bool, err error) {
+	reconnected := p.js.Conn().StatusChanged(nats.CONNECTED)
+	defer p.js.Conn().RemoveStatusListener(reconnected)
 	kv, err := p.js.KeyValue(ctx, bucket)
 	if err != nil {
-		return err
+		return false, err
 	}
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer w.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return live, ctx.Err()
+		case <-reconnected:
+			return live, errReconnected
 		case e, ok := <-w.Updates():
 			if !ok {
-				return errors.New("watcher closed")
+				return live, errors.New("watcher closed")
 			}
 			if e == nil {
+				live = true
 				continue // the initial values are in
 			}
 			switch e.Operation() {

@@ -257,7 +257,9 @@ func TestStopPauseCooldown(t *testing.T) {
 	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
 	err = p.Wait(ctx, paused, "15550000004")
 	cancel()
-	if end := sig.MaintenanceUntil.Add(100 * time.Millisecond); err != nil || time.Now().Before(end) {
+	// To the window's end and its margin, and no further (a second of
+	// slack for the timers of a busy machine).
+	if end := sig.MaintenanceUntil.Add(100 * time.Millisecond); err != nil || time.Now().Before(end) || time.Now().After(end.Add(time.Second)) {
 		t.Errorf("Wait after the pause: %v at %v; the window ends at %v", err, time.Now(), end)
 	}
 	if p.Stats().Pauses == 0 {
@@ -525,4 +527,153 @@ func TestNoGoroutineLeak(t *testing.T) {
 		err := goleak.Find(opts)
 		return err == nil, fmt.Sprint(err)
 	})
+}
+
+// slowPacer is a pacer without NATS whose numbers go at 1 message per
+// second (the fallback rate of a tier of 1), a bucket of one.
+func slowPacer(t *testing.T, edit func(*pacer.Config)) *pacer.Pacer {
+	t.Helper()
+	cfg := pacer.DefaultConfig()
+	cfg.NoReport = true
+	cfg.FallbackTierMPS, cfg.FallbackShare = 1, 1
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	if edit != nil {
+		edit(&cfg)
+	}
+	p, err := pacer.New(context.Background(), nil, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	return p
+}
+
+// TestPauseDuringTokenWait: a 131057 reported while a Wait waits for the
+// number's token holds that Wait too. Before, it returned when its token
+// came, into the maintenance window.
+func TestPauseDuringTokenWait(t *testing.T) {
+	const id = "100000000000071"
+	p := slowPacer(t, nil)
+	if err := p.Wait(context.Background(), id, ""); err != nil {
+		t.Fatal(err) // the bucket's one token
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- p.Wait(ctx, id, "") }() // its token comes in about 1 s
+	time.Sleep(200 * time.Millisecond)
+	if d := p.Outcome(pacer.Result{SendResult: schema.SendResult{PhoneNumberID: id, ErrorCode: 131057}}); d.After < 30*time.Second {
+		t.Fatalf("131057: %+v; want a pause of about a minute", d)
+	}
+	if err := <-done; !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Wait waiting for its token when the pause came: %v; want it held to its context's end", err)
+	}
+}
+
+// TestRateRiseReleasesQueuedWaits: Waits queued at a low rate go at the new
+// rate once a signal raises it, instead of keeping the turns they were given
+// at the low one (nine seconds for nine Waits at 1 message per second).
+func TestRateRiseReleasesQueuedWaits(t *testing.T) {
+	const id = "100000000000072"
+	e := newEnv(t, map[string]int{id: 80})
+	p := e.pacer(func(c *pacer.Config) { c.FallbackTierMPS, c.FallbackShare, c.NoReport = 1, 1, true })
+	if r, fb := p.Rate(id); r != 1 || !fb {
+		t.Fatalf("before the signal: %v mps, fallback %v; want 1 on the fallback", r, fb)
+	}
+	if err := p.Wait(context.Background(), id, ""); err != nil {
+		t.Fatal(err)
+	}
+	const queued = 9
+	done := make(chan error, queued)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range queued {
+		go func() { done <- p.Wait(ctx, id, "") }()
+	}
+	time.Sleep(300 * time.Millisecond)
+	e.inbound(id, time.Now().UTC().Add(-3*time.Second))
+	e.waitSignal(id, "an ok signal", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceOK && s.RecommendedMPS > 40 })
+	e.eventually("the pacer takes the signal", func() (bool, string) {
+		r, fb := p.Rate(id)
+		return !fb && r > 40, fmt.Sprint(r, fb)
+	})
+	raised := time.Now()
+	for range queued {
+		if err := <-done; err != nil {
+			t.Fatalf("a queued Wait: %v", err)
+		}
+	}
+	// At the new rate the nine go within a fraction of a second; at the
+	// old one the last would have waited until about nine seconds after
+	// the first token. Three seconds leave room for a busy machine.
+	if took := time.Since(raised); took > 3*time.Second {
+		t.Errorf("the queued Waits took %v after the rate rose; want them at the new rate", took)
+	}
+}
+
+// TestShare: a pacer given a share of each number's rate sends at that
+// share of the fallback rate and of the signal's.
+func TestShare(t *testing.T) {
+	p := slowPacer(t, func(c *pacer.Config) { c.FallbackTierMPS, c.FallbackShare, c.Share = 80, 0.8, 0.25 })
+	if r, _ := p.Rate("100000000000073"); r != 16 {
+		t.Errorf("a quarter of the fallback rate: %v mps, want 16", r)
+	}
+	for _, share := range []float64{-1, 1.5} {
+		cfg := pacer.DefaultConfig()
+		cfg.NoReport, cfg.Share = true, share
+		if _, err := pacer.New(context.Background(), nil, cfg); err == nil {
+			t.Errorf("share %v accepted", share)
+		}
+	}
+	const id = "100000000000074"
+	e := newEnv(t, map[string]int{id: 80})
+	half := e.pacer(func(c *pacer.Config) { c.Share = 0.5; c.NoReport = true })
+	e.inbound(id, time.Now().UTC().Add(-3*time.Second))
+	sig := e.waitSignal(id, "an ok signal", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceOK })
+	e.eventually("half the signal's rate", func() (bool, string) {
+		r, fb := half.Rate(id)
+		return !fb && r == sig.RecommendedMPS/2, fmt.Sprint(r, fb, sig.RecommendedMPS)
+	})
+}
+
+// TestSignalAfterNATSRestart: a signal written right after NATS comes
+// back reaches the pacer within seconds. Before, the pacer's watch took
+// about 18 s to notice the server had gone, and a stop written meanwhile
+// was missed while the old signal still counted as fresh.
+func TestSignalAfterNATSRestart(t *testing.T) {
+	const id = "100000000000075"
+	e := newEnv(t, map[string]int{id: 80})
+	e.stopStage2() // the test writes the signals itself
+	p := e.pacer(func(c *pacer.Config) { c.NoReport = true })
+	put := func(s schema.PacingSignal) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		kv, err := e.js.KeyValue(ctx, schema.BucketPacing)
+		if err != nil {
+			return err
+		}
+		b, _ := json.Marshal(s)
+		_, err = kv.Put(ctx, schema.PacingKey(id), b)
+		return err
+	}
+	ok := schema.PacingSignal{PhoneNumberID: id, Advice: schema.AdviceOK, TierMPS: 80, RecommendedMPS: 70, UpdatedAt: time.Now().UTC()}
+	if err := put(ok); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually("the first signal", func() (bool, string) { s, ok := p.Signal(id); return ok && s.Advice == schema.AdviceOK, "" })
+	e.srv.Shutdown()
+	e.srv.Start()
+	e.eventually("NATS back", func() (bool, string) { return e.nc.IsConnected(), e.nc.Status().String() })
+	until := time.Now().Add(10 * time.Minute).UTC()
+	stop := schema.PacingSignal{PhoneNumberID: id, Advice: schema.AdviceStop, TierMPS: 80, StopUntil: &until, Reason: "test stop", UpdatedAt: time.Now().UTC()}
+	e.eventually("the stop written", func() (bool, string) { err := put(stop); return err == nil, fmt.Sprint(err) })
+	written := time.Now()
+	testutil.Eventually(t, 8*time.Second, "the pacer has the stop", func() (bool, string) {
+		s, _ := p.Signal(id)
+		return s.Advice == schema.AdviceStop, string(s.Advice)
+	})
+	t.Logf("the stop reached the pacer %v after it was written", time.Since(written).Round(time.Millisecond))
+	if err := p.Wait(context.Background(), id, ""); !errors.Is(err, pacer.ErrStopped) {
+		t.Errorf("Wait after the stop: %v", err)
+	}
 }

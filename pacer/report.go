@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,7 +22,9 @@ import (
 // reporter batches send results and reports them to wahook: published on
 // wahook.raw._send_results and acknowledged by JetStream, or posted to
 // POST /api/v1/send-results. A failed report is tried again with a backoff;
-// a full queue drops results (counted) rather than block the senders.
+// a full queue drops results (counted) rather than block the senders; a
+// result wahook refuses is dropped (counted and logged) without holding up
+// the others.
 type reporter struct {
 	cfg  Config
 	js   jetstream.JetStream
@@ -33,13 +36,26 @@ type reporter struct {
 	closing chan struct{}
 	done    chan struct{}
 
-	reported, dropped, failures atomic.Int64
-	lastLog                     time.Time
+	reported, dropped, failures, invalid atomic.Int64
+	invalidLog                           every
+	// run's goroutine's own
+	lastLog, lastRefusedLog time.Time
+	closeFails              int // failed reports since the reporter began closing
 }
 
 func newReporter(cfg Config, js jetstream.JetStream) *reporter {
 	return &reporter{cfg: cfg, js: js, http: &http.Client{Timeout: 10 * time.Second},
 		kick: make(chan struct{}, 1), closing: make(chan struct{}), done: make(chan struct{})}
+}
+
+// refusedHere counts a result not queued because wahook would refuse it,
+// and logs which field, at most once per 10 s.
+func (r *reporter) refusedHere(err error) {
+	r.invalid.Add(1)
+	if r.invalidLog.due(10 * time.Second) {
+		r.cfg.Logger.Error("pacer: a send result wahook would refuse; not reported", "error", err.Error(),
+			"invalid_results", r.invalid.Load())
+	}
 }
 
 func (r *reporter) add(res schema.SendResult) {
@@ -68,20 +84,25 @@ func (r *reporter) run(ctx context.Context) {
 	for {
 		select {
 		case <-r.closing:
-			r.flush(ctx, true)
+			r.flush(ctx)
 			return
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-r.kick:
 		}
-		r.flush(ctx, false)
+		r.flush(ctx)
 	}
 }
 
-// flush sends the queued results in batches; each batch is tried until it
-// is acknowledged, the reporter closes (final: a few tries) or ctx ends.
-func (r *reporter) flush(ctx context.Context, final bool) {
+// closeTries is how many failed reports in all the reporter makes once it
+// is closing before it drops what is left.
+const closeTries = 3
+
+// flush sends the queued results in batches, each until wahook takes it.
+// When it gives up (ctx ended, or the reporter is closing and its tries
+// are spent) every result still queued is dropped and counted.
+func (r *reporter) flush(ctx context.Context) {
 	for {
 		r.mu.Lock()
 		n := min(len(r.queue), r.cfg.ReportBatch)
@@ -90,33 +111,86 @@ func (r *reporter) flush(ctx context.Context, final bool) {
 		if n == 0 {
 			return
 		}
-		body, err := json.Marshal(schema.SendResults{Results: batch})
-		if err != nil {
-			r.take(n)
-			r.dropped.Add(int64(n))
-			continue
-		}
-		backoff := 100 * time.Millisecond
-		for try := 1; ; try++ {
-			err = r.send(ctx, body)
-			if err == nil {
-				break
-			}
-			r.failures.Add(1)
-			r.logFailure(err, n)
-			if ctx.Err() != nil || (final && try >= 3) {
-				r.take(n)
-				r.dropped.Add(int64(n))
-				return
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, 5*time.Second)
-		}
+		ok := r.deliver(ctx, batch)
 		r.take(n)
-		r.reported.Add(int64(n))
+		if !ok {
+			r.mu.Lock()
+			left := len(r.queue)
+			r.queue = r.queue[:0]
+			r.mu.Unlock()
+			r.dropped.Add(int64(left))
+			return
+		}
+	}
+}
+
+// deliver reports batch, trying again with a backoff while wahook cannot
+// take it, and counts each result as reported or dropped. A batch wahook
+// refuses for what is in it (a result it finds wrong, a number the token
+// may not report for) is sent again in halves, so that only the results
+// refused alone are dropped. It returns false, with what was not sent
+// counted as dropped, when it gives up: ctx ended, or the reporter is
+// closing and has failed closeTries times.
+func (r *reporter) deliver(ctx context.Context, batch []schema.SendResult) bool {
+	body, err := json.Marshal(schema.SendResults{Results: batch})
+	if err != nil {
+		r.dropped.Add(int64(len(batch)))
+		r.cfg.Logger.Error("pacer: send results not encoded; dropped", "results", len(batch), "error", err.Error())
+		return true
+	}
+	backoff := 100 * time.Millisecond
+	for {
+		err := r.send(ctx, body)
+		if err == nil {
+			r.reported.Add(int64(len(batch)))
+			return true
+		}
+		var ref *refusedError
+		if errors.As(err, &ref) {
+			if len(batch) == 1 {
+				r.dropped.Add(1)
+				r.logRefused(ref)
+				return true
+			}
+			h := len(batch) / 2
+			if !r.deliver(ctx, batch[:h]) {
+				r.dropped.Add(int64(len(batch) - h))
+				return false
+			}
+			return r.deliver(ctx, batch[h:])
+		}
+		r.failures.Add(1)
+		r.logFailure(err, len(batch))
+		closing := r.isClosing()
+		if closing {
+			r.closeFails++
+		}
+		if ctx.Err() != nil || r.closeFails >= closeTries {
+			r.dropped.Add(int64(len(batch)))
+			return false
+		}
+		wake := r.closing // a close ends the wait: its tries come at once
+		if closing {
+			wake = nil
+			backoff = min(backoff, 250*time.Millisecond)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		case <-wake:
+		}
+		t.Stop()
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func (r *reporter) isClosing() bool {
+	select {
+	case <-r.closing:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -124,6 +198,50 @@ func (r *reporter) take(n int) {
 	r.mu.Lock()
 	r.queue = append(r.queue[:0], r.queue[n:]...)
 	r.mu.Unlock()
+}
+
+// refusedError is wahook refusing a report for what is in it: an answer of
+// 413, or one whose error names the results or the body (a wrong result,
+// a number the token may not report for). Trying it again as it is would
+// fail the same way.
+type refusedError struct {
+	status    int
+	code      string
+	parameter string
+	message   string
+}
+
+func (e *refusedError) Error() string {
+	return fmt.Sprintf("send-results answered %d %s: %s: %s", e.status, e.code, e.parameter, e.message)
+}
+
+// refused reads wahook's error answer: a *refusedError when it refuses the
+// document's content, else nil.
+func refused(status int, body []byte) error {
+	var doc struct {
+		Error struct {
+			Code      string `json:"code"`
+			Message   string `json:"message"`
+			Parameter string `json:"parameter"`
+		} `json:"error"`
+	}
+	_ = json.Unmarshal(body, &doc)
+	e := doc.Error
+	if status == http.StatusRequestEntityTooLarge || (status/100 == 4 &&
+		(e.Parameter == "body" || e.Parameter == "results" || strings.HasPrefix(e.Parameter, "results["))) {
+		return &refusedError{status: status, code: e.Code, parameter: e.Parameter, message: e.Message}
+	}
+	return nil
+}
+
+func (r *reporter) logRefused(e *refusedError) {
+	now := time.Now()
+	if now.Sub(r.lastRefusedLog) < 10*time.Second {
+		return
+	}
+	r.lastRefusedLog = now
+	r.cfg.Logger.Error("pacer: wahook refused a send result; dropped", "status", e.status, "code", e.code,
+		"parameter", e.parameter, "message", e.message)
 }
 
 func (r *reporter) logFailure(err error, n int) {
@@ -151,9 +269,12 @@ func (r *reporter) send(ctx context.Context, body []byte) error {
 		if err != nil {
 			return err
 		}
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+		answer, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
 		resp.Body.Close()
 		if resp.StatusCode/100 != 2 {
+			if err := refused(resp.StatusCode, answer); err != nil {
+				return err
+			}
 			return fmt.Errorf("send-results answered %d", resp.StatusCode)
 		}
 		return nil
@@ -182,4 +303,22 @@ func (r *reporter) close(ctx context.Context) error {
 		return fmt.Errorf("pacer: %d send results could not be reported", n)
 	}
 	return nil
+}
+
+// every throttles a log line: due at most once per period. It is safe for
+// concurrent use.
+type every struct {
+	mu   sync.Mutex
+	last time.Time
+}
+
+func (e *every) due(period time.Duration) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := time.Now()
+	if !e.last.IsZero() && now.Sub(e.last) < period {
+		return false
+	}
+	e.last = now
+	return true
 }

@@ -2,6 +2,8 @@ package pacer_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -10,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/pacer"
 	"github.com/wahook/wahook/schema"
 )
@@ -58,5 +61,152 @@ func TestReportHTTP(t *testing.T) {
 	defer mu.Unlock()
 	if st := p.Stats(); len(got) != 20 || st.Reported != 20 || st.ReportFailures < 1 || st.ReportDropped != 0 {
 		t.Errorf("%d results posted, stats %+v", len(got), st)
+	}
+}
+
+// wahookLike answers send-results documents as wahook's API does: 202, or
+// 400 with its error body naming the first result it refuses (here, any
+// with MessageID refuse), so that nothing of the document is stored.
+type wahookLike struct {
+	mu     sync.Mutex
+	refuse string
+	down   bool // answer 503 to everything
+	posts  int
+	stored []schema.SendResult
+}
+
+func (s *wahookLike) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.posts++
+	if s.down {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	body, _ := io.ReadAll(r.Body)
+	doc, bad, err := schema.ParseSendResults(body)
+	if err != nil || len(bad) > 0 {
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintf(w, `{"error":{"code":"bad_parameter","message":"%v %v","parameter":"results"}}`, err, bad)
+		return
+	}
+	for i, res := range doc.Results {
+		if res.MessageID == s.refuse {
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprintf(w, `{"error":{"code":"bad_parameter","message":"refused","parameter":"results[%d].message_id"}}`, i)
+			return
+		}
+	}
+	s.stored = append(s.stored, doc.Results...)
+	w.WriteHeader(http.StatusAccepted)
+}
+
+func httpPacer(t *testing.T, url string) *pacer.Pacer {
+	t.Helper()
+	cfg := pacer.DefaultConfig()
+	cfg.ReportHTTPURL = url
+	cfg.ReportBatch, cfg.ReportInterval = 8, 10*time.Millisecond
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	p, err := pacer.New(context.Background(), nil, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func accepted(i int) pacer.Result {
+	return pacer.Result{SendResult: schema.SendResult{PhoneNumberID: "100000000000062", Status: schema.SendAccepted, MessageID: fmt.Sprint("wamid.r", i)}}
+}
+
+// TestReportRefusedResult: a result wahook refuses (400 naming it) is
+// dropped, counted, and the results around it and after it are stored.
+// Before, the batch was tried again without end and every later result
+// queued behind it.
+func TestReportRefusedResult(t *testing.T) {
+	w := &wahookLike{refuse: "wamid.r5"}
+	srv := httptest.NewServer(w)
+	defer srv.Close()
+	p := httpPacer(t, srv.URL)
+	for i := range 20 {
+		p.Outcome(accepted(i))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := p.Close(ctx)
+	if err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Close: %v; want the one result not reported", err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if st := p.Stats(); len(w.stored) != 19 || st.Reported != 19 || st.ReportDropped != 1 {
+		t.Errorf("%d results stored, stats %+v; want 19 reported and 1 dropped", len(w.stored), st)
+	}
+	for _, res := range w.stored {
+		if res.MessageID == w.refuse {
+			t.Error("the refused result was stored")
+		}
+	}
+}
+
+// TestReportCloseUnreachable: Close while wahook answers 503 to every
+// report makes a few more tries and returns, with the results dropped and
+// counted. Before, it waited for wahook without end.
+func TestReportCloseUnreachable(t *testing.T) {
+	w := &wahookLike{down: true}
+	srv := httptest.NewServer(w)
+	defer srv.Close()
+	p := httpPacer(t, srv.URL)
+	for i := range 20 {
+		p.Outcome(accepted(i))
+	}
+	testutil.Eventually(t, 10*time.Second, "reports failing", func() (bool, string) {
+		return p.Stats().ReportFailures >= 2, ""
+	})
+	done := make(chan error, 1)
+	go func() { done <- p.Close(context.Background()) }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("Close: nil; want the results not reported")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close did not return in 30 s while wahook was unreachable")
+	}
+	if st := p.Stats(); st.ReportDropped != 20 || st.Reported != 0 {
+		t.Errorf("stats %+v; want all 20 dropped", st)
+	}
+}
+
+// TestOutcomeInvalidResult: a result wahook would refuse is not reported
+// (counted as invalid), a result with neither a message id nor an error
+// code is a lost answer to retry, and the valid results still go.
+func TestOutcomeInvalidResult(t *testing.T) {
+	w := &wahookLike{}
+	srv := httptest.NewServer(w)
+	defer srv.Close()
+	p := httpPacer(t, srv.URL)
+	// failed, but the number is no phone number id.
+	d := p.Outcome(pacer.Result{SendResult: schema.SendResult{PhoneNumberID: "not-a-number", ErrorCode: 131026}})
+	if d.Action != pacer.ActionDrop {
+		t.Errorf("131026 of an invalid result: %+v; want the decision all the same (drop)", d)
+	}
+	// accepted, without the wamid wahook needs.
+	p.Outcome(pacer.Result{SendResult: schema.SendResult{PhoneNumberID: "100000000000063", Status: schema.SendAccepted}})
+	// no answer at all: neither status, wamid nor code.
+	lost := p.Outcome(pacer.Result{SendResult: schema.SendResult{PhoneNumberID: "100000000000063", Recipient: "15550000009"}, Attempt: 1})
+	if lost.Action != pacer.ActionRetry || !lost.Retry || lost.After <= 0 {
+		t.Errorf("a lost answer: %+v; want a retry after a backoff", lost)
+	}
+	if last := p.Outcome(pacer.Result{SendResult: schema.SendResult{PhoneNumberID: "100000000000063"}, Attempt: 5}); last.Action != pacer.ActionDrop {
+		t.Errorf("a lost answer at the last attempt: %+v; want drop", last)
+	}
+	p.Outcome(accepted(1))
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if st := p.Stats(); len(w.stored) != 1 || st.Reported != 1 || st.ReportInvalid != 2 || st.ReportDropped != 0 {
+		t.Errorf("%d stored, stats %+v; want 1 reported and 2 invalid", len(w.stored), st)
 	}
 }

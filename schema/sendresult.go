@@ -127,6 +127,16 @@ func ParseSendResults(body []byte) (*SendResults, []*SendResultError, error) {
 	return &doc, bad, nil
 }
 
+// Check reports the first wrong field of r as a *SendResultError, as
+// ParseSendResults would (its Path without the result's index), or nil:
+// what a sending service checks before it reports r.
+func (r *SendResult) Check() error {
+	if err := r.check(); err != nil {
+		return err
+	}
+	return nil
+}
+
 // check reports the first wrong field of r.
 func (r *SendResult) check() *SendResultError {
 	switch {
