@@ -1,11 +1,13 @@
 package checks
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,12 +25,66 @@ type composeConfig struct {
 		Command     []string          `json:"command"`
 		Entrypoint  []string          `json:"entrypoint"`
 		Environment map[string]string `json:"environment"`
-		Ports       []struct {
+		Ports       []composePort     `json:"ports"`
+		Volumes     []composeVolume   `json:"volumes"`
+	} `json:"services"`
+}
+
+// composePort is a published port as docker-compose 1.x's config prints it:
+// {published, target} without a host address, else the short syntax
+// [HOST_IP:]PUBLISHED:TARGET[/PROTOCOL].
+type composePort struct {
+	HostIP    string
+	Published string
+	Target    int
+}
+
+func (p *composePort) UnmarshalJSON(b []byte) error {
+	var short string
+	if err := json.Unmarshal(b, &short); err != nil {
+		var long struct {
 			Target    int `json:"target"`
 			Published any `json:"published"`
-		} `json:"ports"`
-		Volumes []composeVolume `json:"volumes"`
-	} `json:"services"`
+		}
+		if err := json.Unmarshal(b, &long); err != nil {
+			return err
+		}
+		p.Target, p.Published = long.Target, fmt.Sprint(long.Published)
+		return nil
+	}
+	spec, _, _ := strings.Cut(short, "/")
+	parts := strings.Split(spec, ":")
+	target, err := strconv.Atoi(parts[len(parts)-1])
+	if err != nil || len(parts) < 2 || len(parts) > 3 {
+		return fmt.Errorf("port %q: want [HOST_IP:]PUBLISHED:TARGET", short)
+	}
+	p.Target, p.Published = target, parts[len(parts)-2]
+	if len(parts) == 3 {
+		p.HostIP = parts[0]
+	}
+	return nil
+}
+
+// composeSecrets are the variables compose.yaml requires (${VAR:?...}), with
+// values the binary accepts.
+var composeSecrets = []string{
+	"WAHOOK_APP_SECRET=" + liveSecret,
+	"WAHOOK_VERIFY_TOKEN=deploy-checks-verify-token",
+	"WAHOOK_API_TOKEN=" + liveToken,
+	"WAHOOK_PHONE_HASH_KEY=deploy-checks-phone-hash-key",
+	"GRAFANA_ADMIN_PASSWORD=deploy-checks-grafana",
+}
+
+// composeEnv is the environment docker-compose runs in: without any
+// WAHOOK_ variable or those of composeSecrets, plus extra.
+func composeEnv(extra []string) []string {
+	var env []string
+	for _, kv := range cleanEnv(nil) {
+		if !strings.HasPrefix(kv, "GRAFANA_ADMIN_PASSWORD=") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
 }
 
 // composeVolume is a volume in docker-compose 1.x's short syntax,
@@ -45,7 +101,7 @@ func (v composeVolume) bind() (source string, ok bool) {
 func composeResolved(t *testing.T) composeConfig {
 	t.Helper()
 	dc := tool(t, "docker-compose")
-	env := cleanEnv(nil)
+	env := composeEnv(composeSecrets)
 	dir := filepath.Dir(composeFile())
 	if out, err := run(t, time.Minute, dir, env, dc, "-f", composeFile(), "config", "-q"); err != nil {
 		t.Fatalf("docker-compose config -q: %v\n%s", err, out)
@@ -99,6 +155,9 @@ func TestComposeFile(t *testing.T) {
 		port := listenPort(dump[lf].value)
 		listen[name] = metricsPort(sub, dump)
 		for _, p := range s.Ports {
+			if p.HostIP != "127.0.0.1" {
+				t.Errorf("service %s publishes port %s on %q: want 127.0.0.1 only (a TLS proxy on the host faces Meta)", name, p.Published, p.HostIP)
+			}
 			if fmt.Sprint(p.Target) != port && fmt.Sprint(p.Target) != listen[name] {
 				t.Errorf("service %s publishes container port %d, wahook %s listens on %s (metrics on %s)", name, p.Target, sub, port, listen[name])
 			}
@@ -114,8 +173,40 @@ func TestComposeFile(t *testing.T) {
 			t.Errorf("compose has no service %s", n)
 		}
 	}
+	for _, name := range names {
+		if strings.HasPrefix(c.Services[name].Image, "wahook") {
+			continue // checked above
+		}
+		for _, p := range c.Services[name].Ports {
+			if p.HostIP != "127.0.0.1" {
+				t.Errorf("service %s publishes port %s on %q: want 127.0.0.1 only", name, p.Published, p.HostIP)
+			}
+		}
+	}
 	checkPrometheusTargets(t, c, listen)
 	checkClickHouseEnv(t, c)
+}
+
+// The compose file has no secrets of its own: without each variable of
+// composeSecrets, docker-compose refuses it and names the variable.
+func TestComposeRequiresSecrets(t *testing.T) {
+	dc := tool(t, "docker-compose")
+	dir := filepath.Dir(composeFile())
+	for i, kv := range composeSecrets {
+		name, _, _ := strings.Cut(kv, "=")
+		others := append(append([]string{}, composeSecrets[:i]...), composeSecrets[i+1:]...)
+		for _, env := range [][]string{others, append(others, name+"=")} {
+			out, err := run(t, time.Minute, dir, composeEnv(env), dc, "-f", composeFile(), "config", "-q")
+			if err == nil || !strings.Contains(out, "set "+name) {
+				t.Errorf("docker-compose config -q with %s unset or empty: err %v, want a refusal naming it:\n%s", name, err, out)
+			}
+		}
+	}
+	if b, err := os.ReadFile(composeFile()); err != nil {
+		t.Fatal(err)
+	} else if strings.Contains(string(b), "CHANGE-ME") {
+		t.Error("compose.yaml still holds a CHANGE-ME placeholder")
+	}
 }
 
 // checkPrometheusTargets: Prometheus scrapes every wahook service of the

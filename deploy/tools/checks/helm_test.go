@@ -13,24 +13,117 @@ import (
 
 func chartDir() string { return deployPath("helm", "wahook") }
 
-// helmCases are the renderings the tests check: the chart's defaults, the
-// cluster values of deploy/kubernetes, and one process with ServiceMonitors.
+// helmSecretKeys are the chart's secrets.* values whose defaults are
+// CHANGE-ME placeholders, which the chart refuses to render.
+var helmSecretKeys = []string{"appSecret", "verifyToken", "apiToken", "phoneHashKey"}
+
+// helmSecrets sets every secrets.* value to a test value, as an install
+// without existingSecret must.
+func helmSecrets(args ...string) []string {
+	out := []string{
+		"--set", "secrets.appSecret=deploy-checks-app-secret",
+		"--set", "secrets.verifyToken=deploy-checks-verify-token",
+		"--set", "secrets.apiToken=" + liveToken,
+		"--set", "secrets.phoneHashKey=deploy-checks-phone-hash-key",
+	}
+	return append(out, args...)
+}
+
+// helmCases are the renderings the tests check: the chart's defaults (with
+// the secrets set), the cluster values of deploy/kubernetes, one process
+// with ServiceMonitors, and a migrate Job given extra flags.
 var helmCases = []struct {
 	name string
 	args []string
 	// secrets rendered elsewhere (an existing Secret) and its keys
 	external map[string][]string
 }{
-	{name: "default"},
+	{name: "default", args: helmSecrets()},
 	{name: "cluster", args: []string{"-f", deployPath("kubernetes", "wahook-values.yaml")},
 		external: map[string][]string{"wahook": {"app-secret", "verify-token", "api-token", "phone-hash-key", "clickhouse-dsn"}}},
-	{name: "single-process-monitored", args: []string{"--set", "process.replicas=1", "--set", "serviceMonitor.enabled=true", "--set", "ingest.hpa.enabled=false", "--set", "secrets.clickhouseDSN=clickhouse://u:p@ch:9000/wahook", "--set", "nats.credsSecret=nats-creds"}},
+	{name: "single-process-monitored", args: helmSecrets("--set", "process.replicas=1", "--set", "serviceMonitor.enabled=true", "--set", "ingest.hpa.enabled=false", "--set", "secrets.clickhouseDSN=clickhouse://u:p@ch:9000/wahook", "--set", "nats.credsSecret=nats-creds")},
+	{name: "migrate-extra-args", args: helmSecrets(migrateExtraArgs...)},
 }
+
+// migrateExtraArgs: an ack timeout over the RAW stream's default duplicate
+// window of 2 s, which migrate refuses unless migrate.extraArgs raises the
+// window, and a stream sizing flag.
+var migrateExtraArgs = []string{"--set", "ingest.ackTimeout=5s", "--set-json", `migrate.extraArgs=["--raw-duplicate-window=5s","--raw-max-age=72h"]`}
 
 func TestHelmLint(t *testing.T) {
 	helm := tool(t, "helm")
-	mustRun(t, 2*time.Minute, repoRoot, helm, "lint", "--strict", chartDir())
+	mustRun(t, 2*time.Minute, repoRoot, helm, append([]string{"lint", "--strict", chartDir()}, helmSecrets()...)...)
 	mustRun(t, 2*time.Minute, repoRoot, helm, "lint", "--strict", chartDir(), "-f", deployPath("kubernetes", "wahook-values.yaml"))
+}
+
+// The chart refuses to render with a secret still at its public CHANGE-ME
+// placeholder (the default, or one element of a list), and names the value
+// to set; an existing Secret needs none of them.
+func TestHelmRefusesPlaceholderSecrets(t *testing.T) {
+	helm := tool(t, "helm")
+	template := func(args ...string) (string, error) {
+		return run(t, 2*time.Minute, repoRoot, nil, helm, append([]string{"template", "wahook", chartDir()}, args...)...)
+	}
+	out, err := template()
+	if err == nil || !strings.Contains(out, "secrets.appSecret is still a CHANGE-ME placeholder") {
+		t.Errorf("helm template with the default secrets: err %v, want a refusal naming secrets.appSecret:\n%s", err, out)
+	}
+	for _, key := range append(helmSecretKeys, "clickhouseDSN") {
+		for _, v := range []string{"CHANGE-ME-x", `real-secret-0123456789\,CHANGE-ME-x`, `app=CHANGE-ME-x`} {
+			out, err := template(helmSecrets("--set", "secrets."+key+"="+v)...)
+			if err == nil || !strings.Contains(out, "secrets."+key+" is still a CHANGE-ME placeholder") {
+				t.Errorf("helm template with secrets.%s=%s: err %v, want a refusal naming it:\n%s", key, v, err, out)
+			}
+		}
+	}
+	if out, err := template("--set", "existingSecret=wahook"); err != nil {
+		t.Errorf("helm template with existingSecret and the placeholders unused: %v\n%s", err, out)
+	}
+}
+
+// migrate.extraArgs reaches the migrate Job, and only it; with them wahook
+// migrate accepts an ack timeout over 2 s, which it refuses without.
+func TestHelmMigrateExtraArgs(t *testing.T) {
+	helm := tool(t, "helm")
+	for _, c := range []struct {
+		name  string
+		args  []string
+		valid bool
+	}{
+		{"with extraArgs", helmSecrets(migrateExtraArgs...), true},
+		{"without", helmSecrets("--set", "ingest.ackTimeout=5s"), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out := mustRun(t, 2*time.Minute, repoRoot, helm, append([]string{"template", "wahook", chartDir()}, c.args...)...)
+			r := decodeStrict(t, "helm template "+c.name, out)
+			if len(r.jobs) != 1 || len(r.jobs[0].Spec.Template.Spec.Containers) != 1 {
+				t.Fatalf("want one migrate Job with one container, got %d Jobs", len(r.jobs))
+			}
+			inv := podInvocation("Job "+r.jobs[0].Name, r.jobs[0].Spec.Template.Spec.Containers[0])
+			got := strings.Join(inv.args, " ")
+			if has := strings.Contains(got, "--raw-duplicate-window=5s --raw-max-age=72h"); has != c.valid {
+				t.Errorf("migrate args %q: the extra flags present %v, want %v", got, has, c.valid)
+			}
+			var env []string
+			for k, v := range inv.env {
+				env = append(env, k+"="+v)
+			}
+			out, err := run(t, time.Minute, binDir, cleanEnv(env), wahookBinary(t), append(append([]string{}, inv.args...), "--check")...)
+			if (err == nil) != c.valid {
+				t.Errorf("wahook %s --check: err %v, want valid %v:\n%s", got, err, c.valid, out)
+			}
+			if !c.valid && !strings.Contains(out, "--raw-duplicate-window") {
+				t.Errorf("wahook %s --check: want a refusal naming --raw-duplicate-window:\n%s", got, out)
+			}
+			for _, d := range r.deployments {
+				for _, ct := range d.Spec.Template.Spec.Containers {
+					if strings.Contains(strings.Join(ct.Args, " "), "--raw-max-age") {
+						t.Errorf("Deployment %s gets migrate.extraArgs: %v", d.Name, ct.Args)
+					}
+				}
+			}
+		})
+	}
 }
 
 func TestHelmTemplate(t *testing.T) {
@@ -49,7 +142,7 @@ func TestHelmTemplate(t *testing.T) {
 // (the commands that have --clickhouse-cluster) and no other container.
 func TestHelmClickHouseCluster(t *testing.T) {
 	helm := tool(t, "helm")
-	out, err := run(t, 2*time.Minute, repoRoot, nil, helm, "template", "wahook", chartDir(), "--set", "clickhouse.cluster=wahook")
+	out, err := run(t, 2*time.Minute, repoRoot, nil, helm, append([]string{"template", "wahook", chartDir(), "--set", "clickhouse.cluster=wahook"}, helmSecrets()...)...)
 	if err != nil {
 		t.Fatalf("helm template with clickhouse.cluster set: %v\n%s", err, out)
 	}
@@ -345,7 +438,7 @@ func checkStage2(t *testing.T, p podOwner, c corev1.Container, dump map[string]f
 // values.schema.json refuses a misspelt value instead of ignoring it.
 func TestHelmRefusesUnknownValue(t *testing.T) {
 	helm := tool(t, "helm")
-	out, err := run(t, 2*time.Minute, repoRoot, nil, helm, "template", "wahook", chartDir(), "--set", "ingest.replica=3")
+	out, err := run(t, 2*time.Minute, repoRoot, nil, helm, append([]string{"template", "wahook", chartDir(), "--set", "ingest.replica=3"}, helmSecrets()...)...)
 	if err == nil || !strings.Contains(out, "replica") {
 		t.Fatalf("helm template with ingest.replica (for replicas): err %v, want the schema to refuse it:\n%s", err, out)
 	}

@@ -98,7 +98,7 @@ func Service() (dashboard.Dashboard, error) {
 		WithPanel(series("Answers: 2xx, 4xx, 503", "reqps",
 			prom(`sum(rate(wahook_ingest_requests_total{result=~"ok|duplicate"}[`+rate+`]))`, "2xx"),
 			prom(`sum(rate(wahook_ingest_requests_total{result=~"bad_signature|unknown_app|too_large|bad_encoding|incomplete"}[`+rate+`]))`, "4xx"),
-			prom(`sum(rate(wahook_ingest_requests_total{result="unavailable"}[`+rate+`]))`, "503"))).
+			prom(`sum(rate(wahook_ingest_requests_total{result=~"unavailable|shed"}[`+rate+`]))`, "503"))).
 		WithPanel(series("Signature failures by app and reason", "reqps",
 			prom("sum by (app, reason) (rate(wahook_ingest_signature_failures_total["+rate+"]))", "{{app}} {{reason}}"))).
 		WithRow(dashboard.NewRowBuilder("Stages: ClickHouse, EVENTS, pacing, funnel")).
@@ -120,11 +120,18 @@ func Service() (dashboard.Dashboard, error) {
 			prom("sum by (status) (rate(wahook_api_requests_total["+rate+"]))", "{{status}}"),
 			prom("sum by (limit) (rate(wahook_api_rate_limited_total["+rate+"]))", "429 {{limit}}"))).
 		WithPanel(series("Memory by instance", "bytes",
-			prom("process_resident_memory_bytes", "RSS {{instance}}"),
-			prom("go_memstats_heap_inuse_bytes", "heap {{instance}}"),
+			prom("process_resident_memory_bytes"+wahookTargets, "RSS {{instance}}"),
+			prom("go_memstats_heap_inuse_bytes"+wahookTargets, "heap {{instance}}"),
 			prom("wahook_ingest_dedupe_bytes", "duplicate index {{instance}}")))
 	return b.Build()
 }
+
+// wahookTargets keeps, of a metric every Go program exports (process_*,
+// go_*), the series of the scrape targets that export a wahook_ metric: on a
+// Prometheus shared with other services the panel shows wahook's processes
+// only, whatever their jobs are named (compose's wahook-ingest, the chart's
+// ingest, ...).
+const wahookTargets = ` and on (job, instance) group by (job, instance) ({__name__=~"wahook_.+"})`
 
 // numberPanels gives every row and panel its own id, in order.
 func numberPanels(d *dashboard.Dashboard) {

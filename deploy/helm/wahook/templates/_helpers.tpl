@@ -34,6 +34,16 @@ its own tag when set, for upgrades in order, else image.tag. */}}
 {{- if and (gt (int .Values.process.replicas) 1) (lt (int .Values.process.stage2Partitions) 1) -}}
 {{- fail "process.stage2Partitions must be at least 1 with more than one process replica" -}}
 {{- end -}}
+{{- /* The secrets.* defaults are public placeholders: refuse to render
+with one left (the whole value, an element of a comma-separated list, or
+the secret of NAME=SECRET), unless existingSecret names the Secret to use. */ -}}
+{{- if not .Values.existingSecret -}}
+{{- range $key := list "appSecret" "verifyToken" "apiToken" "phoneHashKey" "clickhouseDSN" -}}
+{{- if regexMatch `(^|[,=])\s*CHANGE-ME` (toString (index $.Values.secrets $key)) -}}
+{{- fail (printf "secrets.%s is still a CHANGE-ME placeholder, public in the chart: set secrets.%s (in a values file kept out of the repository, or --set), or set existingSecret to a Secret of your own" $key $key) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Environment shared by every wahook container: NATS and logging. */}}
