@@ -88,6 +88,7 @@ func (p *Pacer) Outcome(r Result) Decision {
 			// (a timeout, a broken connection). Nothing to report; the
 			// message may not have gone, so it is retried as a service
 			// error is.
+			p.stats.unanswered.Add(1)
 			d := Decision{Reason: "no answer from the send API: neither a message_id nor an error_code"}
 			if attempt := max(r.Attempt, 1); attempt < p.cfg.MaxAttempts {
 				d.Action, d.Retry, d.After = ActionRetry, true, retryBackoff(attempt)
@@ -166,7 +167,7 @@ func (p *Pacer) throttled(id string, now time.Time) {
 	if n.throttle > 0 && now.Sub(n.thrSince) < time.Second {
 		return // one halving per second: the errors of one burst come together
 	}
-	n.throttle = max(cur/2, 1)
+	n.throttle = max(cur/2, p.cfg.Share) // the floor of 1 mps, of this pacer's share
 	n.thrSince, n.thrUntil = now, now.Add(10*time.Second)
 	p.refresh(n, now)
 }

@@ -74,7 +74,7 @@ type Pacer struct {
 	closed atomic.Bool
 
 	stats struct {
-		signals, cooldowns, fallbacks, stops, pauses atomic.Int64
+		signals, cooldowns, fallbacks, stops, pauses, unanswered atomic.Int64
 	}
 }
 
@@ -149,19 +149,32 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pacer, error
 	return p, nil
 }
 
-// Close stops watching, reports the results still queued (within ctx) and
-// waits for the pacer's goroutines. Wait and Outcome must not be called
-// after it.
+// Close stops watching, reports the results still queued or held (within
+// ctx; give it a context of its own with a limit, not one that has ended)
+// and waits for the pacer's goroutines. It returns an error naming how many
+// results it dropped (wahook unreachable: three more tries once closing;
+// ctx ended), wrapping ctx's error if ctx ended first. Wait and Outcome
+// must not be called after it.
 func (p *Pacer) Close(ctx context.Context) error {
 	if !p.closed.CompareAndSwap(false, true) {
 		return nil
 	}
 	var err error
+	var dropped int64
 	if p.rep != nil {
+		dropped = p.rep.dropped.Load()
 		err = p.rep.close(ctx)
 	}
 	p.cancel()
 	p.wg.Wait()
+	if p.rep != nil {
+		if n := p.rep.dropped.Load() - dropped; n > 0 {
+			if err != nil {
+				return fmt.Errorf("pacer: %d send results could not be reported: %w", n, err)
+			}
+			return fmt.Errorf("pacer: %d send results could not be reported", n)
+		}
+	}
 	return err
 }
 
@@ -174,9 +187,10 @@ type Stats struct {
 	Stops           int64 // Wait answers of ErrStopped
 	Pauses          int64 // Waits that waited for a pause (once each)
 	Reported        int64 // results reported to wahook and acknowledged
-	ReportDropped   int64 // results dropped: queue full or wahook unreachable
+	ReportDropped   int64 // results dropped: queue full, wahook unreachable at Close, or refused by wahook
 	ReportFailures  int64 // reports that failed (and were tried again)
 	ReportInvalid   int64 // results not reported: wahook would refuse them (schema.SendResult.Check)
+	Unanswered      int64 // results with neither a status, a message_id nor an error_code: not reported, retried
 }
 
 // Stats returns the counters.
@@ -187,6 +201,7 @@ func (p *Pacer) Stats() Stats {
 		FallbackEntered: p.stats.fallbacks.Load(),
 		Stops:           p.stats.stops.Load(),
 		Pauses:          p.stats.pauses.Load(),
+		Unanswered:      p.stats.unanswered.Load(),
 	}
 	p.mu.Lock()
 	for _, n := range p.numbers {
@@ -251,6 +266,9 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 	}
 	paused := false
 	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		now := time.Now()
 		p.mu.Lock()
 		n := p.number(phoneNumberID)
@@ -319,15 +337,15 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 				continue
 			}
 		}
-		// The number's token: reserved, then waited for. A stop or pause
-		// that comes meanwhile, or a rate at least twice the one it was
-		// reserved at (a slow-down that ended), gives it back, and Wait
-		// starts over: a caller queued at a low rate does not keep its
-		// late turn once the rate is back.
+		// The number's token: reserved, then waited for. A stop, pause or
+		// cool-down of the recipient that comes meanwhile gives it back,
+		// and Wait starts over; so does a new bucket (refresh makes one
+		// when the rate at least doubles, a slow-down that ended): a
+		// caller queued at a low rate does not keep its late turn.
 		now = time.Now()
 		p.mu.Lock()
-		reservedAt := n.lim.Limit()
-		tok := n.lim.ReserveN(now, 1)
+		lim := n.lim
+		tok := lim.ReserveN(now, 1)
 		changed = p.changed
 		p.mu.Unlock()
 		if d := tok.DelayFrom(now); d > 0 {
@@ -335,7 +353,7 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 				tok.CancelAt(now)
 				return fmt.Errorf("pacer: %w: the number's next token comes in %v, after the context's deadline", context.DeadlineExceeded, d)
 			}
-			again, err := p.waitToken(ctx, n, tok, now.Add(d), reservedAt, changed)
+			again, err := p.waitToken(ctx, n, key, lim, tok, now.Add(d), changed)
 			if err != nil {
 				return err
 			}
@@ -377,11 +395,14 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 	}
 }
 
-// waitToken waits until at, the time of the number's token tok, or ctx's
-// end (tok given back). A stop or pause of the number that comes meanwhile,
-// or a rate at least twice reservedAt, gives tok back and answers again:
-// Wait starts over.
-func (p *Pacer) waitToken(ctx context.Context, n *number, tok *rate.Reservation, at time.Time, reservedAt rate.Limit, changed <-chan struct{}) (again bool, err error) {
+// waitToken waits until at, the time of the token tok of the number's
+// bucket lim, or ctx's end (tok given back). A stop or pause of the number,
+// or a cool-down of the pair key, that comes meanwhile gives tok back and
+// answers again: Wait starts over. So does a new bucket of the number: the
+// old one, and tok with it, is dropped (giving back the tokens of many
+// callers queued at the old rate would refill it at once, and they would
+// all go together).
+func (p *Pacer) waitToken(ctx context.Context, n *number, key string, lim *rate.Limiter, tok *rate.Reservation, at time.Time, changed <-chan struct{}) (again bool, err error) {
 	t := time.NewTimer(time.Until(at))
 	defer t.Stop()
 	for {
@@ -396,10 +417,14 @@ func (p *Pacer) waitToken(ctx context.Context, n *number, tok *rate.Reservation,
 		now := time.Now()
 		p.mu.Lock()
 		h := n.hold(now, p.cfg.MaintenanceMargin)
-		cur := n.lim.Limit()
+		rebuilt := n.lim != lim
+		cooled := key != "" && (p.cooldowns[key].After(now) || (p.pairs[key] != nil && p.pairs[key].coolUntil.After(now)))
 		changed = p.changed
 		p.mu.Unlock()
-		if h.stop || !h.until.IsZero() || cur >= 2*reservedAt {
+		if rebuilt {
+			return true, nil
+		}
+		if h.stop || !h.until.IsZero() || cooled {
 			tok.CancelAt(now)
 			return true, nil
 		}
@@ -515,7 +540,17 @@ func (p *Pacer) refresh(n *number, now time.Time) {
 			n.throttle = 0
 		}
 	}
-	if rate.Limit(r) != n.lim.Limit() {
+	switch cur := n.lim.Limit(); {
+	case rate.Limit(r) == cur:
+	case rate.Limit(r) >= 2*cur:
+		// A new bucket, empty, at the new rate, and the Waits queued on
+		// the old one move to it (their turns were given at the old
+		// rate); empty, so that they do not go at once.
+		b := p.burst(r)
+		n.lim = rate.NewLimiter(rate.Limit(r), b)
+		n.lim.ReserveN(now, b)
+		p.broadcast()
+	default:
 		n.lim.SetLimitAt(now, rate.Limit(r))
 		n.lim.SetBurstAt(now, p.burst(r))
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -572,7 +573,9 @@ func TestPauseDuringTokenWait(t *testing.T) {
 
 // TestRateRiseReleasesQueuedWaits: Waits queued at a low rate go at the new
 // rate once a signal raises it, instead of keeping the turns they were given
-// at the low one (nine seconds for nine Waits at 1 message per second).
+// at the low one (200 seconds for 200 Waits at 1 message per second), and
+// not all at once either (a first version gave their tokens back, which
+// refilled the bucket, and they went together).
 func TestRateRiseReleasesQueuedWaits(t *testing.T) {
 	const id = "100000000000072"
 	e := newEnv(t, map[string]int{id: 80})
@@ -583,31 +586,69 @@ func TestRateRiseReleasesQueuedWaits(t *testing.T) {
 	if err := p.Wait(context.Background(), id, ""); err != nil {
 		t.Fatal(err)
 	}
-	const queued = 9
-	done := make(chan error, queued)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	const queued = 200
+	sent := make(chan time.Time, queued)
+	errs := make(chan error, queued)
+	// No deadline: at the old rate most tokens are minutes away, and a
+	// Wait whose token comes after its deadline answers at once.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for range queued {
-		go func() { done <- p.Wait(ctx, id, "") }()
+		go func() {
+			if err := p.Wait(ctx, id, ""); err != nil {
+				errs <- err
+				return
+			}
+			sent <- time.Now()
+		}()
 	}
 	time.Sleep(300 * time.Millisecond)
 	e.inbound(id, time.Now().UTC().Add(-3*time.Second))
 	e.waitSignal(id, "an ok signal", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceOK && s.RecommendedMPS > 40 })
-	e.eventually("the pacer takes the signal", func() (bool, string) {
-		r, fb := p.Rate(id)
-		return !fb && r > 40, fmt.Sprint(r, fb)
-	})
-	raised := time.Now()
-	for range queued {
-		if err := <-done; err != nil {
+	var times []time.Time
+	timeout := time.After(60 * time.Second)
+	for len(times) < queued {
+		select {
+		case at := <-sent:
+			times = append(times, at)
+		case err := <-errs:
 			t.Fatalf("a queued Wait: %v", err)
+		case <-timeout:
+			t.Fatalf("%d of %d queued Waits returned in 60 s", len(times), queued)
 		}
 	}
-	// At the new rate the nine go within a fraction of a second; at the
-	// old one the last would have waited until about nine seconds after
-	// the first token. Three seconds leave room for a busy machine.
-	if took := time.Since(raised); took > 3*time.Second {
-		t.Errorf("the queued Waits took %v after the rate rose; want them at the new rate", took)
+	r, fb := p.Rate(id)
+	if fb || r <= 40 {
+		t.Fatalf("after the signal: %v mps, fallback %v", r, fb)
+	}
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	// At the new rate: all within 200/r seconds of the rise, and 3 s more
+	// for a busy machine (about 200 s at the old rate).
+	if took := times[queued-1].Sub(times[1]); took > time.Duration(float64(queued)/r*float64(time.Second))+3*time.Second {
+		t.Errorf("the queued Waits took %v after the rate rose to %v mps", took, r)
+	}
+	// Never more than a quarter second's worth at the new rate in any
+	// quarter second, with the bucket's depth and a margin.
+	limit := int(r/4) + max(1, int(r/10)) + 3
+	for i := range times {
+		j := i
+		for j < len(times) && times[j].Sub(times[i]) < 250*time.Millisecond {
+			j++
+		}
+		if j-i > limit {
+			t.Fatalf("%d sends in 250 ms from %v at %v mps; want at most %d", j-i, times[i].Format("15:04:05.000"), r, limit)
+		}
+	}
+}
+
+// TestWaitEndedContext: Wait with a context that has ended answers its
+// error even when a token is free.
+func TestWaitEndedContext(t *testing.T) {
+	p := slowPacer(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := p.Wait(ctx, "100000000000076", ""); !errors.Is(err, context.Canceled) {
+		t.Errorf("Wait with an ended context: %v; want context.Canceled", err)
 	}
 }
 

@@ -39,9 +39,28 @@ type reporter struct {
 	reported, dropped, failures, invalid atomic.Int64
 	invalidLog                           every
 	// run's goroutine's own
-	lastLog, lastRefusedLog time.Time
-	closeFails              int // failed reports since the reporter began closing
+	lastLog, lastRefusedLog, lastHeldLog time.Time
+	closeFails                           int // failed reports since the reporter began closing
+	// held are the results wahook refused for now (a number it does not
+	// know yet, or not allowed to the token), tried again every heldRetry
+	// for up to heldFor after their first refusal.
+	held     []item
+	heldNext time.Time
 }
+
+// item is a result to report, and when wahook first refused it for now
+// (zero: never).
+type item struct {
+	res   schema.SendResult
+	since time.Time
+}
+
+// heldRetry and heldFor: how often, and how long after their first
+// refusal, held results are tried again (variables for tests).
+var (
+	heldRetry = 10 * time.Second
+	heldFor   = 10 * time.Minute
+)
 
 func newReporter(cfg Config, js jetstream.JetStream) *reporter {
 	return &reporter{cfg: cfg, js: js, http: &http.Client{Timeout: 10 * time.Second},
@@ -87,6 +106,9 @@ func (r *reporter) run(ctx context.Context) {
 			r.flush(ctx)
 			return
 		case <-ctx.Done():
+			// Closed without the time to report (Close's context ended):
+			// what is left is dropped, and counted.
+			r.dropAll()
 			return
 		case <-t.C:
 		case <-r.kick:
@@ -95,44 +117,75 @@ func (r *reporter) run(ctx context.Context) {
 	}
 }
 
+// dropAll drops and counts every result queued or held.
+func (r *reporter) dropAll() {
+	r.mu.Lock()
+	left := len(r.queue)
+	r.queue = r.queue[:0]
+	r.mu.Unlock()
+	r.dropped.Add(int64(left + len(r.held)))
+	r.held = nil
+}
+
 // closeTries is how many failed reports in all the reporter makes once it
 // is closing before it drops what is left.
 const closeTries = 3
 
-// flush sends the queued results in batches, each until wahook takes it.
+// flush sends the queued results in batches, each until wahook takes it,
+// then the held ones when their time has come (or the reporter closes).
 // When it gives up (ctx ended, or the reporter is closing and its tries
-// are spent) every result still queued is dropped and counted.
+// are spent) every result still queued or held is dropped and counted.
 func (r *reporter) flush(ctx context.Context) {
 	for {
 		r.mu.Lock()
 		n := min(len(r.queue), r.cfg.ReportBatch)
-		batch := append([]schema.SendResult(nil), r.queue[:n]...)
+		batch := make([]item, n)
+		for i, res := range r.queue[:n] {
+			batch[i].res = res
+		}
 		r.mu.Unlock()
 		if n == 0 {
-			return
+			break
 		}
 		ok := r.deliver(ctx, batch)
 		r.take(n)
 		if !ok {
-			r.mu.Lock()
-			left := len(r.queue)
-			r.queue = r.queue[:0]
-			r.mu.Unlock()
-			r.dropped.Add(int64(left))
+			r.dropAll()
 			return
 		}
+	}
+	if len(r.held) == 0 || (time.Now().Before(r.heldNext) && !r.isClosing()) {
+		return
+	}
+	r.heldNext = time.Now().Add(heldRetry)
+	held := r.held
+	r.held = nil
+	for len(held) > 0 {
+		n := min(len(held), r.cfg.ReportBatch)
+		if !r.deliver(ctx, held[:n]) {
+			r.dropped.Add(int64(len(held) - n))
+			r.dropAll()
+			return
+		}
+		held = held[n:]
 	}
 }
 
 // deliver reports batch, trying again with a backoff while wahook cannot
-// take it, and counts each result as reported or dropped. A batch wahook
-// refuses for what is in it (a result it finds wrong, a number the token
-// may not report for) is sent again in halves, so that only the results
-// refused alone are dropped. It returns false, with what was not sent
-// counted as dropped, when it gives up: ctx ended, or the reporter is
-// closing and has failed closeTries times.
-func (r *reporter) deliver(ctx context.Context, batch []schema.SendResult) bool {
-	body, err := json.Marshal(schema.SendResults{Results: batch})
+// take it, and counts each result as reported or dropped, or holds it. A
+// batch wahook refuses for what is in it is sent again in halves, so that
+// only the results refused alone are left: dropped if wahook will never
+// take them (a result it finds wrong, a document too large), held to be
+// tried again if it may later (a number it does not know yet, or not
+// allowed to the token), for up to heldFor. It returns false, with what
+// was not sent counted as dropped, when it gives up: ctx ended, or the
+// reporter is closing and has failed closeTries times.
+func (r *reporter) deliver(ctx context.Context, batch []item) bool {
+	results := make([]schema.SendResult, len(batch))
+	for i := range batch {
+		results[i] = batch[i].res
+	}
+	body, err := json.Marshal(schema.SendResults{Results: results})
 	if err != nil {
 		r.dropped.Add(int64(len(batch)))
 		r.cfg.Logger.Error("pacer: send results not encoded; dropped", "results", len(batch), "error", err.Error())
@@ -148,8 +201,7 @@ func (r *reporter) deliver(ctx context.Context, batch []schema.SendResult) bool 
 		var ref *refusedError
 		if errors.As(err, &ref) {
 			if len(batch) == 1 {
-				r.dropped.Add(1)
-				r.logRefused(ref)
+				r.refusedAlone(batch[0], ref)
 				return true
 			}
 			h := len(batch) / 2
@@ -185,6 +237,26 @@ func (r *reporter) deliver(ctx context.Context, batch []schema.SendResult) bool 
 	}
 }
 
+// refusedAlone drops a result wahook refused on its own, or holds it when
+// wahook may take it later.
+func (r *reporter) refusedAlone(it item, ref *refusedError) {
+	now := time.Now()
+	if it.since.IsZero() {
+		it.since = now
+	}
+	if !ref.forNow || now.Sub(it.since) >= heldFor || r.isClosing() {
+		r.dropped.Add(1)
+		r.logRefused(ref)
+		return
+	}
+	r.held = append(r.held, it)
+	if now.Sub(r.lastHeldLog) >= 10*time.Second {
+		r.lastHeldLog = now
+		r.cfg.Logger.Warn("pacer: wahook refuses a send result for now; trying again", "status", ref.status, "code", ref.code,
+			"parameter", ref.parameter, "message", ref.message, "held", len(r.held), "retry", heldRetry.String(), "for_up_to", heldFor.String())
+	}
+}
+
 func (r *reporter) isClosing() bool {
 	select {
 	case <-r.closing:
@@ -201,14 +273,16 @@ func (r *reporter) take(n int) {
 }
 
 // refusedError is wahook refusing a report for what is in it: an answer of
-// 413, or one whose error names the results or the body (a wrong result,
-// a number the token may not report for). Trying it again as it is would
-// fail the same way.
+// 413, or a 4xx whose error names the results or the body. Trying it again
+// as it is fails the same way, for good (a result it finds wrong), or
+// for now (forNow: 403 or 404, a number the token may not report for, or
+// that wahook has seen no webhook of yet).
 type refusedError struct {
 	status    int
 	code      string
 	parameter string
 	message   string
+	forNow    bool
 }
 
 func (e *refusedError) Error() string {
@@ -229,7 +303,8 @@ func refused(status int, body []byte) error {
 	e := doc.Error
 	if status == http.StatusRequestEntityTooLarge || (status/100 == 4 &&
 		(e.Parameter == "body" || e.Parameter == "results" || strings.HasPrefix(e.Parameter, "results["))) {
-		return &refusedError{status: status, code: e.Code, parameter: e.Parameter, message: e.Message}
+		return &refusedError{status: status, code: e.Code, parameter: e.Parameter, message: e.Message,
+			forNow: status == http.StatusForbidden || status == http.StatusNotFound}
 	}
 	return nil
 }
@@ -290,19 +365,18 @@ func (r *reporter) send(ctx context.Context, body []byte) error {
 	return err
 }
 
-// close reports what is queued (within ctx) and stops.
+// close reports what is queued and held (within ctx) and stops; it
+// returns ctx's error if ctx ended first (run then stops once its context
+// is cancelled, dropping what is left).
 func (r *reporter) close(ctx context.Context) error {
 	close(r.closing)
+	defer r.http.CloseIdleConnections()
 	select {
 	case <-r.done:
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	r.http.CloseIdleConnections()
-	if n := r.dropped.Load(); n > 0 {
-		return fmt.Errorf("pacer: %d send results could not be reported", n)
-	}
-	return nil
 }
 
 // every throttles a log line: due at most once per period. It is safe for

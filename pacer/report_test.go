@@ -71,8 +71,11 @@ type wahookLike struct {
 	mu     sync.Mutex
 	refuse string
 	down   bool // answer 503 to everything
-	posts  int
-	stored []schema.SendResult
+	// unknown is a number wahook answers 404 for, as it does for a tenant's
+	// number it has seen no webhook of yet.
+	unknown string
+	posts   int
+	stored  []schema.SendResult
 }
 
 func (s *wahookLike) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -91,6 +94,11 @@ func (s *wahookLike) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for i, res := range doc.Results {
+		if s.unknown != "" && res.PhoneNumberID == s.unknown {
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprintf(w, `{"error":{"code":"not_found","message":"not found","parameter":"results[%d].phone_number_id"}}`, i)
+			return
+		}
 		if res.MessageID == s.refuse {
 			w.WriteHeader(http.StatusBadRequest)
 			fmt.Fprintf(w, `{"error":{"code":"bad_parameter","message":"refused","parameter":"results[%d].message_id"}}`, i)
@@ -206,7 +214,88 @@ func TestOutcomeInvalidResult(t *testing.T) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if st := p.Stats(); len(w.stored) != 1 || st.Reported != 1 || st.ReportInvalid != 2 || st.ReportDropped != 0 {
-		t.Errorf("%d stored, stats %+v; want 1 reported and 2 invalid", len(w.stored), st)
+	if st := p.Stats(); len(w.stored) != 1 || st.Reported != 1 || st.ReportInvalid != 2 || st.ReportDropped != 0 || st.Unanswered != 2 {
+		t.Errorf("%d stored, stats %+v; want 1 reported, 2 invalid and 2 unanswered", len(w.stored), st)
+	}
+}
+
+// TestReportHeldForNow: results of a number wahook does not know yet (404
+// naming it, as for a tenant's number before its first webhook) are held
+// and tried again while the others go; once wahook knows the number they
+// are stored. Results refused for now for longer than the hold are dropped.
+func TestReportHeldForNow(t *testing.T) {
+	pacer.SetHeld(t, 100*time.Millisecond, 3*time.Second)
+	const newNumber = "100000000000064"
+	w := &wahookLike{unknown: newNumber}
+	srv := httptest.NewServer(w)
+	defer srv.Close()
+	p := httpPacer(t, srv.URL)
+	for i := range 20 {
+		res := accepted(i)
+		if i%5 == 0 {
+			res.PhoneNumberID = newNumber
+		}
+		p.Outcome(res)
+	}
+	testutil.Eventually(t, 10*time.Second, "the known number's results stored, the others held", func() (bool, string) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return len(w.stored) == 16 && w.posts > 20, fmt.Sprintf("%d stored in %d posts", len(w.stored), w.posts)
+	})
+	w.mu.Lock()
+	w.unknown = ""
+	w.mu.Unlock()
+	testutil.Eventually(t, 10*time.Second, "the held results stored once the number is known", func() (bool, string) {
+		st := p.Stats()
+		return st.Reported == 20, fmt.Sprintf("%+v", st)
+	})
+	if err := p.Close(context.Background()); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+
+	// Refused for longer than the hold: dropped, and counted.
+	w2 := &wahookLike{unknown: newNumber}
+	srv2 := httptest.NewServer(w2)
+	defer srv2.Close()
+	p2 := httpPacer(t, srv2.URL)
+	res := accepted(99)
+	res.PhoneNumberID = newNumber
+	p2.Outcome(res)
+	testutil.Eventually(t, 10*time.Second, "dropped after the hold", func() (bool, string) {
+		st := p2.Stats()
+		return st.ReportDropped == 1, fmt.Sprintf("%+v", st)
+	})
+	if err := p2.Close(context.Background()); err != nil {
+		t.Errorf("Close after the drop: %v; want nil (nothing was dropped at Close)", err)
+	}
+}
+
+// TestCloseEndedContext: Close given a context that has already ended
+// drops and counts what is queued, and says so with the context's error.
+// Before, the reporter's goroutine sometimes stopped without counting them
+// (its select chose between the close and the end of its context at
+// random).
+func TestCloseEndedContext(t *testing.T) {
+	w := &wahookLike{}
+	srv := httptest.NewServer(w)
+	defer srv.Close()
+	for i := range 30 {
+		cfg := pacer.DefaultConfig()
+		cfg.ReportHTTPURL = srv.URL
+		cfg.ReportBatch, cfg.ReportInterval = 8, time.Hour // nothing leaves before Close
+		cfg.Logger = slog.New(slog.DiscardHandler)
+		p, err := pacer.New(context.Background(), nil, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range 5 {
+			p.Outcome(accepted(j))
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		err = p.Close(ctx)
+		if st := p.Stats(); st.Reported+st.ReportDropped != 5 || (st.ReportDropped > 0 && !errors.Is(err, context.Canceled)) {
+			t.Fatalf("run %d: Close: %v, stats %+v; want each of the 5 reported or dropped, and the context's error with the drops", i, err, st)
+		}
 	}
 }

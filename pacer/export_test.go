@@ -1,0 +1,14 @@
+package pacer
+
+import (
+	"testing"
+	"time"
+)
+
+// SetHeld sets how often and how long results wahook refuses for now are
+// tried again, for the test.
+func SetHeld(t *testing.T, retry, upTo time.Duration) {
+	r, f := heldRetry, heldFor
+	heldRetry, heldFor = retry, upTo
+	t.Cleanup(func() { heldRetry, heldFor = r, f })
+}
