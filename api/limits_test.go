@@ -2,9 +2,11 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strconv"
 	"sync"
 	"testing"
@@ -141,6 +143,42 @@ func TestLimitsPerIP(t *testing.T) {
 		if code, _, _ := call(t, s, "/healthz", "192.0.2.1", ""); code != 200 {
 			t.Fatalf("healthz: %d", code)
 		}
+	}
+}
+
+// The per-IP limits count the address a trusted proxy saw: the rightmost
+// entry of X-Forwarded-For that is not itself a trusted proxy. The entries
+// to its left are the client's to write; before, the leftmost was taken, and
+// a new made-up address per request passed every per-IP limit.
+func TestLimitsPerIPForgedForwardedFor(t *testing.T) {
+	c := &clock{t: time.Date(2026, 3, 14, 10, 0, 20, 0, time.UTC)}
+	cfg := DefaultConfig()
+	cfg.Tokens = []string{"token-one-0123456789"}
+	cfg.Limits = Limits{ReportsIP: Limit{2, time.Minute}}
+	cfg.TrustedProxies = []string{"0.0.0.0", "10.0.0.0/8"}
+	s, err := newServer(cfg, nil, nil, nil, c.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tok = "token-one-0123456789"
+	for i := range 2 {
+		// The client wrote the first entry; the proxies added the others.
+		xff := fmt.Sprintf("203.0.113.%d, 198.51.100.7, 10.1.2.3", i)
+		if code, _, b := call(t, s, "/api/v1/error-codes", xff, tok); code != 200 {
+			t.Fatalf("request %d: %d %s", i, code, b)
+		}
+	}
+	if code, _, _ := call(t, s, "/api/v1/error-codes", "203.0.113.99, 198.51.100.7, 10.1.2.3", tok); code != http.StatusTooManyRequests {
+		t.Errorf("a third report from 198.51.100.7 behind a made-up address: %d, want 429", code)
+	}
+	if code, _, _ := call(t, s, "/api/v1/error-codes", "198.51.100.8", tok); code != 200 {
+		t.Errorf("another client: %d", code)
+	}
+	// An entry that is no address ends the trust: the last address before
+	// it (here the trusted proxy that sent it) is the client.
+	ip := s.clientOf(netip.MustParseAddr("0.0.0.0"), [][]byte{[]byte("198.51.100.7, garbage"), []byte("10.1.2.3")})
+	if ip != "10.1.2.3" {
+		t.Errorf("client behind a malformed entry: %q, want the proxy that added it, 10.1.2.3", ip)
 	}
 }
 

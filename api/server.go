@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -213,6 +214,7 @@ type Server struct {
 	globalIP, globalToken *window
 	groups                map[group][2]*window // per IP, per token
 	numbers               *tokenNumbers        // send results' numbers per token
+	proxies               []netip.Prefix       // cfg.TrustedProxies
 }
 
 // New builds the API on store. reg receives its metrics; log may be nil.
@@ -254,11 +256,8 @@ func newServer(cfg Config, store *Store, reg prometheus.Registerer, log *zap.Log
 		DisablePreParseMultipartForm: true, // nor a multipart body parsed before it
 		ErrorHandler:                 s.fiberError,
 	}
-	if len(cfg.TrustedProxies) > 0 {
-		fc.EnableTrustedProxyCheck = true
-		fc.TrustedProxies = cfg.TrustedProxies
-		fc.ProxyHeader = fiber.HeaderXForwardedFor
-		fc.EnableIPValidation = true
+	for _, p := range cfg.TrustedProxies {
+		s.proxies = append(s.proxies, parseProxy(p))
 	}
 	s.app = fiber.New(fc)
 	// A body where none is taken is refused unread; an answer given
@@ -394,7 +393,7 @@ func tenantOf(c *fiber.Ctx) *tenant {
 // limitGlobal applies the global limit per client IP, before the token is
 // checked, so that guessing tokens is limited too.
 func (s *Server) limitGlobal(c *fiber.Ctx) error {
-	if v := s.take(c, s.globalIP, clientIP(c)); !v.ok {
+	if v := s.take(c, s.globalIP, s.clientIP(c)); !v.ok {
 		return s.refuse(c, v)
 	}
 	return c.Next()
@@ -404,7 +403,7 @@ func (s *Server) limitGlobal(c *fiber.Ctx) error {
 func (s *Server) limitGroup(g group) fiber.Handler {
 	w := s.groups[g]
 	return func(c *fiber.Ctx) error {
-		if v := s.take(c, w[0], clientIP(c)); !v.ok {
+		if v := s.take(c, w[0], s.clientIP(c)); !v.ok {
 			return s.refuse(c, v)
 		}
 		tok, _ := c.Locals(localToken).(string)
@@ -492,8 +491,61 @@ func routeName(c *fiber.Ctx) string {
 	return "other"
 }
 
-// clientIP is the request's client address, copied: Fiber's strings point
-// into buffers it reuses, and the windows keep their keys.
-func clientIP(c *fiber.Ctx) string { return strings.Clone(c.IP()) }
+// clientIP is the request's client address, a string of its own (the
+// windows keep their keys). From a trusted proxy it is the address that
+// proxy's X-Forwarded-For names last, past any other trusted proxy: the
+// list's leftmost entries are the client's to write, so the one a trusted
+// proxy added is the rightmost that is not itself a trusted proxy.
+func (s *Server) clientIP(c *fiber.Ctx) string {
+	remote, ok := netip.AddrFromSlice(c.Context().RemoteIP())
+	if !ok {
+		return strings.Clone(c.IP())
+	}
+	return s.clientOf(remote, c.Request().Header.PeekAll(fiber.HeaderXForwardedFor))
+}
+
+// clientOf is clientIP of a request from remote with the X-Forwarded-For
+// headers xff.
+func (s *Server) clientOf(remote netip.Addr, xff [][]byte) string {
+	remote = remote.Unmap()
+	if !s.trusted(remote) {
+		return remote.String()
+	}
+	var hops []string
+	for _, v := range xff {
+		hops = append(hops, strings.Split(string(v), ",")...)
+	}
+	for i := len(hops) - 1; i >= 0; i-- {
+		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			break // not an address: nothing before it can be trusted
+		}
+		if a = a.Unmap(); !s.trusted(a) {
+			return a.String()
+		}
+		remote = a
+	}
+	return remote.String()
+}
+
+// trusted is whether a is one of cfg.TrustedProxies.
+func (s *Server) trusted(a netip.Addr) bool {
+	for _, p := range s.proxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseProxy reads an address or a CIDR that Validate accepted.
+func parseProxy(p string) netip.Prefix {
+	if a, err := netip.ParseAddr(p); err == nil {
+		a = a.Unmap()
+		return netip.PrefixFrom(a, a.BitLen())
+	}
+	pr, _ := netip.ParsePrefix(p)
+	return pr.Masked()
+}
 
 func errField(err error) zap.Field { return zap.Error(err) }

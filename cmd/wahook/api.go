@@ -53,7 +53,7 @@ func (o *apiOptions) register(f *flags) {
 			def := l.field(&o.cfg.Limits).String()
 			o.limits[l.name] = f.String(l.name, def, l.usage+": REQUESTS/WINDOW (e.g. 600/60s) or off")
 		}
-		f.ListVar(&o.proxies, "api-trusted-proxy", "address or CIDR of a proxy whose X-Forwarded-For names the client, for the per-IP limits; repeat")
+		f.ListVar(&o.proxies, "api-trusted-proxy", "address or CIDR of a proxy whose X-Forwarded-For names the client (its rightmost address that is not a trusted proxy), for the per-IP limits; repeat")
 		f.DurationVar(&o.cfg.QueryTimeout, "api-query-timeout", o.cfg.QueryTimeout, "longest a report may run in ClickHouse")
 		o.conns.register(f, "api-", "the query API")
 		f.IntVar(&o.cfg.MaxNumbersPerToken, "api-max-numbers-per-token", o.cfg.MaxNumbersPerToken, "distinct phone number ids one token may report send results for, per API process (0: no bound); past it a document is refused 403 too_many_numbers")
