@@ -44,9 +44,18 @@ func (s *Store) DeadLetters(ctx context.Context, q Query, recent int) (*DeadLett
 	cond := "received_at >= toDateTime(?) AND received_at < toDateTime(?)"
 	if q.scoped {
 		// A tenant sees a dead letter only when every entry of its body is
-		// one of its WABAs (a body that is not JSON names none).
-		cond += ` AND notEmpty(extractAll(body, '"entry"\\s*:\\s*\\[\\s*\\{\\s*"id"\\s*:\\s*"([^"]*)"'))` +
-			` AND arrayAll(x -> has([` + strings.TrimSuffix(strings.Repeat("?, ", len(q.scopeWabas)), ", ") + `], x), extractAll(body, '[\\{,]\\s*"id"\\s*:\\s*"([^"]*)"\\s*,\\s*"changes"'))`
+		// one of its WABAs (a body that is not JSON names none). An
+		// entry's WABA is the "id" before its "changes", with Meta's
+		// "time" between them or not; every "changes" of the body must
+		// have one, so that an entry this cannot read hides the body
+		// rather than leaving the others to decide (before, an entry with
+		// its "time" between was no entry at all, and a body of one such
+		// entry was every tenant's). No "?" in the patterns: the driver
+		// would take it for a parameter.
+		ids := `extractAll(body, '[\\{,]\\s*"id"\\s*:\\s*"([^"]*)"\\s*,\\s*("time"\\s*:\\s*[0-9]+\\s*,\\s*){0,1}"changes"\\s*:')`
+		cond += ` AND notEmpty(` + ids + `)` +
+			` AND length(` + ids + `) = length(extractAll(body, '"changes"\\s*:'))` +
+			` AND arrayAll(x -> has([` + strings.TrimSuffix(strings.Repeat("?, ", len(q.scopeWabas)), ", ") + `], x), ` + ids + `)`
 		for _, w := range q.scopeWabas {
 			args = append(args, w)
 		}

@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,12 +25,21 @@ type PacingWatcher interface {
 	WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error)
 }
 
-// maxStreams bounds the live streams open at once.
-const maxStreams = 256
+// maxStreams bounds the live streams open at once, and maxStreamsPerToken
+// those of one token, so that one token (a tenant's) cannot take them all.
+// (Variables for tests.)
+var (
+	maxStreams         = int64(256)
+	maxStreamsPerToken = 16
+)
 
 // liveHeartbeat is how often an idle stream sends a comment, so that
 // proxies keep it open and a closed client is noticed.
 const liveHeartbeat = 15 * time.Second
+
+// liveWriteTimeout bounds each write of a live stream: a client that takes
+// nothing for this long is dropped.
+const liveWriteTimeout = 30 * time.Second
 
 // liveHub runs the live streams of pacing signals: each a watch of
 // wahook_pacing, ended by close (at shutdown).
@@ -38,11 +49,40 @@ type liveHub struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	streams atomic.Int64
+
+	mu      sync.Mutex
+	byToken map[string]int // open streams by token id
+}
+
+// open counts a stream of token, or answers the error that refuses it.
+func (h *liveHub) open(token string) *Error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.byToken[token] >= maxStreamsPerToken {
+		return &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
+			Message: fmt.Sprintf("this token has %d live streams open, the most it may; close one", maxStreamsPerToken)}
+	}
+	if h.streams.Add(1) > maxStreams {
+		h.streams.Add(-1)
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "too many live streams; retry later"}
+	}
+	h.byToken[token]++
+	return nil
+}
+
+// closed counts a stream of token gone.
+func (h *liveHub) closed(token string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.streams.Add(-1)
+	if h.byToken[token]--; h.byToken[token] <= 0 {
+		delete(h.byToken, token)
+	}
 }
 
 func newLiveHub(w PacingWatcher, log *zap.Logger) *liveHub {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &liveHub{w: w, log: log, ctx: ctx, cancel: cancel}
+	return &liveHub{w: w, log: log, ctx: ctx, cancel: cancel, byToken: map[string]int{}}
 }
 
 func (h *liveHub) close() { h.cancel() }
@@ -149,9 +189,9 @@ func (s *Server) pacingStream(c *fiber.Ctx) error {
 		return s.writeError(c, errNoPacing)
 	}
 	h := s.live
-	if h.streams.Add(1) > maxStreams {
-		h.streams.Add(-1)
-		return s.writeError(c, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "too many live streams; retry later"})
+	token, _ := c.Locals(localToken).(string)
+	if e := h.open(token); e != nil {
+		return s.writeError(c, e)
 	}
 	ctx, cancel := context.WithCancel(h.ctx)
 	w, err := s.cfg.Pacing.WatchAll(ctx)
@@ -160,25 +200,33 @@ func (s *Server) pacingStream(c *fiber.Ctx) error {
 	}
 	if err != nil {
 		cancel()
-		h.streams.Add(-1)
+		h.closed(token)
 		s.log.Warn("pacing watch", zap.Error(err))
 		return s.writeError(c, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "NATS did not answer; retry"})
 	}
 	t := tenantOf(c)
+	// The server's write timeout is set once, before the answer is
+	// written: past it every write of the stream failed, and the stream
+	// ended after about 20 s. Each flush sets its own.
+	conn := c.Context().Conn()
 	c.Set(fiber.HeaderContentType, "text/event-stream")
 	c.Set(fiber.HeaderCacheControl, "no-store")
 	c.Set("X-Accel-Buffering", "no")
 	c.Context().SetBodyStreamWriter(func(bw *bufio.Writer) {
-		defer h.streams.Add(-1)
+		defer h.closed(token)
 		defer cancel()
 		if w != nil {
 			defer w.Stop() //nolint:errcheck // the watch ends with the stream
+		}
+		flush := func() bool {
+			_ = conn.SetWriteDeadline(time.Now().Add(liveWriteTimeout))
+			return bw.Flush() == nil
 		}
 		send := func(event string, data []byte) bool {
 			bw.WriteString("event: " + event + "\ndata: ")
 			bw.Write(data)
 			bw.WriteString("\n\n")
-			return bw.Flush() == nil
+			return flush()
 		}
 		if !send("hello", []byte(`{}`)) {
 			return
@@ -197,7 +245,7 @@ func (s *Server) pacingStream(c *fiber.Ctx) error {
 				return
 			case <-beat.C:
 				bw.WriteString(": beat\n\n")
-				if bw.Flush() != nil {
+				if !flush() {
 					return
 				}
 			case <-retry.C:

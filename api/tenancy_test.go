@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -75,12 +76,21 @@ func getAs(t *testing.T, s *api.Server, path, token string, v any) (int, []byte)
 func TestTenantsSeeOnlyTheirWABAs(t *testing.T) {
 	d := generate(300)
 	ch := load(t, d)
-	// A dead letter of tenant B's WABA, beside the dataset's bodies that
-	// are not JSON (which name no WABA: no tenant sees them).
-	if err := ch.Conn.Exec(context.Background(), fmt.Sprintf(`INSERT INTO %s.dead_letters (received_at, app, raw_seq, raw_msg_id, item, reason, error, body)
-SELECT toDateTime(?), 'default', toUInt64(99), 'dl-b', 'entry[0].changes[0]', 'bad_item', 'test', ?`, ch.Database),
-		t0.Add(10*time.Minute).Unix(), `{"object":"whatsapp_business_account","entry":[{"id":"waba-2","changes":[{"field":"messages","value":7}]}]}`); err != nil {
-		t.Fatal(err)
+	// Dead letters of tenant B's WABA, beside the dataset's bodies that
+	// are not JSON (which name no WABA: no tenant sees them): dl-b without
+	// the entry's time, dl-c with it between the id and the changes, as
+	// Meta sends it (it was every tenant's), and dl-d of an entry of A's
+	// and one of B's whose keys come in another order (no tenant's).
+	for _, dl := range [][2]string{
+		{"dl-b", `{"object":"whatsapp_business_account","entry":[{"id":"waba-2","changes":[{"field":"messages","value":7}]}]}`},
+		{"dl-c", `{"object":"whatsapp_business_account","entry":[{"id":"waba-2","time":1781514312,"changes":[{"field":"account_update","value":7}]}]}`},
+		{"dl-d", `{"object":"whatsapp_business_account","entry":[{"id":"waba-1","time":1781514312,"changes":[{"field":"messages","value":7}]},{"time":1781514312,"id":"waba-2","changes":[{"field":"messages","value":7}]}]}`},
+	} {
+		if err := ch.Conn.Exec(context.Background(), fmt.Sprintf(`INSERT INTO %s.dead_letters (received_at, app, raw_seq, raw_msg_id, item, reason, error, body)
+SELECT toDateTime(?), 'default', toUInt64(99), ?, 'entry[0].changes[0]', 'bad_item', 'test', ?`, ch.Database),
+			t0.Add(10*time.Minute).Unix(), dl[0], dl[1]); err != nil {
+			t.Fatal(err)
+		}
 	}
 	store := api.NewStore(ch.Conn, ch.Database, api.DefaultTiers())
 	pub := &keepPublisher{}
@@ -91,7 +101,7 @@ SELECT toDateTime(?), 'default', toUInt64(99), 'dl-b', 'entry[0].changes[0]', 'b
 		t.Fatal(err)
 	}
 	n1, n2, n3 := numbers[0].id, numbers[1].id, numbers[2].id
-	foreign := map[string][]string{tokenA: {n3, "waba-2"}, tokenB: {n1, n2, "waba-1"}}
+	foreign := map[string][]string{tokenA: {n3, "waba-2", "dl-b", "dl-c", "dl-d"}, tokenB: {n1, n2, "waba-1", "dl-d"}}
 	own := map[string]string{tokenA: "waba-1", tokenB: "waba-2"}
 
 	reports := []string{
@@ -145,13 +155,19 @@ SELECT toDateTime(?), 'default', toUInt64(99), 'dl-b', 'entry[0].changes[0]', 'b
 		t.Errorf("failures: tenant A %d + tenant B %d, want both > 0 and together the whole %d", fa.Total, fb.Total, fall.Total)
 	}
 
-	// Dead letters: B sees its WABA's one; A none; the unscoped token all.
+	// Dead letters: B sees its WABA's two; A none; the unscoped token all
+	// (dl-d too).
 	var da, db, dall api.DeadLetters
 	getAs(t, s, "/api/v1/dead-letters?"+rangeParams(""), tokenA, &da)
 	getAs(t, s, "/api/v1/dead-letters?"+rangeParams(""), tokenB, &db)
 	getAs(t, s, "/api/v1/dead-letters?"+rangeParams(""), token1, &dall)
-	if da.Count != 0 || db.Count != 1 || len(db.Recent) != 1 || db.Recent[0].RawMsgID != "dl-b" || dall.Count != db.Count+uint64(len(d.badBodies)) {
-		t.Errorf("dead letters: A %d, B %d %+v, all %d", da.Count, db.Count, db.Recent, dall.Count)
+	var bIDs []string
+	for _, r := range db.Recent {
+		bIDs = append(bIDs, r.RawMsgID)
+	}
+	slices.Sort(bIDs)
+	if da.Count != 0 || db.Count != 2 || fmt.Sprint(bIDs) != "[dl-b dl-c]" || dall.Count != 3+uint64(len(d.badBodies)) {
+		t.Errorf("dead letters: A %d, B %d %v, all %d", da.Count, db.Count, bIDs, dall.Count)
 	}
 
 	// Anything of another tenant is not_found, with the very answer of a
@@ -311,6 +327,9 @@ func TestPacingSignalsPerTenant(t *testing.T) {
 	put(n3, schema.AdviceOK)
 	cfg := tenantConfig()
 	cfg.Pacing = kv
+	// The server's write timeout is the query timeout and 10 s: the
+	// stream must outlive it (it ended there once).
+	cfg.QueryTimeout = time.Second
 	s, err := api.New(cfg, api.NewStore(ch.Conn, ch.Database, api.DefaultTiers()), nil, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
@@ -391,6 +410,13 @@ func TestPacingSignalsPerTenant(t *testing.T) {
 	}
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("the change came after %v", d)
+	}
+	// Past the server's write timeout (11 s here), the stream still
+	// carries the changes.
+	time.Sleep(12 * time.Second)
+	put(n3, schema.AdviceOK)
+	if e := next("a change 12 s later"); e[0] != "signal" || !strings.Contains(e[1], `"advice":"ok"`) {
+		t.Fatalf("change after the write timeout: %v", e)
 	}
 }
 

@@ -435,40 +435,68 @@ async function renderLive() {
   const ctrl = new AbortController();
   liveAbort = ctrl;
   const token = sessionStorage.getItem(TOKEN_KEY);
-  window.wahookRequests.push("/api/v1/pacing/stream");
-  const resp = await fetch("/api/v1/pacing/stream", { headers: { Authorization: "Bearer " + token, Accept: "text/event-stream" }, signal: ctrl.signal });
-  if (resp.status === 401) throw new AuthError("token refused");
-  if (!resp.ok) { $("#live-status").textContent = "not available: " + ((await resp.json().catch(() => ({}))).error || {}).message; return; }
-  $("#live-status").textContent = "connected";
-  document.body.dataset.live = "connected";
-  // Read the stream in the background; the view counts as loaded now.
-  (async () => {
+  const status = (text, state) => {
+    const el = $("#live-status");
+    if (el) el.textContent = text;
+    document.body.dataset.live = state;
+  };
+  const open = () => {
+    window.wahookRequests.push("/api/v1/pacing/stream");
+    return fetch("/api/v1/pacing/stream", { headers: { Authorization: "Bearer " + token, Accept: "text/event-stream" }, signal: ctrl.signal });
+  };
+  // read applies a stream's events until it ends (the server went away,
+  // or the connection broke).
+  const read = async (resp) => {
     const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
     let buf = "";
-    try {
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        buf += value;
-        let i;
-        while ((i = buf.indexOf("\n\n")) >= 0) {
-          const block = buf.slice(0, i); buf = buf.slice(i + 2);
-          let event = "message", data = "";
-          for (const line of block.split("\n")) {
-            if (line.startsWith("event: ")) event = line.slice(7);
-            else if (line.startsWith("data: ")) data += line.slice(6);
-          }
-          if (event === "signal") {
-            const s = JSON.parse(data);
-            signals.set(s.phone_number_id, s);
-            flash.add(s.phone_number_id);
-            draw();
-          } else if (event === "ready") {
-            document.body.dataset.live = "ready";
-          }
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buf += value;
+      let i;
+      while ((i = buf.indexOf("\n\n")) >= 0) {
+        const block = buf.slice(0, i); buf = buf.slice(i + 2);
+        let event = "message", data = "";
+        for (const line of block.split("\n")) {
+          if (line.startsWith("event: ")) event = line.slice(7);
+          else if (line.startsWith("data: ")) data += line.slice(6);
+        }
+        if (event === "signal") {
+          const s = JSON.parse(data);
+          signals.set(s.phone_number_id, s);
+          flash.add(s.phone_number_id);
+          draw();
+        } else if (event === "ready") {
+          status("connected", "ready");
         }
       }
-    } catch (e) { if (e.name !== "AbortError") $("#live-status").textContent = "disconnected"; }
+    }
+  };
+  const pause = (ms) => new Promise((resolve) => { const t = setTimeout(resolve, ms); ctrl.signal.addEventListener("abort", () => { clearTimeout(t); resolve(); }, { once: true }); });
+  const resp = await open();
+  if (resp.status === 401) throw new AuthError("token refused");
+  if (!resp.ok) { $("#live-status").textContent = "not available: " + ((await resp.json().catch(() => ({}))).error || {}).message; return; }
+  status("connected", "connected");
+  // Read the stream in the background; the view counts as loaded now. When
+  // it ends, say so and connect again, 1 s after the first failure and up
+  // to 30 s apart; the signals shown stay until new ones come.
+  (async () => {
+    let current = resp, wait = 1000;
+    for (;;) {
+      try { await read(current); } catch (e) { if (e.name === "AbortError") return; }
+      if (ctrl.signal.aborted) return;
+      for (;;) {
+        status(`disconnected; connecting again in ${Math.round(wait / 1000)} s…`, "disconnected");
+        await pause(wait);
+        if (ctrl.signal.aborted) return;
+        wait = Math.min(wait * 2, 30000);
+        try {
+          const next = await open();
+          if (next.status === 401) { status("disconnected: token refused; sign in again", "disconnected"); return; }
+          if (next.ok) { current = next; wait = 1000; status("connected", "connected"); break; }
+        } catch (e) { if (e.name === "AbortError") return; }
+      }
+    }
   })();
 }
 
