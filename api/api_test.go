@@ -157,6 +157,20 @@ func TestReportsMatchTruth(t *testing.T) {
 				t.Errorf("shares of %s add up to %v", at, share)
 			}
 		}
+		// A limit keeps the first rows, and the total and shares of all.
+		var lim api.Failures
+		query(t, app, "/api/v1/failures?"+rangeParams("group_by=code&step=1m&campaign=camp-0&origin=status&limit=2"), &lim)
+		if len(f.Rows) <= 2 {
+			t.Fatalf("%d rows: the test needs more than the limit", len(f.Rows))
+		}
+		if len(lim.Rows) != 2 || !lim.Truncated || lim.Total != f.Total || f.Truncated {
+			t.Errorf("limit 2: %d rows, truncated %v, total %d; want 2, true and %d (unlimited: truncated %v)", len(lim.Rows), lim.Truncated, lim.Total, f.Total, f.Truncated)
+		}
+		for i, r := range lim.Rows {
+			if r.Failures != f.Rows[i].Failures || r.Share != f.Rows[i].Share || !r.Time.Equal(*f.Rows[i].Time) {
+				t.Errorf("limited row %d: %+v, want %+v", i, r, f.Rows[i])
+			}
+		}
 	})
 
 	// The funnel before the resolver's first pass (resolved at query time),
@@ -394,6 +408,7 @@ func TestAuthAndErrors(t *testing.T) {
 		{"bad class", "/api/v1/failures?class=weather", token1, 400, api.CodeBadParameter, "class"},
 		{"step twice", "/api/v1/failures?step=1m&step=1h", token1, 400, api.CodeBadParameter, "step"},
 		{"limit too large", "/api/v1/failures?limit=100000", token1, 400, api.CodeBadParameter, "limit"},
+		{"too many minutes", "/api/v1/failures?step=1m&from=2026-01-01&to=2026-03-14", token1, 400, api.CodeBadParameter, "step"},
 		{"number missing", "/api/v1/throughput", token1, 400, api.CodeBadParameter, "phone_number_id"},
 		{"too many seconds", "/api/v1/throughput?phone_number_id=1&step=1s&from=2026-03-01&to=2026-03-14", token1, 400, api.CodeBadParameter, "step"},
 		{"no such route", "/api/v1/nothing", token1, 404, api.CodeNotFound, ""},

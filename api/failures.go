@@ -84,6 +84,12 @@ func (s *Store) Failures(ctx context.Context, q Query) (*Failures, error) {
 	if !from.Before(to) {
 		return out, nil
 	}
+	if q.Step != "" {
+		// Each bucket keeps a total while the rows stream in.
+		if n := to.Sub(from) / stepDuration(q.Step); n > maxBuckets {
+			return nil, BadParameter("step", "%s buckets over this range make %d; at most %d: a larger step or a shorter range", q.Step, n, maxBuckets)
+		}
+	}
 	var cols []string
 	if q.Step != "" {
 		cols = append(cols, stepExpr(q.Step, "minute")+" AS t")
@@ -154,6 +160,12 @@ func (s *Store) Failures(ctx context.Context, q Query) (*Failures, error) {
 		}
 		out.Total += r.Failures
 		bucketTotal[t] += r.Failures
+		// Past the limit a row counts in the totals and shares only: the
+		// answer's memory is bounded by the limit, not by the range.
+		if q.Limit > 0 && len(out.Rows) >= q.Limit {
+			out.Truncated = true
+			continue
+		}
 		out.Rows = append(out.Rows, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -167,9 +179,6 @@ func (s *Store) Failures(ctx context.Context, q Query) (*Failures, error) {
 		if n := bucketTotal[t]; n > 0 {
 			out.Rows[i].Share = float64(out.Rows[i].Failures) / float64(n)
 		}
-	}
-	if q.Limit > 0 && len(out.Rows) > q.Limit {
-		out.Rows, out.Truncated = out.Rows[:q.Limit], true
 	}
 	return out, nil
 }
