@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,10 +45,12 @@ func stepExpr(step, col string) string {
 	switch step {
 	case "1m":
 		return col
-	case "1h":
-		return "toStartOfHour(" + col + ")"
-	case "1d":
-		return "toDateTime(toStartOfDay(" + col + "))"
+	case "1h", "1d":
+		// UTC hours and days by arithmetic: toStartOfHour and
+		// toStartOfDay follow the server's time zone, and days would
+		// start at its midnight.
+		n := strconv.Itoa(int(stepDuration(step) / time.Second))
+		return "toDateTime(intDiv(toUInt32(" + col + "), " + n + ") * " + n + ")"
 	}
 	return ""
 }

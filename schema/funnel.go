@@ -14,9 +14,8 @@ const (
 	FunnelKindToRead    = 3 // n messages took to_read seconds, by hour and dimensions
 )
 
-// FunnelSumSeconds is the span of the sums of kinds 1 to 3: the hour of
-// first (toStartOfHour). A funnel reads them for the whole spans of its
-// range.
+// FunnelSumSeconds is the span of the sums of kinds 1 to 3: the UTC hour
+// of first. A funnel reads them for the whole spans of its range.
 const FunnelSumSeconds = 3600
 
 // FunnelResolverTable holds the resolver's watermarks: a time up to which a

@@ -389,7 +389,9 @@ FROM
 		return fmt.Errorf("funnel: backfill: %w", err)
 	}
 	// The hourly sums of the message rows, as insert adds them.
-	dims := "phone_number_id, toStartOfHour(first) AS hour, waba_id, campaign, template"
+	// UTC hours by arithmetic, as insert cuts them: toStartOfHour follows
+	// the server's time zone.
+	dims := "phone_number_id, toDateTime(intDiv(toUInt32(first), 3600) * 3600) AS hour, waba_id, campaign, template"
 	for _, q := range []string{
 		fmt.Sprintf(`SELECT %d, phone_number_id, '', '', hour, waba_id, campaign, template, 0, 0, 0,
        sum(n), sum(n_sent), sum(n_delivered), sum(n_read), sum(n_failed), sum(n_to_deliver), sum(n_to_read)
