@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -69,7 +70,9 @@ func buildOpenAPI() obj {
 				"200": obj{"description": "the answer", "content": obj{"application/json": obj{"schema": obj{"$ref": "#/components/schemas/" + r.Schema}}}},
 				"400": errResp("a parameter is unknown or wrong (code bad_parameter; parameter names it)"),
 				"401": errResp("no bearer token, or not a configured one (code unauthorized)"),
+				"404": errResp("a scoped token asked for a number or WABA that is not its tenant's, or that exists nowhere (code not_found; parameter names it)"),
 				"429": errResp("a limit's window is used up (code rate_limited); Retry-After gives the seconds to wait"),
+				"500": errResp("a bug (code internal); the log has the details"),
 				"503": errResp("ClickHouse did not answer (code unavailable); retry"),
 			},
 		}
@@ -90,7 +93,12 @@ func buildOpenAPI() obj {
 			"202": obj{"description": "stored", "content": obj{"application/json": obj{"schema": obj{"$ref": "#/components/schemas/Accepted"}}}},
 			"400": errResp("the document or one result is wrong (code bad_parameter; parameter is its path, e.g. results[3].error_code)"),
 			"401": errResp("no bearer token, or not a configured one (code unauthorized)"),
+			"403": errResp("the token would report for more phone number ids than it may (code too_many_numbers; --api-max-numbers-per-token); nothing was stored"),
+			"404": errResp("a scoped token reported for a number that is not its tenant's, or that wahook has seen no webhook of yet (code not_found; parameter is its path); nothing was stored"),
+			"408": errResp("the document was cut short or not received in time (code bad_parameter)"),
+			"413": errResp("the document is over 1 MiB (code bad_parameter)"),
 			"429": errResp("a send-results limit's window is used up (code rate_limited); Retry-After gives the seconds to wait"),
+			"500": errResp("a bug (code internal); the log has the details"),
 			"503": errResp("JetStream did not take the document, or intake is off (code unavailable); retry"),
 		},
 	}}
@@ -101,7 +109,9 @@ func buildOpenAPI() obj {
 			"responses": obj{
 				"200": ok,
 				"401": errResp("no bearer token, or not a configured one (code unauthorized)"),
-				"503": errResp("this API runs without NATS: pacing signals are off (code unavailable)"),
+				"429": errResp("a limit's window is used up, or the token holds the most live streams it may (code rate_limited)"),
+				"500": errResp("a bug (code internal); the log has the details"),
+				"503": errResp("this API runs without NATS, NATS did not answer, or too many live streams are open (code unavailable)"),
 			},
 		}}
 	}
@@ -111,7 +121,10 @@ func buildOpenAPI() obj {
 		obj{"description": "an event stream", "content": obj{"text/event-stream": obj{}}})
 	paths["/api/v1/openapi.json"] = obj{"get": obj{
 		"operationId": "openapi", "summary": "This document", "security": []obj{},
-		"responses": obj{"200": obj{"description": "OpenAPI 3.0 document", "content": obj{"application/json": obj{}}}},
+		"responses": obj{
+			"200": obj{"description": "OpenAPI 3.0 document", "content": obj{"application/json": obj{}}},
+			"429": errResp("a limit's window is used up (code rate_limited); Retry-After gives the seconds to wait"),
+		},
 	}}
 	schemas := obj{}
 	for name, t := range responseTypes {
@@ -154,7 +167,20 @@ func paramDoc(p param) obj {
 		s = obj{"type": "string"}
 	}
 	if p.Default != "" {
-		s["default"] = p.Default
+		// In the schema's own type: a number for an integer, a list for
+		// an array (a string there is no valid default).
+		switch s["type"] {
+		case "integer":
+			n, err := strconv.Atoi(p.Default)
+			if err != nil {
+				panic("api: default of " + p.Name + " is no integer: " + p.Default)
+			}
+			s["default"] = n
+		case "array":
+			s["default"] = strings.Split(p.Default, ",")
+		default:
+			s["default"] = p.Default
+		}
 	}
 	d := obj{"name": p.Name, "in": "query", "description": p.Doc, "required": p.Required, "schema": s}
 	if s["type"] == "array" {

@@ -13,8 +13,11 @@ func TestOpenAPIDocument(t *testing.T) {
 	var doc struct {
 		OpenAPI string
 		Paths   map[string]map[string]struct {
-			Parameters []struct{ Name string }
-			Responses  map[string]any
+			Parameters []struct {
+				Name   string
+				Schema map[string]any
+			}
+			Responses map[string]any
 		}
 		Components struct{ Schemas map[string]map[string]any }
 	}
@@ -39,7 +42,29 @@ func TestOpenAPIDocument(t *testing.T) {
 				t.Errorf("%s: parameter %s missing", r.Path, p.Name)
 			}
 		}
-		for _, code := range []string{"200", "400", "401", "429", "503"} {
+		// A default is of its parameter's own type (a string default on
+		// an integer or an array breaks code generators).
+		for _, p := range op.Parameters {
+			def, ok := p.Schema["default"]
+			if !ok {
+				continue
+			}
+			switch p.Schema["type"] {
+			case "integer":
+				if _, isNum := def.(float64); !isNum {
+					t.Errorf("%s: %s's default %#v is no number", r.Path, p.Name, def)
+				}
+			case "array":
+				if _, isList := def.([]any); !isList {
+					t.Errorf("%s: %s's default %#v is no list", r.Path, p.Name, def)
+				}
+			case "string":
+				if _, isString := def.(string); !isString {
+					t.Errorf("%s: %s's default %#v is no string", r.Path, p.Name, def)
+				}
+			}
+		}
+		for _, code := range []string{"200", "400", "401", "404", "429", "500", "503"} {
 			if op.Responses[code] == nil {
 				t.Errorf("%s: no %s response", r.Path, code)
 			}
@@ -52,6 +77,12 @@ func TestOpenAPIDocument(t *testing.T) {
 	for _, p := range []string{"/api/v1/pacing", "/api/v1/pacing/stream", "/api/v1/send-results"} {
 		if len(doc.Paths[p]) == 0 {
 			t.Errorf("%s missing", p)
+		}
+	}
+	// The answers send-results gives besides 202.
+	for _, code := range []string{"400", "401", "403", "404", "408", "413", "429", "503"} {
+		if doc.Paths["/api/v1/send-results"]["post"].Responses[code] == nil {
+			t.Errorf("send-results: no %s response", code)
 		}
 	}
 	if doc.Components.Schemas["Signals"] == nil {
