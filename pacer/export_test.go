@@ -12,3 +12,11 @@ func SetHeld(t *testing.T, retry, upTo time.Duration) {
 	heldRetry, heldFor = retry, upTo
 	t.Cleanup(func() { heldRetry, heldFor = r, f })
 }
+
+// SetThrottleHold sets how long a reported 130429 halves the rate, for the
+// test.
+func SetThrottleHold(t *testing.T, d time.Duration) {
+	old := throttleHold
+	throttleHold = d
+	t.Cleanup(func() { throttleHold = old })
+}

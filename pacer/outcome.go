@@ -168,9 +168,25 @@ func (p *Pacer) throttled(id string, now time.Time) {
 		return // one halving per second: the errors of one burst come together
 	}
 	n.throttle = max(cur/2, p.cfg.Share) // the floor of 1 mps, of this pacer's share
-	n.thrSince, n.thrUntil = now, now.Add(10*time.Second)
+	n.thrSince, n.thrUntil = now, now.Add(throttleHold)
 	p.refresh(n, now)
+	// Its end reaches the Waits queued at the halved rate even when no
+	// signal, Wait or Rate comes to refresh the number.
+	if n.thrTimer != nil {
+		n.thrTimer.Stop()
+	}
+	n.thrTimer = time.AfterFunc(throttleHold+time.Millisecond, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if !p.closed.Load() {
+			p.refresh(n, time.Now())
+		}
+	})
 }
+
+// throttleHold is how long a reported 130429 halves the rate at most (a
+// variable for tests).
+var throttleHold = 10 * time.Second
 
 // pairStrike records a 131056 for the pair and returns its wait.
 func (p *Pacer) pairStrike(id, recipient string, now time.Time) time.Duration {

@@ -89,6 +89,7 @@ type number struct {
 	throttle float64   // rate cap after a 130429 reported through Outcome
 	thrUntil time.Time // until then, or a signal written after thrSince+1s
 	thrSince time.Time
+	thrTimer *time.Timer // refreshes the number at thrUntil
 	// holds from Outcome, before the signal says so
 	pauseUntil time.Time
 	stopUntil  time.Time
@@ -153,7 +154,8 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pacer, error
 // ctx; give it a context of its own with a limit, not one that has ended)
 // and waits for the pacer's goroutines. It returns an error naming how many
 // results it dropped (wahook unreachable: three more tries once closing;
-// ctx ended), wrapping ctx's error if ctx ended first. Wait and Outcome
+// ctx ended), wrapping ctx's error if ctx ended first; nil when it dropped
+// none. Wait and Outcome
 // must not be called after it.
 func (p *Pacer) Close(ctx context.Context) error {
 	if !p.closed.CompareAndSwap(false, true) {
@@ -166,6 +168,13 @@ func (p *Pacer) Close(ctx context.Context) error {
 		err = p.rep.close(ctx)
 	}
 	p.cancel()
+	p.mu.Lock()
+	for _, n := range p.numbers {
+		if n.thrTimer != nil {
+			n.thrTimer.Stop()
+		}
+	}
+	p.mu.Unlock()
 	p.wg.Wait()
 	if p.rep != nil {
 		if n := p.rep.dropped.Load() - dropped; n > 0 {
@@ -175,7 +184,8 @@ func (p *Pacer) Close(ctx context.Context) error {
 			return fmt.Errorf("pacer: %d send results could not be reported", n)
 		}
 	}
-	return err
+	// Nothing was lost, even if ctx ended first (nothing was left).
+	return nil
 }
 
 // Stats are the pacer's counters.
@@ -191,6 +201,7 @@ type Stats struct {
 	ReportFailures  int64 // reports that failed (and were tried again)
 	ReportInvalid   int64 // results not reported: wahook would refuse them (schema.SendResult.Check)
 	Unanswered      int64 // results with neither a status, a message_id nor an error_code: not reported, retried
+	ReportHeld      int64 // results wahook refuses for now, held to be tried again (now)
 }
 
 // Stats returns the counters.
@@ -212,7 +223,7 @@ func (p *Pacer) Stats() Stats {
 	p.mu.Unlock()
 	if p.rep != nil {
 		s.Reported, s.ReportDropped, s.ReportFailures = p.rep.reported.Load(), p.rep.dropped.Load(), p.rep.failures.Load()
-		s.ReportInvalid = p.rep.invalid.Load()
+		s.ReportInvalid, s.ReportHeld = p.rep.invalid.Load(), p.rep.heldCount.Load()
 	}
 	return s
 }
@@ -398,10 +409,9 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 // waitToken waits until at, the time of the token tok of the number's
 // bucket lim, or ctx's end (tok given back). A stop or pause of the number,
 // or a cool-down of the pair key, that comes meanwhile gives tok back and
-// answers again: Wait starts over. So does a new bucket of the number: the
-// old one, and tok with it, is dropped (giving back the tokens of many
-// callers queued at the old rate would refill it at once, and they would
-// all go together).
+// answers again: Wait starts over. So does a new bucket of the number (its
+// rate changed): the old one, and tok with it, is dropped. A bucket's rate
+// never changes, so a token given back restores at most one.
 func (p *Pacer) waitToken(ctx context.Context, n *number, key string, lim *rate.Limiter, tok *rate.Reservation, at time.Time, changed <-chan struct{}) (again bool, err error) {
 	t := time.NewTimer(time.Until(at))
 	defer t.Stop()
@@ -540,20 +550,26 @@ func (p *Pacer) refresh(n *number, now time.Time) {
 			n.throttle = 0
 		}
 	}
-	switch cur := n.lim.Limit(); {
-	case rate.Limit(r) == cur:
-	case rate.Limit(r) >= 2*cur:
-		// A new bucket, empty, at the new rate, and the Waits queued on
-		// the old one move to it (their turns were given at the old
-		// rate); empty, so that they do not go at once.
-		b := p.burst(r)
-		n.lim = rate.NewLimiter(rate.Limit(r), b)
-		n.lim.ReserveN(now, b)
-		p.broadcast()
-	default:
-		n.lim.SetLimitAt(now, rate.Limit(r))
-		n.lim.SetBurstAt(now, p.burst(r))
+	if rate.Limit(r) != n.lim.Limit() {
+		p.rebucket(n, r, now)
 	}
+}
+
+// rebucket gives the number a new bucket at rate r, and wakes the Waits
+// queued on the old one: they reserve again on the new one, at the new
+// rate from now. The old bucket's tokens carry over, up to the new depth;
+// its debt (the turns it gave out) does not: the queued Waits take new
+// turns. Changing the old bucket's rate instead (SetLimitAt) would keep
+// the turns given at the old rate, so a fall would not reach the queued
+// Waits nor a rise release them, and the tokens a queued Wait gives back
+// would be counted against the last turn given, at the new rate: after a
+// rise, far more than one. p.mu is held.
+func (p *Pacer) rebucket(n *number, r float64, now time.Time) {
+	b := p.burst(r)
+	carry := min(max(int(n.lim.TokensAt(now)), 0), b)
+	n.lim = rate.NewLimiter(rate.Limit(r), b)
+	n.lim.ReserveN(now, b-carry)
+	p.broadcast()
 }
 
 func (p *Pacer) fallbackOn(n *number, why string) {

@@ -718,3 +718,76 @@ func TestSignalAfterNATSRestart(t *testing.T) {
 		t.Errorf("Wait after the stop: %v", err)
 	}
 }
+
+// waitAll starts n Waits for id and returns when each went, in order.
+func waitAll(t *testing.T, p *pacer.Pacer, id string, n int) <-chan time.Time {
+	t.Helper()
+	sent := make(chan time.Time, n)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	for range n {
+		go func() {
+			if err := p.Wait(ctx, id, ""); err != nil {
+				if ctx.Err() == nil {
+					t.Errorf("Wait: %v", err)
+				}
+				return
+			}
+			sent <- time.Now()
+		}()
+	}
+	return sent
+}
+
+// TestRateFallReachesQueuedWaits: a 130429 halves the rate of the Waits
+// already queued too, not only of those that come after it. Before, the
+// queued ones kept the turns they had at the full rate.
+func TestRateFallReachesQueuedWaits(t *testing.T) {
+	const id = "100000000000077"
+	p := slowPacer(t, func(c *pacer.Config) { c.FallbackTierMPS = 40 })
+	sent := waitAll(t, p, id, 80) // two seconds' worth at 40 mps
+	time.Sleep(50 * time.Millisecond)
+	p.Outcome(pacer.Result{SendResult: schema.SendResult{PhoneNumberID: id, ErrorCode: 130429}})
+	if r, _ := p.Rate(id); r != 20 {
+		t.Fatalf("after the 130429: %v mps, want 20", r)
+	}
+	halved := time.Now()
+	from, to := halved.Add(200*time.Millisecond), halved.Add(1200*time.Millisecond)
+	n := 0
+	for at := range sent {
+		if at.After(to) {
+			break
+		}
+		if at.After(from) {
+			n++
+		}
+	}
+	// A second at 20 mps, and a margin for the timers; at 40 mps, twice.
+	if n > 26 {
+		t.Errorf("%d sends in the second after the rate was halved to 20 mps", n)
+	}
+}
+
+// TestThrottleEndReachesQueuedWaits: when a 130429's halving ends, the
+// Waits queued at the halved rate go at the full rate again, even when no
+// signal, Wait or Rate comes to notice it.
+func TestThrottleEndReachesQueuedWaits(t *testing.T) {
+	const id = "100000000000078"
+	pacer.SetThrottleHold(t, 500*time.Millisecond)
+	p := slowPacer(t, func(c *pacer.Config) { c.FallbackTierMPS = 40 })
+	p.Outcome(pacer.Result{SendResult: schema.SendResult{PhoneNumberID: id, ErrorCode: 130429}})
+	if r, _ := p.Rate(id); r != 20 {
+		t.Fatalf("after the 130429: %v mps, want 20", r)
+	}
+	start := time.Now()
+	sent := waitAll(t, p, id, 120)
+	var last time.Time
+	for range 120 {
+		last = <-sent
+	}
+	// 0.5 s at 20 mps, then 110 at 40: about 3.3 s; at 20 mps throughout,
+	// 6 s.
+	if took := last.Sub(start); took > 4500*time.Millisecond {
+		t.Errorf("120 Waits took %v: the end of the halving did not reach them", took)
+	}
+}

@@ -37,6 +37,7 @@ type reporter struct {
 	done    chan struct{}
 
 	reported, dropped, failures, invalid atomic.Int64
+	heldCount                            atomic.Int64 // len(held), for Stats
 	invalidLog                           every
 	// run's goroutine's own
 	lastLog, lastRefusedLog, lastHeldLog time.Time
@@ -125,6 +126,7 @@ func (r *reporter) dropAll() {
 	r.mu.Unlock()
 	r.dropped.Add(int64(left + len(r.held)))
 	r.held = nil
+	r.heldCount.Store(0)
 }
 
 // closeTries is how many failed reports in all the reporter makes once it
@@ -160,6 +162,7 @@ func (r *reporter) flush(ctx context.Context) {
 	r.heldNext = time.Now().Add(heldRetry)
 	held := r.held
 	r.held = nil
+	r.heldCount.Store(0)
 	for len(held) > 0 {
 		n := min(len(held), r.cfg.ReportBatch)
 		if !r.deliver(ctx, held[:n]) {
@@ -200,8 +203,26 @@ func (r *reporter) deliver(ctx context.Context, batch []item) bool {
 		}
 		var ref *refusedError
 		if errors.As(err, &ref) {
-			if len(batch) == 1 {
-				r.refusedAlone(batch[0], ref)
+			// Refusals for now are of a number (one wahook does not know
+			// yet, or one more than the token may report for): the batch
+			// is split by number first, and a number's results refused
+			// for now are held together; only a refusal for good (a wrong
+			// result) is narrowed down in halves.
+			if groups := byNumber(batch); len(groups) > 1 {
+				for i, g := range groups {
+					if !r.deliver(ctx, g) {
+						for _, rest := range groups[i+1:] {
+							r.dropped.Add(int64(len(rest)))
+						}
+						return false
+					}
+				}
+				return true
+			}
+			if len(batch) == 1 || ref.forNow {
+				for _, it := range batch {
+					r.refusedAlone(it, ref)
+				}
 				return true
 			}
 			h := len(batch) / 2
@@ -237,19 +258,40 @@ func (r *reporter) deliver(ctx context.Context, batch []item) bool {
 	}
 }
 
-// refusedAlone drops a result wahook refused on its own, or holds it when
-// wahook may take it later.
+// byNumber splits batch by phone number id, in the order of first
+// appearance.
+func byNumber(batch []item) [][]item {
+	var groups [][]item
+	at := map[string]int{}
+	for _, it := range batch {
+		i, ok := at[it.res.PhoneNumberID]
+		if !ok {
+			i = len(groups)
+			at[it.res.PhoneNumberID] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], it)
+	}
+	return groups
+}
+
+// refusedAlone drops a result wahook refused, or holds it when wahook may
+// take it later (ReportQueue results held at most).
 func (r *reporter) refusedAlone(it item, ref *refusedError) {
 	now := time.Now()
 	if it.since.IsZero() {
 		it.since = now
 	}
-	if !ref.forNow || now.Sub(it.since) >= heldFor || r.isClosing() {
+	if !ref.forNow || now.Sub(it.since) >= heldFor || r.isClosing() || len(r.held) >= r.cfg.ReportQueue {
 		r.dropped.Add(1)
 		r.logRefused(ref)
 		return
 	}
+	if len(r.held) == 0 && r.heldNext.Before(now) {
+		r.heldNext = now.Add(heldRetry)
+	}
 	r.held = append(r.held, it)
+	r.heldCount.Store(int64(len(r.held)))
 	if now.Sub(r.lastHeldLog) >= 10*time.Second {
 		r.lastHeldLog = now
 		r.cfg.Logger.Warn("pacer: wahook refuses a send result for now; trying again", "status", ref.status, "code", ref.code,

@@ -240,8 +240,20 @@ func TestReportHeldForNow(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, "the known number's results stored, the others held", func() (bool, string) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		return len(w.stored) == 16 && w.posts > 20, fmt.Sprintf("%d stored in %d posts", len(w.stored), w.posts)
+		return len(w.stored) == 16 && p.Stats().ReportHeld == 4, fmt.Sprintf("%d stored in %d posts, %+v", len(w.stored), w.posts, p.Stats())
 	})
+	// Held together, by number: one post a round (10 rounds a second
+	// here), not a halving of them each time.
+	w.mu.Lock()
+	before := w.posts
+	w.mu.Unlock()
+	time.Sleep(time.Second)
+	w.mu.Lock()
+	rounds := w.posts - before
+	w.mu.Unlock()
+	if rounds > 12 {
+		t.Errorf("%d posts in a second of retrying 4 held results of one number", rounds)
+	}
 	w.mu.Lock()
 	w.unknown = ""
 	w.mu.Unlock()
@@ -293,6 +305,16 @@ func TestCloseEndedContext(t *testing.T) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
+		if i == 0 {
+			// Nothing queued: nothing lost, no error.
+			p2, err := pacer.New(context.Background(), nil, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p2.Close(ctx); err != nil {
+				t.Errorf("Close of an empty reporter with an ended context: %v", err)
+			}
+		}
 		err = p.Close(ctx)
 		if st := p.Stats(); st.Reported+st.ReportDropped != 5 || (st.ReportDropped > 0 && !errors.Is(err, context.Canceled)) {
 			t.Fatalf("run %d: Close: %v, stats %+v; want each of the 5 reported or dropped, and the context's error with the drops", i, err, st)
