@@ -300,22 +300,9 @@ func TestTokensFileReloads(t *testing.T) {
 func TestPacingSignalsPerTenant(t *testing.T) {
 	d := generate(60)
 	ch := load(t, d)
-	js := schematest.StartJetStream(t)
-	nc, err := nats.Connect(js.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	jsc, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	kv, err := jsc.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: schema.BucketPacing})
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := pacingBucket(t)
 	put := func(id string, advice schema.Advice) {
 		b, _ := json.Marshal(schema.PacingSignal{Version: schema.PacingVersion, PhoneNumberID: id, UpdatedAt: time.Now().UTC(), TierMPS: 80, Advice: advice, RecommendedMPS: 40})
 		if _, err := kv.Put(ctx, schema.PacingKey(id), b); err != nil {
@@ -342,21 +329,8 @@ func TestPacingSignalsPerTenant(t *testing.T) {
 		t.Fatalf("unscoped snapshot: %d %s", code, b)
 	}
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ln) }()
-	defer func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer scancel()
-		if err := s.Shutdown(sctx); err != nil {
-			t.Errorf("shutdown with a live stream open: %v", err)
-		}
-		<-served
-	}()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ln.Addr().String()+"/api/v1/pacing/stream", nil)
+	addr := serveAPI(t, s)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/api/v1/pacing/stream", nil)
 	req.Header.Set("Authorization", "Bearer "+tokenB)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -429,4 +403,86 @@ func withoutAsOfField(b []byte) []byte {
 	delete(m, "as_of")
 	out, _ := json.Marshal(m)
 	return out
+}
+
+// pacingBucket is the KV bucket wahook_pacing on an embedded JetStream.
+func pacingBucket(t *testing.T) jetstream.KeyValue {
+	t.Helper()
+	js := schematest.StartJetStream(t)
+	nc, err := nats.Connect(js.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	jsc, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kv, err := jsc.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: schema.BucketPacing})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
+// serveAPI serves s on a loopback port until the test ends (a shutdown
+// with its live streams open must succeed) and returns the address.
+func serveAPI(t *testing.T, s *api.Server) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	t.Cleanup(func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		if err := s.Shutdown(sctx); err != nil {
+			t.Errorf("shutdown with live streams open: %v", err)
+		}
+		<-served
+	})
+	return ln.Addr().String()
+}
+
+// One token cannot hold every live stream: past its limit its next stream
+// is refused (429), while another token's opens.
+func TestLiveStreamsPerToken(t *testing.T) {
+	api.SetMaxStreamsPerToken(t, 2)
+	cfg := tenantConfig()
+	cfg.Pacing = pacingBucket(t)
+	s, err := api.New(cfg, nil, nil, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serveAPI(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	open := func(token string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/api/v1/pacing/stream", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	for i := range 2 {
+		if resp := open(tokenA); resp.StatusCode != http.StatusOK {
+			t.Fatalf("stream %d of the token: %d", i, resp.StatusCode)
+		}
+	}
+	resp := open(tokenA)
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("a third stream of the token: %d %s, want 429", resp.StatusCode, b)
+	}
+	if resp := open(tokenB); resp.StatusCode != http.StatusOK {
+		t.Errorf("another token's stream: %d", resp.StatusCode)
+	}
 }
