@@ -51,10 +51,12 @@ type PacingSignal struct {
 	TierMPS          int                `json:"tier_mps"`
 	TierSource       string             `json:"tier_source"` // default, throughput_upgrade, coexistence, override
 	Observed         ObservedMPS        `json:"observed_mps"`
-	Utilization      float64            `json:"utilization"` // observed_mps.10s / tier_mps
-	Quality          string             `json:"quality"`     // flagged, unflagged or unknown
+	Utilization      float64            `json:"utilization"`          // observed_mps.10s / tier_mps
+	Quality          string             `json:"quality"`              // flagged, unflagged or unknown
+	QualityAt        *time.Time         `json:"quality_at,omitempty"` // Meta's time of the update that set quality
 	MessagingLimit   string             `json:"messaging_limit,omitempty"`
-	RecentErrors     map[ErrorClass]int `json:"recent_errors"` // error occurrences of the last 60 s by class
+	MessagingLimitAt *time.Time         `json:"messaging_limit_at,omitempty"` // Meta's time of the update that set messaging_limit
+	RecentErrors     map[ErrorClass]int `json:"recent_errors"`                // error occurrences of the last 60 s by class
 	MaintenanceUntil *time.Time         `json:"maintenance_until,omitempty"`
 	StopUntil        *time.Time         `json:"stop_until,omitempty"` // while the advice is stop: when its error's 15 minutes end
 	Advice           Advice             `json:"advice"`

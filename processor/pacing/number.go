@@ -168,6 +168,14 @@ func (n *Number) Signal(now time.Time, tiers Tiers) schema.PacingSignal {
 		TierMPS: tier, TierSource: source, Quality: n.quality, MessagingLimit: n.limit,
 		RecentErrors: map[schema.ErrorClass]int{},
 	}
+	if n.qualityAt > 0 {
+		t := time.Unix(n.qualityAt, 0).UTC()
+		s.QualityAt = &t
+	}
+	if n.limitAt > 0 {
+		t := time.Unix(n.limitAt, 0).UTC()
+		s.MessagingLimitAt = &t
+	}
 	rate := func(span int) (float64, float64) {
 		in, out := n.traffic.sum(last, span)
 		return float64(in) / float64(span), float64(out) / float64(span)

@@ -3,6 +3,7 @@ package pacing
 import (
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/wahook/wahook/schema"
 )
@@ -11,7 +12,8 @@ import (
 // published signal, so that a restarted stage 2 does not forget what it has
 // acked and the consumer will not deliver again: the tier's source (a
 // THROUGHPUT_UPGRADE or the Business app's syncs can be weeks old),
-// quality, messaging limit, an open maintenance window and a stop, which
+// quality and messaging limit with the times of the updates that set them,
+// an open maintenance window and a stop, which
 // ends when it would have (stop_until; for a signal written before it had
 // one, 15 minutes after it was written). Traffic, errors and a 130429's
 // slow-down are not restored: the windows start empty and fill within a
@@ -25,11 +27,20 @@ func (n *Number) Restore(s schema.PacingSignal) {
 	case schema.TierSourceCoexistence:
 		n.coexistence = true
 	}
-	if q := strings.ToLower(s.Quality); q == "flagged" || q == "unflagged" {
-		n.quality = q
+	// With the times of the updates that set them, so that an older one
+	// delivered again (a redelivery, a replay) changes neither; a signal
+	// written before it had them stands for updates no newer than itself.
+	at := func(t *time.Time) int64 {
+		if t != nil {
+			return t.Unix()
+		}
+		return s.UpdatedAt.Unix()
 	}
-	if n.limit == "" {
-		n.limit = s.MessagingLimit
+	if q := strings.ToLower(s.Quality); (q == "flagged" || q == "unflagged") && n.qualityAt == 0 {
+		n.quality, n.qualityAt = q, at(s.QualityAt)
+	}
+	if n.limit == "" && s.MessagingLimit != "" {
+		n.limit, n.limitAt = s.MessagingLimit, at(s.MessagingLimitAt)
 	}
 	if s.Advice == schema.AdviceStop && n.lastStop == 0 {
 		n.lastStop = s.UpdatedAt.Unix()

@@ -54,6 +54,35 @@ func TestRestore(t *testing.T) {
 	if s := n.Signal(t0.Add(29*time.Minute), DefaultTiers()); s.Advice != schema.AdviceStop {
 		t.Fatalf("stop restored from a signal without stop_until: %+v", s)
 	}
+	// Restored with the times of their updates: an older update delivered
+	// again (a redelivery, a replay) changes neither quality nor limit; a
+	// newer one does. Before, the restored state had no time, and any
+	// update won.
+	q := NewNumber("1004")
+	q.Apply(Event{At: at(0), Field: "phone_number_quality_update", Name: "FLAGGED", NewValue: "TIER_250"})
+	q.Apply(Event{At: at(5), Field: "phone_number_quality_update", Name: "UNFLAGGED", NewValue: "TIER_1K"})
+	qs := q.Signal(t0.Add(10*time.Second), DefaultTiers())
+	if qs.QualityAt == nil || qs.QualityAt.Unix() != at(5) || qs.MessagingLimitAt == nil || qs.MessagingLimitAt.Unix() != at(5) {
+		t.Fatalf("quality_at, messaging_limit_at: %+v", qs)
+	}
+	n = NewNumber("1004")
+	n.Restore(qs)
+	n.Apply(Event{At: at(0), Field: "phone_number_quality_update", Name: "FLAGGED", NewValue: "TIER_250"})
+	if s := n.Signal(t0.Add(20*time.Second), DefaultTiers()); s.Quality != "unflagged" || s.MessagingLimit != "TIER_1K" {
+		t.Fatalf("an older update after the restore won: %s, %s", s.Quality, s.MessagingLimit)
+	}
+	n.Apply(Event{At: at(7), Field: "phone_number_quality_update", Name: "FLAGGED", NewValue: "TIER_250"})
+	if s := n.Signal(t0.Add(20*time.Second), DefaultTiers()); s.Quality != "flagged" || s.MessagingLimit != "TIER_250" {
+		t.Fatalf("a newer update after the restore lost: %s, %s", s.Quality, s.MessagingLimit)
+	}
+	// A signal without the times stands for updates no newer than itself.
+	qs.QualityAt, qs.MessagingLimitAt = nil, nil
+	n = NewNumber("1004")
+	n.Restore(qs)
+	n.Apply(Event{At: at(7), Field: "phone_number_quality_update", Name: "FLAGGED", NewValue: "TIER_250"})
+	if s := n.Signal(t0.Add(20*time.Second), DefaultTiers()); s.Quality != "unflagged" {
+		t.Fatalf("an update older than a signal without times won: %s", s.Quality)
+	}
 	co := NewNumber("1002")
 	co.Restore(schema.PacingSignal{TierSource: "coexistence", Quality: "unknown"})
 	if s := co.Signal(t0, DefaultTiers()); s.TierMPS != 20 || s.Quality != "unknown" {

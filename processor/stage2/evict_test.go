@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/processor"
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/schematest"
@@ -214,5 +215,61 @@ func TestConsumerUnfilteredUpgrade(t *testing.T) {
 	}
 	if ci := c.CachedInfo(); ci.Config.FilterSubject != "" || len(ci.Config.FilterSubjects) != 0 {
 		t.Fatalf("consumer still filtered: %q %q", ci.Config.FilterSubject, ci.Config.FilterSubjects)
+	}
+}
+
+// A number seen again whose last signal cannot be read (a read lost on its
+// way) keeps its tier: its event waits and is tried again, instead of
+// seeding the number from nothing, whose next write put the default tier
+// in the KV for good (the upgrade, acked long ago, never comes back).
+func TestSeedReadFailureKeepsTier(t *testing.T) {
+	h := startServer(t, sec(10))
+	cfg := DefaultConfig()
+	cfg.Now = h.clock.Now
+	h.cfg = cfg
+	h.run()
+	t.Cleanup(h.close)
+	h.publish(schema.KindNumber, "7301", "up", schema.ManagementRow{EventID: "up", Kind: schema.KindNumber,
+		Field: "phone_number_quality_update", EventTime: sec(0), PhoneNumberID: "7301", Event: "THROUGHPUT_UPGRADE"})
+	h.flushed()
+	h.waitSignal("7301", "the upgrade", func(s schema.PacingSignal) bool { return s.TierMPS == 1000 })
+	h.clock.Set(sec(2000))
+	h.waitSignal("7301", "ok after the window", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceOK })
+	h.eventually("the idle number evicted", func() (bool, string) { return metricValue(h.s.m.numbers) == 0, "" })
+
+	// The next instance reads through a proxy that loses the reads of the
+	// bucket until told otherwise.
+	proxy := testutil.StartNATSProxy(t, h.url)
+	nc2, err := nats.Connect(proxy.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc2.Close)
+	js2, err := jetstream.New(nc2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.close()
+	h.js = js2
+	h.sent.Store(0)
+	h.run()
+	proxy.Drop("$JS.API.DIRECT.GET.KV_" + schema.BucketPacing)
+	h.sent1("7301", "m1", sec(1999))
+	h.eventually("a read failed", func() (bool, string) {
+		n := metricValue(h.s.m.seedFailures)
+		return n > 0, fmt.Sprint(n)
+	})
+	proxy.Drop("")
+	h.flushed()
+	h.eventually("the event applied once the read works", func() (bool, string) {
+		n := metricValue(h.s.m.events.WithLabelValues(resultApplied))
+		return n > 0, fmt.Sprint(n)
+	})
+	s, raw, err := h.signal("7301")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.TierMPS != 1000 || s.TierSource != schema.TierSourceThroughputUpgrade {
+		t.Errorf("after a lost read: %s; want the upgrade's tier", raw)
 	}
 }

@@ -15,9 +15,11 @@ type metrics struct {
 	partitions prometheus.Gauge
 	writeFails *prometheus.CounterVec // by bucket
 	clamped    prometheus.Counter
-	restarts   prometheus.Counter
-	evicted    prometheus.Counter
-	advice     *prometheus.GaugeVec
+	// seedFailures counts reads of a number's last signal that failed.
+	seedFailures prometheus.Counter
+	restarts     prometheus.Counter
+	evicted      prometheus.Counter
+	advice       *prometheus.GaugeVec
 }
 
 // adviceMoved moves a number from one advice to another in the advice
@@ -67,6 +69,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		clamped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wahook_stage2_events_ahead_total", Help: "Events stamped more than 2 s ahead of this clock, counted as now.",
 		}),
+		seedFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wahook_stage2_seed_failures_total", Help: "Reads of a number's last signal that failed; the number's event was nak'ed and is tried again.",
+		}),
 		advice: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "wahook_stage2_numbers_by_advice", Help: "Numbers this instance holds, by the advice of their last written signal (ok, slow_down, pause, stop).",
 		}, []string{"advice"}),
@@ -91,6 +96,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, b := range []string{schema.BucketPacing, schema.BucketPairCooldown} {
 		m.writeFails.WithLabelValues(b)
 	}
-	reg.MustRegister(m.events, m.signals, m.urgent, m.cooldowns, m.numbers, m.partitions, m.writeFails, m.clamped, m.restarts, m.evicted, m.advice)
+	reg.MustRegister(m.events, m.signals, m.urgent, m.cooldowns, m.numbers, m.partitions, m.writeFails, m.clamped, m.seedFailures, m.restarts, m.evicted, m.advice)
 	return m
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -14,6 +15,7 @@ import (
 	"github.com/wahook/wahook/internal/deadline"
 	"github.com/wahook/wahook/internal/pullreader"
 	"github.com/wahook/wahook/internal/pullstall"
+	"github.com/wahook/wahook/internal/throttle"
 	"github.com/wahook/wahook/processor/pacing"
 	"github.com/wahook/wahook/schema"
 )
@@ -53,6 +55,8 @@ type Stage2 struct {
 	own *ownership
 	// pullErr takes the client's reports on reading the consumer.
 	pullErr func(error)
+	// seedLog throttles the warning of a last signal not read.
+	seedLog throttle.Throttle
 }
 
 // New builds stage 2 over js. It does no I/O: Run provisions and consumes.
@@ -82,6 +86,7 @@ func New(cfg Config, js jetstream.JetStream, reg prometheus.Registerer, log *zap
 	s := &Stage2{
 		js: js, pub: pub, cfg: cfg, log: log.Named("stage2"), m: newMetrics(reg),
 		nums: map[string]*number{}, dedupe: pacing.NewDeduperFor(cfg.MessageMemory), cooldownRetry: map[string]time.Time{},
+		seedLog: throttle.Throttle{Every: 10 * time.Second},
 	}
 	s.pullErr = pullreader.Reports(s.log, "stage 2 consumer", s.m.restarts)
 	s.w = writer{s: s, live: map[*number]struct{}{}}
@@ -395,6 +400,13 @@ func (s *Stage2) apply(ctx context.Context, ev *event) error {
 		ev.ahead, ev.e.At = ev.e.At, now
 		s.m.clamped.Inc()
 	}
+	// The number's state first: one not in memory is seeded from its last
+	// signal, and a read of it that fails fails the event (nak'ed, tried
+	// again) before anything of it is counted.
+	n, err := s.number(ctx, ev.number)
+	if err != nil {
+		return err
+	}
 	e := ev.e
 	pair := e.Recipient != "" && hasCode(e.Codes, 131056)
 	if ev.countable() {
@@ -402,7 +414,6 @@ func (s *Stage2) apply(ctx context.Context, ev *event) error {
 			if ev.seen(s.dedupe) {
 				if ev.moveFrom != 0 {
 					// Earlier evidence of a message counted already.
-					n := s.number(ctx, ev.number)
 					if n.p.MoveOutbound(ev.moveFrom, e.At) {
 						s.w.changed(n, &e)
 					}
@@ -417,7 +428,6 @@ func (s *Stage2) apply(ctx context.Context, ev *event) error {
 			}
 			e.Outbound = ev.e.Outbound // not if its message counted before
 			if ev.moveFrom != 0 {
-				n := s.number(ctx, ev.number)
 				if n.p.MoveOutbound(ev.moveFrom, e.At) {
 					s.w.changed(n, &e)
 				}
@@ -439,7 +449,6 @@ func (s *Stage2) apply(ctx context.Context, ev *event) error {
 			}
 		}
 	}
-	n := s.number(ctx, ev.number)
 	if n.p.Apply(e) {
 		s.w.changed(n, &e)
 	}
@@ -527,22 +536,49 @@ func (s *Stage2) seedHeld(ctx context.Context) {
 }
 
 // number is the state of id, made on first sight and seeded from its last
-// signal in the KV.
-func (s *Stage2) number(ctx context.Context, id string) *number {
+// signal in the KV. A read that fails (other than for a key that does not
+// exist) is an error, and no state is made: seeded from nothing, the number
+// would lose its tier, stop and quality, and its next write would put that
+// in the KV for good.
+func (s *Stage2) number(ctx context.Context, id string) (*number, error) {
 	if n := s.nums[id]; n != nil {
-		return n
+		return n, nil
 	}
 	var last *schema.PacingSignal
-	if e, err := s.pacingKV.Get(ctx, schema.PacingKey(id)); err == nil {
+	rctx, cancel := context.WithTimeout(ctx, kvReadTimeout)
+	defer cancel()
+	e, err := s.pacingKV.Get(rctx, schema.PacingKey(id))
+	if errors.Is(err, nats.ErrNoResponders) {
+		// The bucket's direct reads have no responder when its stream is
+		// gone, and briefly while it has no leader: tell them apart.
+		if _, kerr := s.js.KeyValue(rctx, schema.BucketPacing); errors.Is(kerr, jetstream.ErrBucketNotFound) {
+			err = kerr
+		}
+	}
+	switch {
+	case err == nil:
 		var sig schema.PacingSignal
 		if err := json.Unmarshal(e.Value(), &sig); err == nil {
 			last = &sig
 		}
-	} else if !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyDeleted) {
-		s.log.Warn("read the last signal", zap.String("phone_number_id", id), zap.Error(err))
+	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted),
+		errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound):
+		// No signal to restore: none was written, or the bucket itself is
+		// gone (it is provisioned again to write).
+	default:
+		s.m.seedFailures.Inc()
+		if n, due := s.seedLog.Note(); due {
+			s.log.Warn("the last signal of a number could not be read: its events wait and are tried again",
+				zap.String("phone_number_id", id), zap.Error(err), zap.Int64("failures_since_last_line", n))
+		}
+		return nil, fmt.Errorf("read the last signal of %s: %w", id, err)
 	}
-	return s.seed(id, last)
+	return s.seed(id, last), nil
 }
+
+// kvReadTimeout bounds the read of a number's last signal: the event loop
+// waits for it.
+const kvReadTimeout = 2 * time.Second
 
 // seed makes the state of id, restored from last, its last signal, if any.
 func (s *Stage2) seed(id string, last *schema.PacingSignal) *number {
