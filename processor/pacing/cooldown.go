@@ -18,10 +18,16 @@ const (
 	MaxPairCooldown = 4096 * time.Second
 )
 
-// NextCooldown is a pair's cool-down after a 131056 at at: one more strike
-// than prev if prev has not expired by then, and a wait of 4^(strikes-1)
-// seconds, never less than the pair interval.
-func NextCooldown(prev *schema.PairCooldown, phoneNumberID, recipient string, at time.Time) schema.PairCooldown {
+// NextCooldown is a pair's cool-down after the 131056 eventID at at: one
+// more strike than prev if prev has not expired by then, and a wait of
+// 4^(strikes-1) seconds, never less than the pair interval. The event that
+// made prev's last strike, delivered again, or one older than it, leaves
+// prev as it is (same is true): a redelivery after a crash found its own
+// cool-down running and counted it as the strike before.
+func NextCooldown(prev *schema.PairCooldown, phoneNumberID, recipient, eventID string, at time.Time) (c schema.PairCooldown, same bool) {
+	if prev != nil && ((eventID != "" && prev.EventID == eventID) || (prev.EventAt != nil && at.Before(*prev.EventAt))) {
+		return *prev, true
+	}
 	strikes := 1
 	if prev != nil && at.Before(prev.Until) {
 		strikes = min(prev.Strikes+1, maxPairStrikes)
@@ -32,5 +38,7 @@ func NextCooldown(prev *schema.PairCooldown, phoneNumberID, recipient string, at
 	if prev != nil && prev.Until.After(until) {
 		until = prev.Until
 	}
-	return schema.PairCooldown{Version: schema.PacingVersion, PhoneNumberID: phoneNumberID, Recipient: recipient, Strikes: strikes, Until: until}
+	eventAt := at.UTC()
+	return schema.PairCooldown{Version: schema.PacingVersion, PhoneNumberID: phoneNumberID, Recipient: recipient, Strikes: strikes, Until: until,
+		EventID: eventID, EventAt: &eventAt}, false
 }

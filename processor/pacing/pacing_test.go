@@ -219,27 +219,35 @@ func TestOverrideTier(t *testing.T) {
 }
 
 func TestPairCooldown(t *testing.T) {
-	c := NextCooldown(nil, "1001", "r1", t0)
+	c, _ := NextCooldown(nil, "1001", "r1", "e0", t0)
 	if c.Strikes != 1 || !c.Until.Equal(t0.Add(PairInterval)) {
 		t.Fatalf("first: %+v", c)
 	}
 	waits := []time.Duration{6 * time.Second, 16 * time.Second, 64 * time.Second, 256 * time.Second}
 	at := t0.Add(time.Second)
 	for i, w := range waits {
-		c = NextCooldown(&c, "1001", "r1", at)
+		c, _ = NextCooldown(&c, "1001", "r1", fmt.Sprint("e", i+1), at)
 		if c.Strikes != i+2 || !c.Until.Equal(at.Add(w)) {
 			t.Fatalf("strike %d: %+v, want wait %v", i+2, c, w)
 		}
 		at = at.Add(time.Second)
 	}
 	for i := 0; i < 10; i++ {
-		c = NextCooldown(&c, "1001", "r1", at)
+		c, _ = NextCooldown(&c, "1001", "r1", fmt.Sprint("f", i), at)
 	}
 	if c.Strikes != maxPairStrikes {
 		t.Fatalf("strikes not capped: %+v", c)
 	}
+	// The same event again, or an older one: no strike (a redelivery
+	// after a crash found its own cool-down and counted it).
+	if again, same := NextCooldown(&c, "1001", "r1", "f9", at); !same || again.Strikes != c.Strikes || !again.Until.Equal(c.Until) {
+		t.Fatalf("the last strike's event again: %+v (same %v), want %+v", again, same, c)
+	}
+	if older, same := NextCooldown(&c, "1001", "r1", "old", at.Add(-time.Second)); !same || older.Strikes != c.Strikes {
+		t.Fatalf("an older event: %+v (same %v)", older, same)
+	}
 	// Expired: the count starts again.
-	if c = NextCooldown(&c, "1001", "r1", c.Until.Add(time.Second)); c.Strikes != 1 {
+	if c, _ = NextCooldown(&c, "1001", "r1", "g", c.Until.Add(time.Second)); c.Strikes != 1 {
 		t.Fatalf("after expiry: %+v", c)
 	}
 }
@@ -558,7 +566,7 @@ func TestMaxPairCooldown(t *testing.T) {
 	at := time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
 	var prev *schema.PairCooldown
 	for i := range 12 {
-		c := NextCooldown(prev, "1", "r", at)
+		c, _ := NextCooldown(prev, "1", "r", fmt.Sprint("e", i), at)
 		if d := c.Until.Sub(at); d > MaxPairCooldown {
 			t.Fatalf("strike %d: %s from its event, past %s", i+1, d, MaxPairCooldown)
 		}

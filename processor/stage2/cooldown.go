@@ -15,13 +15,13 @@ import (
 	"github.com/wahook/wahook/schema"
 )
 
-// writeCooldown writes the cool-down of (number, recipient) after a 131056
-// at at: one strike more than the entry in the bucket, if that has not
+// writeCooldown writes the cool-down of (number, recipient) after the
+// 131056 eventID at at: one strike more than the entry in the bucket, if that has not
 // expired by then (pacing.NextCooldown). The entry expires at its until. A
 // cool-down that is over already (a late event) is not written. The write
 // is synchronous: the event is acked only once its cool-down is stored. A
 // failed read or write is returned.
-func (s *Stage2) writeCooldown(ctx context.Context, id, recipient string, at time.Time) error {
+func (s *Stage2) writeCooldown(ctx context.Context, id, recipient, eventID string, at time.Time) error {
 	key := schema.PairCooldownKey(id, recipient)
 	var prev *schema.PairCooldown
 	switch e, err := s.cooldownKV.Get(ctx, key); {
@@ -36,10 +36,10 @@ func (s *Stage2) writeCooldown(ctx context.Context, id, recipient string, at tim
 		s.m.writeFails.WithLabelValues(schema.BucketPairCooldown).Inc()
 		return fmt.Errorf("read cool-down %s: %w", key, err)
 	}
-	c := pacing.NextCooldown(prev, id, recipient, at)
+	c, same := pacing.NextCooldown(prev, id, recipient, eventID, at)
 	ttl := c.Until.Sub(s.cfg.Now())
-	if ttl <= 0 {
-		return nil
+	if ttl <= 0 || same {
+		return nil // over, or written already for this event or a newer one
 	}
 	data, err := json.Marshal(&c)
 	if err != nil {

@@ -485,7 +485,7 @@ const maxAhead = 2
 // cooldown writes the cool-down of a 131056, remembering the event for a
 // retry when the write fails.
 func (s *Stage2) cooldown(ctx context.Context, ev *event) error {
-	if err := s.writeCooldown(ctx, ev.number, ev.e.Recipient, time.Unix(ev.e.At, 0)); err != nil {
+	if err := s.writeCooldown(ctx, ev.number, ev.e.Recipient, ev.id, time.Unix(ev.e.At, 0)); err != nil {
 		now := time.Now()
 		if len(s.cooldownRetry) >= cooldownRetryPrune {
 			s.pruneCooldownRetries(now)

@@ -171,6 +171,30 @@ func TestPairCooldown(t *testing.T) {
 	h.waitSignal("4001", "pair-rate errors in the signal", func(s schema.PacingSignal) bool {
 		return s.RecentErrors[schema.ClassPairRate] == 2
 	})
+	if c.EventID == "" || c.EventAt == nil || !c.EventAt.Equal(sec(2)) {
+		t.Errorf("the cool-down does not name its strike's event: %+v", c)
+	}
+
+	// The second strike's event delivered again after a restart (a crash
+	// before its ack; the new instance remembers no event id): no third
+	// strike. Before, it found its own cool-down running and counted it.
+	h.restart()
+	// Another message id: EVENTS' duplicate window would drop the same.
+	h.publish(schema.KindStatus, "4001", "pair-2-again", schema.StatusRow{EventID: "pair-2", EventTime: sec(2), PhoneNumberID: "4001",
+		MessageID: "wamid.pair-2", Status: "failed", RecipientHash: "r1", ErrorCodes: []int32{131056}})
+	h.flushed()
+	h.eventually("the redelivery applied", func() (bool, string) {
+		n := metricValue(h.s.m.events.WithLabelValues(resultApplied))
+		return n > 0, fmt.Sprint(n)
+	})
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var again schema.PairCooldown
+	if err := json.Unmarshal(e.Value(), &again); err != nil || again.Strikes != 2 || !again.Until.Equal(sec(8)) {
+		t.Errorf("after the redelivery: %s, want strike 2 until second 8", e.Value())
+	}
 }
 
 // The same events published again under other Nats-Msg-Ids (a replay after
