@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -351,8 +352,8 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 		// The number's token: reserved, then waited for. A stop, pause or
 		// cool-down of the recipient that comes meanwhile gives it back,
 		// and Wait starts over; so does a new bucket (refresh makes one
-		// when the rate at least doubles, a slow-down that ended): a
-		// caller queued at a low rate does not keep its late turn.
+		// for each new rate): a caller queued at a low rate does not keep
+		// its late turn, nor one at a high rate its early one.
 		now = time.Now()
 		p.mu.Lock()
 		lim := n.lim
@@ -557,18 +558,26 @@ func (p *Pacer) refresh(n *number, now time.Time) {
 
 // rebucket gives the number a new bucket at rate r, and wakes the Waits
 // queued on the old one: they reserve again on the new one, at the new
-// rate from now. The old bucket's tokens carry over, up to the new depth;
-// its debt (the turns it gave out) does not: the queued Waits take new
-// turns. Changing the old bucket's rate instead (SetLimitAt) would keep
+// rate. The old bucket's tokens carry over, up to the new depth (while it
+// owes tokens, its progress toward the next one); its debt (the turns it
+// gave out) does not: the queued Waits take new turns, from that level. Changing the old bucket's rate instead (SetLimitAt) would keep
 // the turns given at the old rate, so a fall would not reach the queued
 // Waits nor a rise release them, and the tokens a queued Wait gives back
 // would be counted against the last turn given, at the new rate: after a
 // rise, far more than one. p.mu is held.
 func (p *Pacer) rebucket(n *number, r float64, now time.Time) {
 	b := p.burst(r)
-	carry := min(max(int(n.lim.TokensAt(now)), 0), b)
+	// The level carried over: the old bucket's tokens, or, while it owes
+	// tokens to queued Waits, its progress toward the next one, so that
+	// the queued Waits keep the schedule they had (dropping it, a number
+	// whose rate changes more often than once a token never sent).
+	t := n.lim.TokensAt(now)
+	level := min(max(t, t-math.Floor(t)), float64(b))
+	whole := int(level)
+	frac := level - float64(whole)
 	n.lim = rate.NewLimiter(rate.Limit(r), b)
-	n.lim.ReserveN(now, b-carry)
+	// Full when made; b-whole taken frac tokens' time ago leaves level now.
+	n.lim.ReserveN(now.Add(-time.Duration(frac/r*float64(time.Second))), b-whole)
 	p.broadcast()
 }
 

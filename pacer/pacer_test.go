@@ -686,17 +686,7 @@ func TestSignalAfterNATSRestart(t *testing.T) {
 	e := newEnv(t, map[string]int{id: 80})
 	e.stopStage2() // the test writes the signals itself
 	p := e.pacer(func(c *pacer.Config) { c.NoReport = true })
-	put := func(s schema.PacingSignal) error {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		kv, err := e.js.KeyValue(ctx, schema.BucketPacing)
-		if err != nil {
-			return err
-		}
-		b, _ := json.Marshal(s)
-		_, err = kv.Put(ctx, schema.PacingKey(id), b)
-		return err
-	}
+	put := e.putSignal
 	ok := schema.PacingSignal{PhoneNumberID: id, Advice: schema.AdviceOK, TierMPS: 80, RecommendedMPS: 70, UpdatedAt: time.Now().UTC()}
 	if err := put(ok); err != nil {
 		t.Fatal(err)
@@ -789,5 +779,57 @@ func TestThrottleEndReachesQueuedWaits(t *testing.T) {
 	// 6 s.
 	if took := last.Sub(start); took > 4500*time.Millisecond {
 		t.Errorf("120 Waits took %v: the end of the halving did not reach them", took)
+	}
+}
+
+// putSignal writes s to the pacing bucket, as stage 2 would.
+func (e *env) putSignal(s schema.PacingSignal) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	kv, err := e.js.KeyValue(ctx, schema.BucketPacing)
+	if err != nil {
+		return err
+	}
+	b, _ := json.Marshal(s)
+	_, err = kv.Put(ctx, schema.PacingKey(s.PhoneNumberID), b)
+	return err
+}
+
+// TestLowRateFrequentSignals: a number at a few messages per second whose
+// signal changes more often than once a token (stage 2 writes it every
+// second, and it moves with the inbound rate) still sends at its rate.
+// A first version of the bucket per rate dropped the progress toward the
+// next token at each change, and such a number sent nothing.
+func TestLowRateFrequentSignals(t *testing.T) {
+	const id = "100000000000079"
+	e := newEnv(t, map[string]int{id: 80})
+	e.stopStage2() // the test writes the signals itself
+	p := e.pacer(func(c *pacer.Config) { c.NoReport = true })
+	signal := func(mps float64) {
+		t.Helper()
+		if err := e.putSignal(schema.PacingSignal{PhoneNumberID: id, Advice: schema.AdviceOK, TierMPS: 80, RecommendedMPS: mps, UpdatedAt: time.Now().UTC()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	signal(4)
+	e.eventually("the pacer at 4 mps", func() (bool, string) { r, fb := p.Rate(id); return r == 4 && !fb, fmt.Sprint(r, fb) })
+	var sent atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for range 20 {
+		go func() {
+			for p.Wait(ctx, id, "") == nil {
+				sent.Add(1)
+			}
+		}()
+	}
+	// 4 s of signals every 200 ms, between 4.0 and 4.1 mps.
+	start := sent.Load()
+	for i := range 20 {
+		signal(4 + 0.1*float64(i%2))
+		time.Sleep(200 * time.Millisecond)
+	}
+	if n := sent.Load() - start; n < 12 || n > 22 {
+		t.Errorf("%d sends in 4 s at about 4 mps with the signal changing every 200 ms; want about 16", n)
 	}
 }

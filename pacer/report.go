@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,8 +24,8 @@ import (
 // wahook.raw._send_results and acknowledged by JetStream, or posted to
 // POST /api/v1/send-results. A failed report is tried again with a backoff;
 // a full queue drops results (counted) rather than block the senders; a
-// result wahook refuses is dropped (counted and logged) without holding up
-// the others.
+// result wahook refuses holds up none of the others: held and tried again
+// while wahook may take it later, else dropped (counted and logged).
 type reporter struct {
 	cfg  Config
 	js   jetstream.JetStream
@@ -176,11 +177,12 @@ func (r *reporter) flush(ctx context.Context) {
 
 // deliver reports batch, trying again with a backoff while wahook cannot
 // take it, and counts each result as reported or dropped, or holds it. A
-// batch wahook refuses for what is in it is sent again in halves, so that
-// only the results refused alone are left: dropped if wahook will never
-// take them (a result it finds wrong, a document too large), held to be
-// tried again if it may later (a number it does not know yet, or not
-// allowed to the token), for up to heldFor. It returns false, with what
+// batch of several numbers wahook refuses for what is in it is sent again
+// split: the number of the result wahook named, and the rest. A number's
+// results refused for now (a number wahook does not know yet, or not
+// allowed to the token) are held together, to be tried again for up to
+// heldFor; refused for good (a result it finds wrong, a document too
+// large), they are sent again in halves, and those refused alone dropped. It returns false, with what
 // was not sent counted as dropped, when it gives up: ctx ended, or the
 // reporter is closing and has failed closeTries times.
 func (r *reporter) deliver(ctx context.Context, batch []item) bool {
@@ -205,10 +207,11 @@ func (r *reporter) deliver(ctx context.Context, batch []item) bool {
 		if errors.As(err, &ref) {
 			// Refusals for now are of a number (one wahook does not know
 			// yet, or one more than the token may report for): the batch
-			// is split by number first, and a number's results refused
-			// for now are held together; only a refusal for good (a wrong
-			// result) is narrowed down in halves.
-			if groups := byNumber(batch); len(groups) > 1 {
+			// is split first, into the number of the result wahook named
+			// and the rest, and a number's results refused for now are
+			// held together; only a refusal for good (a wrong result) is
+			// narrowed down in halves.
+			if groups := splitRefused(batch, ref); len(groups) > 1 {
 				for i, g := range groups {
 					if !r.deliver(ctx, g) {
 						for _, rest := range groups[i+1:] {
@@ -256,6 +259,31 @@ func (r *reporter) deliver(ctx context.Context, batch []item) bool {
 		t.Stop()
 		backoff = min(2*backoff, 5*time.Second)
 	}
+}
+
+// splitRefused splits a refused batch of several numbers: into the number
+// of the result wahook named (results[i]...) and the rest, or, when it
+// named none, by number. One group: the batch is of one number.
+func splitRefused(batch []item, ref *refusedError) [][]item {
+	if rest, ok := strings.CutPrefix(ref.parameter, "results["); ok {
+		if end := strings.IndexByte(rest, ']'); end > 0 {
+			if i, err := strconv.Atoi(rest[:end]); err == nil && i >= 0 && i < len(batch) {
+				var named, others []item
+				for _, it := range batch {
+					if it.res.PhoneNumberID == batch[i].res.PhoneNumberID {
+						named = append(named, it)
+					} else {
+						others = append(others, it)
+					}
+				}
+				if len(others) == 0 {
+					return [][]item{named}
+				}
+				return [][]item{named, others}
+			}
+		}
+	}
+	return byNumber(batch)
 }
 
 // byNumber splits batch by phone number id, in the order of first
