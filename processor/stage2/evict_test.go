@@ -273,3 +273,25 @@ func TestSeedReadFailureKeepsTier(t *testing.T) {
 		t.Errorf("after a lost read: %s; want the upgrade's tier", raw)
 	}
 }
+
+// A number at slow_down (or with traffic) in its last signal, whose traffic
+// stops as stage 2 restarts, is written again by the new instance: before,
+// only stops and pauses were seeded at the start, and the old slow_down
+// with its rates stayed in the KV for good.
+func TestStaleSignalRewrittenAfterRestart(t *testing.T) {
+	for _, restart := range []bool{false, true} {
+		t.Run(fmt.Sprint("restart=", restart), func(t *testing.T) {
+			h := start(t, sec(12), nil)
+			h.traffic("5001", 0, 10, 75, 0)
+			h.flushed()
+			h.waitSignal("5001", "slow_down", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceSlowDown })
+			if restart {
+				h.restart()
+			}
+			h.clock.Set(sec(600))
+			h.waitSignal("5001", "ok, without the old rates", func(s schema.PacingSignal) bool {
+				return s.Advice == schema.AdviceOK && s.Observed.S10 == 0
+			})
+		})
+	}
+}

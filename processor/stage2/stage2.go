@@ -499,8 +499,10 @@ func (s *Stage2) cooldown(ctx context.Context, ev *event) error {
 
 // seedHeld seeds, at the start, the numbers (this instance's) whose last
 // signal holds them (stop or pause): a hold ends without an event, and the
-// signal must say so when it does. The other numbers are seeded when
-// their next event comes.
+// signal must say so when it does; and those whose last signal shows
+// traffic or a slow-down, written once more with this instance's rates, so
+// that a signal of before the start does not stay in the KV. The other
+// numbers are seeded when their next event comes.
 func (s *Stage2) seedHeld(ctx context.Context) {
 	w, err := s.pacingKV.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
@@ -521,14 +523,26 @@ func (s *Stage2) seedHeld(ctx context.Context) {
 				return
 			}
 			var sig schema.PacingSignal
-			if json.Unmarshal(e.Value(), &sig) != nil || (sig.Advice != schema.AdviceStop && sig.Advice != schema.AdvicePause) {
+			if json.Unmarshal(e.Value(), &sig) != nil {
+				continue
+			}
+			// A signal that still shows traffic or a slow-down of the
+			// previous instance: its rates and advice are of before the
+			// start, and without an event its number would not be
+			// written again. Seeded, it is written once with what this
+			// instance knows (rates that fill again within a minute).
+			stale := sig.Advice == schema.AdviceSlowDown || sig.Observed.S60 > 0
+			if sig.Advice != schema.AdviceStop && sig.Advice != schema.AdvicePause && !stale {
 				continue
 			}
 			if s.own != nil && !s.own.owns(sig.PhoneNumberID) {
 				continue
 			}
 			if s.nums[sig.PhoneNumberID] == nil {
-				s.seed(sig.PhoneNumberID, &sig)
+				n := s.seed(sig.PhoneNumberID, &sig)
+				if stale {
+					s.w.mark(n)
+				}
 				held++
 			}
 		}
