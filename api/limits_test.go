@@ -180,6 +180,21 @@ func TestLimitsPerIPForgedForwardedFor(t *testing.T) {
 	if ip != "10.1.2.3" {
 		t.Errorf("client behind a malformed entry: %q, want the proxy that added it, 10.1.2.3", ip)
 	}
+	// Entries with a port, as some proxies write them.
+	for xff, want := range map[string]string{"203.0.113.9, 198.51.100.7:5555": "198.51.100.7", "[2001:db8::1]:443, 10.1.2.3:80": "2001:db8::1"} {
+		if ip := s.clientOf(netip.MustParseAddr("0.0.0.0"), [][]byte{[]byte(xff)}); ip != want {
+			t.Errorf("X-Forwarded-For %q: client %q, want %q", xff, ip, want)
+		}
+	}
+	// A trusted CIDR written IPv4-mapped matches IPv4 proxies.
+	cfg.TrustedProxies = []string{"0.0.0.0", "::ffff:192.168.0.0/112"}
+	s2, err := newServer(cfg, nil, nil, nil, c.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ip := s2.clientOf(netip.MustParseAddr("0.0.0.0"), [][]byte{[]byte("198.51.100.7, 192.168.3.4")}); ip != "198.51.100.7" {
+		t.Errorf("behind a proxy of an IPv4-mapped CIDR: %q, want 198.51.100.7", ip)
+	}
 }
 
 func TestLimitsPerToken(t *testing.T) {

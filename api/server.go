@@ -516,8 +516,8 @@ func (s *Server) clientOf(remote netip.Addr, xff [][]byte) string {
 		hops = append(hops, strings.Split(string(v), ",")...)
 	}
 	for i := len(hops) - 1; i >= 0; i-- {
-		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
-		if err != nil {
+		a, ok := hopAddr(strings.TrimSpace(hops[i]))
+		if !ok {
 			break // not an address: nothing before it can be trusted
 		}
 		if a = a.Unmap(); !s.trusted(a) {
@@ -526,6 +526,18 @@ func (s *Server) clientOf(remote netip.Addr, xff [][]byte) string {
 		remote = a
 	}
 	return remote.String()
+}
+
+// hopAddr reads an entry of X-Forwarded-For: an address, or an address
+// and port as some proxies write it (198.51.100.7:5555, [2001:db8::1]:443).
+func hopAddr(h string) (netip.Addr, bool) {
+	if a, err := netip.ParseAddr(h); err == nil {
+		return a, true
+	}
+	if ap, err := netip.ParseAddrPort(h); err == nil {
+		return ap.Addr(), true
+	}
+	return netip.Addr{}, false
 }
 
 // trusted is whether a is one of cfg.TrustedProxies.
@@ -545,6 +557,10 @@ func parseProxy(p string) netip.Prefix {
 		return netip.PrefixFrom(a, a.BitLen())
 	}
 	pr, _ := netip.ParsePrefix(p)
+	if a := pr.Addr(); a.Is4In6() && pr.Bits() >= 96 {
+		// IPv4-mapped, as addresses are compared: unmapped.
+		pr = netip.PrefixFrom(a.Unmap(), pr.Bits()-96)
+	}
 	return pr.Masked()
 }
 

@@ -74,11 +74,9 @@ type PairCooldown struct {
 	Recipient     string    `json:"recipient"` // the keyed hash of the recipient, as in ClickHouse
 	Strikes       int       `json:"strikes"`   // 131056 errors in a row for this pair
 	Until         time.Time `json:"until"`
-	// EventID and EventAt are the id and Meta's time of the 131056 that
-	// made the last strike: the same event delivered again, or an older
-	// one, adds no strike.
-	EventID string     `json:"event_id,omitempty"`
-	EventAt *time.Time `json:"event_at,omitempty"`
+	// EventIDs are the ids of the 131056 events of the last strikes,
+	// newest last (8 at most): one of them delivered again adds no strike.
+	EventIDs []string `json:"event_ids,omitempty"`
 }
 
 // PacingSubject is the subject on which a number's signal is published on

@@ -475,27 +475,33 @@ async function renderLive() {
   const pause = (ms) => new Promise((resolve) => { const t = setTimeout(resolve, ms); ctrl.signal.addEventListener("abort", () => { clearTimeout(t); resolve(); }, { once: true }); });
   const resp = await open();
   if (resp.status === 401) throw new AuthError("token refused");
-  if (!resp.ok) { $("#live-status").textContent = "not available: " + ((await resp.json().catch(() => ({}))).error || {}).message; return; }
-  status("connected", "connected");
+  // 404 and the like: this API has no live signals (no NATS); 429 and 503
+  // are for now, and are tried again below.
+  if (!resp.ok && resp.status !== 429 && resp.status !== 503) { $("#live-status").textContent = "not available: " + ((await resp.json().catch(() => ({}))).error || {}).message; return; }
+  if (resp.ok) status("connected", "connected");
   // Read the stream in the background; the view counts as loaded now. When
-  // it ends, say so and connect again, 1 s after the first failure and up
-  // to 30 s apart; the signals shown stay until new ones come.
+  // it ends (or could not open for now), say so and connect again, 1 s
+  // after the first failure and doubling to 30 s; a stream that lived a
+  // minute starts the wait over. The signals shown stay until new ones come.
   (async () => {
-    let current = resp, wait = 1000;
+    let current = resp.ok ? resp : null, wait = 1000;
     for (;;) {
-      try { await read(current); } catch (e) { if (e.name === "AbortError") return; }
-      if (ctrl.signal.aborted) return;
-      for (;;) {
-        status(`disconnected; connecting again in ${Math.round(wait / 1000)} s…`, "disconnected");
-        await pause(wait);
+      if (current) {
+        const opened = Date.now();
+        try { await read(current); } catch (e) { if (e.name === "AbortError") return; }
         if (ctrl.signal.aborted) return;
-        wait = Math.min(wait * 2, 30000);
-        try {
-          const next = await open();
-          if (next.status === 401) { status("disconnected: token refused; sign in again", "disconnected"); return; }
-          if (next.ok) { current = next; wait = 1000; status("connected", "connected"); break; }
-        } catch (e) { if (e.name === "AbortError") return; }
+        if (Date.now() - opened > 60000) wait = 1000;
+        current = null;
       }
+      status(`disconnected; connecting again in ${Math.round(wait / 1000)} s…`, "disconnected");
+      await pause(wait);
+      if (ctrl.signal.aborted) return;
+      wait = Math.min(wait * 2, 30000);
+      try {
+        const next = await open();
+        if (next.status === 401) { status("disconnected: token refused; sign in again", "disconnected"); return; }
+        if (next.ok) { current = next; status("connected", "connected"); }
+      } catch (e) { if (e.name === "AbortError") return; }
     }
   })();
 }

@@ -2,6 +2,7 @@ package pacing
 
 import (
 	"math"
+	"slices"
 	"time"
 
 	"github.com/wahook/wahook/schema"
@@ -20,12 +21,12 @@ const (
 
 // NextCooldown is a pair's cool-down after the 131056 eventID at at: one
 // more strike than prev if prev has not expired by then, and a wait of
-// 4^(strikes-1) seconds, never less than the pair interval. The event that
-// made prev's last strike, delivered again, or one older than it, leaves
-// prev as it is (same is true): a redelivery after a crash found its own
-// cool-down running and counted it as the strike before.
+// 4^(strikes-1) seconds, never less than the pair interval. An event of
+// one of prev's last strikes, delivered again, leaves prev as it is (same
+// is true): a redelivery after a crash found its own cool-down running and
+// counted it as the strike before.
 func NextCooldown(prev *schema.PairCooldown, phoneNumberID, recipient, eventID string, at time.Time) (c schema.PairCooldown, same bool) {
-	if prev != nil && ((eventID != "" && prev.EventID == eventID) || (prev.EventAt != nil && at.Before(*prev.EventAt))) {
+	if prev != nil && eventID != "" && slices.Contains(prev.EventIDs, eventID) {
 		return *prev, true
 	}
 	strikes := 1
@@ -38,7 +39,18 @@ func NextCooldown(prev *schema.PairCooldown, phoneNumberID, recipient, eventID s
 	if prev != nil && prev.Until.After(until) {
 		until = prev.Until
 	}
-	eventAt := at.UTC()
+	var ids []string
+	if strikes > 1 {
+		ids = append(ids, prev.EventIDs[max(len(prev.EventIDs)-(maxStrikeIDs-1), 0):]...)
+	}
+	if eventID != "" {
+		ids = append(ids, eventID)
+	}
 	return schema.PairCooldown{Version: schema.PacingVersion, PhoneNumberID: phoneNumberID, Recipient: recipient, Strikes: strikes, Until: until,
-		EventID: eventID, EventAt: &eventAt}, false
+		EventIDs: ids}, false
 }
+
+// maxStrikeIDs is how many strikes' event ids a cool-down keeps: more than
+// the strikes counted (maxPairStrikes), so that a redelivered burst of them
+// is recognised whole.
+const maxStrikeIDs = 8

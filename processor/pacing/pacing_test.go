@@ -238,13 +238,28 @@ func TestPairCooldown(t *testing.T) {
 	if c.Strikes != maxPairStrikes {
 		t.Fatalf("strikes not capped: %+v", c)
 	}
-	// The same event again, or an older one: no strike (a redelivery
-	// after a crash found its own cool-down and counted it).
-	if again, same := NextCooldown(&c, "1001", "r1", "f9", at); !same || again.Strikes != c.Strikes || !again.Until.Equal(c.Until) {
-		t.Fatalf("the last strike's event again: %+v (same %v), want %+v", again, same, c)
+	// An event of the last strikes again, in any order: no strike (a
+	// redelivery after a crash found its own cool-down and counted it).
+	for _, id := range []string{"f9", "f8", "f3"} {
+		if again, same := NextCooldown(&c, "1001", "r1", id, at); !same || again.Strikes != c.Strikes || !again.Until.Equal(c.Until) {
+			t.Fatalf("strike %s's event again: %+v (same %v), want %+v", id, again, same, c)
+		}
 	}
-	if older, same := NextCooldown(&c, "1001", "r1", "old", at.Add(-time.Second)); !same || older.Strikes != c.Strikes {
-		t.Fatalf("an older event: %+v (same %v)", older, same)
+	if len(c.EventIDs) != maxStrikeIDs || c.EventIDs[len(c.EventIDs)-1] != "f9" {
+		t.Fatalf("event ids %v: want the last %d, newest last", c.EventIDs, maxStrikeIDs)
+	}
+	// A distinct event, older than the last strike (out of order): a strike.
+	c2 := NextCooldown2(t, &c, "old", at.Add(-time.Second))
+	if c2.Strikes != maxPairStrikes || c2.EventIDs[len(c2.EventIDs)-1] != "old" {
+		t.Fatalf("an older distinct event: %+v", c2)
+	}
+	// Two events of one second, each delivered again: no strike.
+	b, _ := NextCooldown(nil, "1001", "r2", "B", at)
+	bc, _ := NextCooldown(&b, "1001", "r2", "C", at)
+	for _, id := range []string{"B", "C"} {
+		if again, same := NextCooldown(&bc, "1001", "r2", id, at); !same || again.Strikes != 2 {
+			t.Fatalf("%s of one second again: %+v", id, again)
+		}
 	}
 	// Expired: the count starts again.
 	if c, _ = NextCooldown(&c, "1001", "r1", "g", c.Until.Add(time.Second)); c.Strikes != 1 {
@@ -576,4 +591,14 @@ func TestMaxPairCooldown(t *testing.T) {
 	if prev.Until.Sub(at.Add(-time.Second)) != MaxPairCooldown {
 		t.Errorf("the longest cool-down: %s, want %s", prev.Until.Sub(at.Add(-time.Second)), MaxPairCooldown)
 	}
+}
+
+// NextCooldown2 is NextCooldown for a new strike, failing t if it is not.
+func NextCooldown2(t *testing.T, prev *schema.PairCooldown, id string, at time.Time) schema.PairCooldown {
+	t.Helper()
+	c, same := NextCooldown(prev, "1001", "r1", id, at)
+	if same {
+		t.Fatalf("%s: no strike", id)
+	}
+	return c
 }

@@ -2,6 +2,7 @@ package stage2
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -293,5 +294,87 @@ func TestStaleSignalRewrittenAfterRestart(t *testing.T) {
 				return s.Advice == schema.AdviceOK && s.Observed.S10 == 0
 			})
 		})
+	}
+}
+
+// A number seeded for an event that counts nothing (a late delivered status
+// of a message counted already, after the number was evicted), and one
+// seeded at the start for its stale signal, are evicted again once nothing
+// can change them: seeded outside the live set, both stayed in memory for
+// good.
+func TestSeededNumbersAreEvictedAgain(t *testing.T) {
+	h := start(t, sec(10), nil)
+	h.sent1("8801", "m1", sec(5))
+	h.flushed()
+	h.waitSignal("8801", "a signal", func(s schema.PacingSignal) bool { return true })
+	h.clock.Set(sec(300))
+	h.eventually("evicted", func() (bool, string) { n := metricValue(h.s.m.numbers); return n == 0, fmt.Sprint(n) })
+	h.delivered("8801", "m1", sec(120))
+	h.flushed()
+	h.eventually("the duplicate taken", func() (bool, string) {
+		n := metricValue(h.s.m.events.WithLabelValues(resultDuplicate))
+		return n >= 1, fmt.Sprint(n)
+	})
+	h.clock.Set(sec(5000))
+	h.eventually("evicted again", func() (bool, string) { n := metricValue(h.s.m.numbers); return n == 0, fmt.Sprint(n) })
+
+	h.clock.Set(sec(5012))
+	h.traffic("5001", 5000, 5010, 75, 0)
+	h.flushed()
+	h.waitSignal("5001", "slow_down", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceSlowDown })
+	h.restart()
+	h.clock.Set(sec(5600))
+	h.waitSignal("5001", "ok", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceOK && s.Observed.S10 == 0 })
+	h.clock.Set(sec(9000))
+	h.eventually("the number seeded at the start evicted", func() (bool, string) { n := metricValue(h.s.m.numbers); return n == 0, fmt.Sprint(n) })
+}
+
+// While the reads of the pacing bucket are lost, events of numbers not in
+// memory fail fast and do not hold up a known number's stop for long:
+// before, each waited for its own read (2 s, and again on redelivery).
+func TestSeedReadOutageDoesNotStallKnownNumbers(t *testing.T) {
+	h := startServer(t, sec(10))
+	proxy := testutil.StartNATSProxy(t, h.url)
+	nc2, err := nats.Connect(proxy.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc2.Close)
+	js2, err := jetstream.New(nc2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct := h.js
+	h.js = js2
+	h.cfg = DefaultConfig()
+	h.cfg.Now = h.clock.Now
+	h.run()
+	t.Cleanup(h.close)
+	h.sent1("9900", "k1", sec(5))
+	h.flushed()
+	h.waitSignal("9900", "the known number", func(s schema.PacingSignal) bool { return true })
+	proxy.Drop("$JS.API.DIRECT.GET.KV_" + schema.BucketPacing)
+	for i := range 10 {
+		h.sent1(fmt.Sprint(9000+i), fmt.Sprint("n", i), sec(6))
+	}
+	start := time.Now()
+	h.failed("9900", "f1", "r1", sec(7), 131048)
+	testutil.Eventually(t, 60*time.Second, "the known number's stop", func() (bool, string) {
+		kv, err := direct.KeyValue(context.Background(), schema.BucketPacing)
+		if err != nil {
+			return false, err.Error()
+		}
+		e, err := kv.Get(context.Background(), schema.PacingKey("9900"))
+		if err != nil {
+			return false, err.Error()
+		}
+		var s schema.PacingSignal
+		_ = json.Unmarshal(e.Value(), &s)
+		return s.Advice == schema.AdviceStop, string(s.Advice)
+	})
+	// One read waited for (0.5 s), the others failed at once: well under
+	// the 20 s ten reads of 2 s each took.
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the known number's stop was written %v after its event, behind the new numbers' reads", took)
 	}
 }

@@ -55,8 +55,11 @@ type Stage2 struct {
 	own *ownership
 	// pullErr takes the client's reports on reading the consumer.
 	pullErr func(error)
-	// seedLog throttles the warning of a last signal not read.
-	seedLog throttle.Throttle
+	// seedLog throttles the warning of a last signal not read; seedErr is
+	// the last failure, and no read is tried before seedBackoff.
+	seedLog     throttle.Throttle
+	seedErr     error
+	seedBackoff time.Time
 }
 
 // New builds stage 2 over js. It does no I/O: Run provisions and consumes.
@@ -531,7 +534,7 @@ func (s *Stage2) seedHeld(ctx context.Context) {
 			// start, and without an event its number would not be
 			// written again. Seeded, it is written once with what this
 			// instance knows (rates that fill again within a minute).
-			stale := sig.Advice == schema.AdviceSlowDown || sig.Observed.S60 > 0
+			stale := sig.Advice == schema.AdviceSlowDown || sig.Observed.S60 > 0 || len(sig.RecentErrors) > 0
 			if sig.Advice != schema.AdviceStop && sig.Advice != schema.AdvicePause && !stale {
 				continue
 			}
@@ -541,6 +544,8 @@ func (s *Stage2) seedHeld(ctx context.Context) {
 			if s.nums[sig.PhoneNumberID] == nil {
 				n := s.seed(sig.PhoneNumberID, &sig)
 				if stale {
+					// Written once, then evicted like any number.
+					s.w.live[n] = struct{}{}
 					s.w.mark(n)
 				}
 				held++
@@ -557,6 +562,13 @@ func (s *Stage2) seedHeld(ctx context.Context) {
 func (s *Stage2) number(ctx context.Context, id string) (*number, error) {
 	if n := s.nums[id]; n != nil {
 		return n, nil
+	}
+	// While the reads fail, a new number's event fails at once for a
+	// while instead of each waiting for its own read: the loop goes on
+	// with the numbers it holds.
+	if now := time.Now(); now.Before(s.seedBackoff) {
+		s.m.seedFailures.Inc()
+		return nil, fmt.Errorf("read the last signal of %s: %w", id, s.seedErr)
 	}
 	var last *schema.PacingSignal
 	rctx, cancel := context.WithTimeout(ctx, kvReadTimeout)
@@ -585,14 +597,23 @@ func (s *Stage2) number(ctx context.Context, id string) (*number, error) {
 			s.log.Warn("the last signal of a number could not be read: its events wait and are tried again",
 				zap.String("phone_number_id", id), zap.Error(err), zap.Int64("failures_since_last_line", n))
 		}
+		s.seedErr, s.seedBackoff = err, time.Now().Add(seedBackoff)
 		return nil, fmt.Errorf("read the last signal of %s: %w", id, err)
 	}
-	return s.seed(id, last), nil
+	n := s.seed(id, last)
+	// Live, so that refresh writes it if its last signal is stale and
+	// evicts it once nothing can change it (a number seeded for an event
+	// that then counts nothing would stay in memory for good otherwise).
+	s.w.live[n] = struct{}{}
+	return n, nil
 }
 
 // kvReadTimeout bounds the read of a number's last signal: the event loop
-// waits for it.
-const kvReadTimeout = 2 * time.Second
+// waits for it. After a failed read, seedBackoff passes before the next.
+const (
+	kvReadTimeout = 500 * time.Millisecond
+	seedBackoff   = 2 * time.Second
+)
 
 // seed makes the state of id, restored from last, its last signal, if any.
 func (s *Stage2) seed(id string, last *schema.PacingSignal) *number {
