@@ -164,14 +164,24 @@ func (r *reporter) flush(ctx context.Context) {
 	held := r.held
 	r.held = nil
 	r.heldCount.Store(0)
-	for len(held) > 0 {
-		n := min(len(held), r.cfg.ReportBatch)
-		if !r.deliver(ctx, held[:n]) {
-			r.dropped.Add(int64(len(held) - n))
-			r.dropAll()
-			return
+	// Held results were refused by number: each number's go in documents
+	// of their own (one post per number a round; mixed, each refusal
+	// would split them again).
+	groups := byNumber(held)
+	for gi, g := range groups {
+		for len(g) > 0 {
+			n := min(len(g), r.cfg.ReportBatch)
+			if !r.deliver(ctx, g[:n]) {
+				left := len(g) - n
+				for _, rest := range groups[gi+1:] {
+					left += len(rest)
+				}
+				r.dropped.Add(int64(left))
+				r.dropAll()
+				return
+			}
+			g = g[n:]
 		}
-		held = held[n:]
 	}
 }
 
