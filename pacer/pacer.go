@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/time/rate"
 
+	"github.com/wahook/wahook/internal/throttle"
 	"github.com/wahook/wahook/schema"
 )
 
@@ -672,7 +673,7 @@ func (p *Pacer) onCooldown(key string, value []byte) {
 func (p *Pacer) watch(ctx context.Context, bucket string, apply func(key string, value []byte)) {
 	const minBackoff = 250 * time.Millisecond
 	backoff := minBackoff
-	var failLog every
+	failLog := throttle.Throttle{Every: time.Minute}
 	failing := false
 	for ctx.Err() == nil {
 		live, err := p.watchOnce(ctx, bucket, apply)
@@ -690,7 +691,7 @@ func (p *Pacer) watch(ctx context.Context, bucket string, apply func(key string,
 			continue
 		}
 		failing = true
-		if failLog.due(time.Minute) {
+		if _, due := failLog.Note(); due {
 			p.cfg.Logger.Warn("pacer: cannot watch "+bucket+"; numbers fall back once their signals are stale", "error", fmt.Sprint(err))
 		}
 		select {
