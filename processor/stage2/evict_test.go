@@ -240,16 +240,7 @@ func TestSeedReadFailureKeepsTier(t *testing.T) {
 
 	// The next instance reads through a proxy that loses the reads of the
 	// bucket until told otherwise.
-	proxy := testutil.StartNATSProxy(t, h.url)
-	nc2, err := nats.Connect(proxy.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc2.Close)
-	js2, err := jetstream.New(nc2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	proxy, js2 := h.viaProxy()
 	h.close()
 	h.js = js2
 	h.sent.Store(0)
@@ -334,16 +325,7 @@ func TestSeededNumbersAreEvictedAgain(t *testing.T) {
 // before, each waited for its own read (2 s, and again on redelivery).
 func TestSeedReadOutageDoesNotStallKnownNumbers(t *testing.T) {
 	h := startServer(t, sec(10))
-	proxy := testutil.StartNATSProxy(t, h.url)
-	nc2, err := nats.Connect(proxy.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc2.Close)
-	js2, err := jetstream.New(nc2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	proxy, js2 := h.viaProxy()
 	direct := h.js
 	h.js = js2
 	h.cfg = DefaultConfig()

@@ -90,6 +90,23 @@ func startServer(t testing.TB, at time.Time) *harness {
 	return &harness{t: t, url: srv.URL(), srv: srv, nc: nc, js: js, clock: &clock{now: at}, done: make(chan error, 1)}
 }
 
+// viaProxy connects to the server through a proxy the test can make lose
+// messages, and returns the proxy and a JetStream on that connection.
+func (h *harness) viaProxy() (*testutil.NATSProxy, jetstream.JetStream) {
+	h.t.Helper()
+	proxy := testutil.StartNATSProxy(h.t, h.url)
+	nc, err := nats.Connect(proxy.URL)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return proxy, js
+}
+
 // run starts a new stage 2 and waits for its consumer.
 func (h *harness) run() {
 	h.t.Helper()

@@ -544,9 +544,7 @@ func (s *Stage2) seedHeld(ctx context.Context) {
 			if s.nums[sig.PhoneNumberID] == nil {
 				n := s.seed(sig.PhoneNumberID, &sig)
 				if stale {
-					// Written once, then evicted like any number.
-					s.w.live[n] = struct{}{}
-					s.w.mark(n)
+					s.w.mark(n) // written once, then evicted like any number
 				}
 				held++
 			}
@@ -600,12 +598,7 @@ func (s *Stage2) number(ctx context.Context, id string) (*number, error) {
 		s.seedErr, s.seedBackoff = err, time.Now().Add(seedBackoff)
 		return nil, fmt.Errorf("read the last signal of %s: %w", id, err)
 	}
-	n := s.seed(id, last)
-	// Live, so that refresh writes it if its last signal is stale and
-	// evicts it once nothing can change it (a number seeded for an event
-	// that then counts nothing would stay in memory for good otherwise).
-	s.w.live[n] = struct{}{}
-	return n, nil
+	return s.seed(id, last), nil
 }
 
 // kvReadTimeout bounds the read of a number's last signal: the event loop
@@ -627,9 +620,12 @@ func (s *Stage2) seed(id string, last *schema.PacingSignal) *number {
 		// until then, so that its signal is written when it ends.
 		if u := n.p.HoldsUntil(); u > 0 {
 			n.holdUntil = u
-			s.w.live[n] = struct{}{}
 		}
 	}
+	// Live, so that refresh writes it if its last signal is stale and
+	// evicts it once nothing can change it (a number seeded for an event
+	// that then counts nothing would stay in memory for good otherwise).
+	s.w.live[n] = struct{}{}
 	s.nums[id] = n
 	s.m.numbers.Set(float64(len(s.nums)))
 	return n
