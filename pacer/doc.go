@@ -19,8 +19,7 @@
 // The signal is a number's rate for all its senders together: processes
 // that send from the same numbers each take their part (Config.Share).
 //
-// The package imports only schema, internal/throttle, nats.go and
-// golang.org/x/time/rate.
+// The package imports only schema, nats.go and golang.org/x/time/rate.
 // docs/pacer.md describes it with the simulator and the campaign that
 // measure it.
 package pacer

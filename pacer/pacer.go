@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/time/rate"
 
-	"github.com/wahook/wahook/internal/throttle"
 	"github.com/wahook/wahook/schema"
 )
 
@@ -673,7 +672,7 @@ func (p *Pacer) onCooldown(key string, value []byte) {
 func (p *Pacer) watch(ctx context.Context, bucket string, apply func(key string, value []byte)) {
 	const minBackoff = 250 * time.Millisecond
 	backoff := minBackoff
-	failLog := throttle.Throttle{Every: time.Minute}
+	var failLog every
 	failing := false
 	for ctx.Err() == nil {
 		live, err := p.watchOnce(ctx, bucket, apply)
@@ -691,7 +690,7 @@ func (p *Pacer) watch(ctx context.Context, bucket string, apply func(key string,
 			continue
 		}
 		failing = true
-		if _, due := failLog.Note(); due {
+		if failLog.due(time.Minute) {
 			p.cfg.Logger.Warn("pacer: cannot watch "+bucket+"; numbers fall back once their signals are stale", "error", fmt.Sprint(err))
 		}
 		select {

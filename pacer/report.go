@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/wahook/wahook/internal/throttle"
 	"github.com/wahook/wahook/schema"
 )
 
@@ -40,10 +39,10 @@ type reporter struct {
 
 	reported, dropped, failures, invalid atomic.Int64
 	heldCount                            atomic.Int64 // len(held), for Stats
+	invalidLog                           every
 	// run's goroutine's own
-	// Each log line at most once per 10 s.
-	failLog, refusedLog, heldLog, invalidLog throttle.Throttle
-	closeFails                               int // failed reports since the reporter began closing
+	lastLog, lastRefusedLog, lastHeldLog time.Time
+	closeFails                           int // failed reports since the reporter began closing
 	// held are the results wahook refused for now (a number it does not
 	// know yet, or not allowed to the token), tried again every heldRetry
 	// for up to heldFor after their first refusal.
@@ -66,19 +65,15 @@ var (
 )
 
 func newReporter(cfg Config, js jetstream.JetStream) *reporter {
-	r := &reporter{cfg: cfg, js: js, http: &http.Client{Timeout: 10 * time.Second},
+	return &reporter{cfg: cfg, js: js, http: &http.Client{Timeout: 10 * time.Second},
 		kick: make(chan struct{}, 1), closing: make(chan struct{}), done: make(chan struct{})}
-	for _, l := range []*throttle.Throttle{&r.failLog, &r.refusedLog, &r.heldLog, &r.invalidLog} {
-		l.Every = 10 * time.Second
-	}
-	return r
 }
 
 // refusedHere counts a result not queued because wahook would refuse it,
 // and logs which field, at most once per 10 s.
 func (r *reporter) refusedHere(err error) {
 	r.invalid.Add(1)
-	if _, due := r.invalidLog.Note(); due {
+	if r.invalidLog.due(10 * time.Second) {
 		r.cfg.Logger.Error("pacer: a send result wahook would refuse; not reported", "error", err.Error(),
 			"invalid_results", r.invalid.Load())
 	}
@@ -335,7 +330,8 @@ func (r *reporter) refusedAlone(it item, ref *refusedError) {
 	}
 	r.held = append(r.held, it)
 	r.heldCount.Store(int64(len(r.held)))
-	if _, due := r.heldLog.Note(); due {
+	if now.Sub(r.lastHeldLog) >= 10*time.Second {
+		r.lastHeldLog = now
 		r.cfg.Logger.Warn("pacer: wahook refuses a send result for now; trying again", "status", ref.status, "code", ref.code,
 			"parameter", ref.parameter, "message", ref.message, "held", len(r.held), "retry", heldRetry.String(), "for_up_to", heldFor.String())
 	}
@@ -394,17 +390,21 @@ func refused(status int, body []byte) error {
 }
 
 func (r *reporter) logRefused(e *refusedError) {
-	if _, due := r.refusedLog.Note(); !due {
+	now := time.Now()
+	if now.Sub(r.lastRefusedLog) < 10*time.Second {
 		return
 	}
+	r.lastRefusedLog = now
 	r.cfg.Logger.Error("pacer: wahook refused a send result; dropped", "status", e.status, "code", e.code,
 		"parameter", e.parameter, "message", e.message)
 }
 
 func (r *reporter) logFailure(err error, n int) {
-	if _, due := r.failLog.Note(); !due {
+	now := time.Now()
+	if now.Sub(r.lastLog) < 10*time.Second {
 		return
 	}
+	r.lastLog = now
 	r.cfg.Logger.Warn("pacer: reporting send results failed; retrying", "results", n, "error", err.Error())
 }
 
@@ -457,4 +457,22 @@ func (r *reporter) close(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// every throttles a log line: due at most once per period. It is safe for
+// concurrent use.
+type every struct {
+	mu   sync.Mutex
+	last time.Time
+}
+
+func (e *every) due(period time.Duration) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := time.Now()
+	if !e.last.IsZero() && now.Sub(e.last) < period {
+		return false
+	}
+	e.last = now
+	return true
 }
