@@ -39,10 +39,10 @@ type reporter struct {
 
 	reported, dropped, failures, invalid atomic.Int64
 	heldCount                            atomic.Int64 // len(held), for Stats
-	invalidLog                           every
 	// run's goroutine's own
-	lastLog, lastRefusedLog, lastHeldLog time.Time
-	closeFails                           int // failed reports since the reporter began closing
+	// Each log line at most once per 10 s.
+	failLog, refusedLog, heldLog, invalidLog every
+	closeFails                               int // failed reports since the reporter began closing
 	// held are the results wahook refused for now (a number it does not
 	// know yet, or not allowed to the token), tried again every heldRetry
 	// for up to heldFor after their first refusal.
@@ -330,8 +330,7 @@ func (r *reporter) refusedAlone(it item, ref *refusedError) {
 	}
 	r.held = append(r.held, it)
 	r.heldCount.Store(int64(len(r.held)))
-	if now.Sub(r.lastHeldLog) >= 10*time.Second {
-		r.lastHeldLog = now
+	if r.heldLog.due(10 * time.Second) {
 		r.cfg.Logger.Warn("pacer: wahook refuses a send result for now; trying again", "status", ref.status, "code", ref.code,
 			"parameter", ref.parameter, "message", ref.message, "held", len(r.held), "retry", heldRetry.String(), "for_up_to", heldFor.String())
 	}
@@ -390,21 +389,17 @@ func refused(status int, body []byte) error {
 }
 
 func (r *reporter) logRefused(e *refusedError) {
-	now := time.Now()
-	if now.Sub(r.lastRefusedLog) < 10*time.Second {
+	if !r.refusedLog.due(10 * time.Second) {
 		return
 	}
-	r.lastRefusedLog = now
 	r.cfg.Logger.Error("pacer: wahook refused a send result; dropped", "status", e.status, "code", e.code,
 		"parameter", e.parameter, "message", e.message)
 }
 
 func (r *reporter) logFailure(err error, n int) {
-	now := time.Now()
-	if now.Sub(r.lastLog) < 10*time.Second {
+	if !r.failLog.due(10 * time.Second) {
 		return
 	}
-	r.lastLog = now
 	r.cfg.Logger.Warn("pacer: reporting send results failed; retrying", "results", n, "error", err.Error())
 }
 
