@@ -18,8 +18,8 @@ import (
 // last two minutes), not per number.
 //
 // The message memory is kept by epochs of 64 seconds of Meta's time (the
-// windows' length). The messages first seen in the head's epoch and the one
-// before it, which hold every second the windows do, are a map to the
+// deduper's window). The messages first seen in the head's epoch and the one
+// before it, which hold every second the deduper's window does, are a map to the
 // second each counts at; an earlier epoch's are a sorted set of their
 // hashes (8 bytes and a little index each instead of the map's 30 or so),
 // kept until the epoch's last second is older than the memory. A message
@@ -59,7 +59,7 @@ const DefaultMessageMemory = 10 * time.Minute
 func NewDeduper() *Deduper { return NewDeduperFor(DefaultMessageMemory) }
 
 // NewDeduperFor is an empty Deduper that remembers messages for memory, at
-// least the 64 seconds of the windows.
+// least the deduper's 64 seconds.
 func NewDeduperFor(memory time.Duration) *Deduper {
 	span := max(int64(memory/time.Second), slots)
 	// The young maps start as epochs 0 and -1 (seconds at and before 0:

@@ -66,7 +66,7 @@ type Event struct {
 	Coexistence           bool // an echo, history or contact sync: the number is on the Business app too
 }
 
-// Number is the state of one business number. Its memory is about 1 KiB
+// Number is the state of one business number. Its memory is about 1.5 KiB
 // (BenchmarkNumberMemory): windows, not per-message records.
 type Number struct {
 	ID string

@@ -434,6 +434,23 @@ func BenchmarkApplyAndSignal(b *testing.B) {
 	}
 }
 
+// An event stamped ahead of the clock (stage 2 counts one up to 2 s
+// ahead where it is stamped) keeps every second of the 60 s rate: with a
+// window of 64 seconds its head moved so far that the rate's first second
+// left it, and a steady 1 mps read 59/60.
+func TestWindowHoldsMinuteWithEventAhead(t *testing.T) {
+	n := NewNumber("1001")
+	now := t0.Add(62 * time.Second)
+	last := schema.PacingLastSecond(now)
+	for s := last - 59; s <= last; s++ {
+		n.Apply(Event{At: s, Outbound: true})
+	}
+	n.Apply(Event{At: now.Unix() + 2, Outbound: true})
+	if s := n.Signal(now, DefaultTiers()); s.Observed.S60 != 1 || s.Observed.S10 != 1 {
+		t.Fatalf("1 mps for a minute, then one event 2 s ahead: 60 s rate %v, 10 s rate %v; want 1 and 1", s.Observed.S60, s.Observed.S10)
+	}
+}
+
 // recent_errors is the last 60 s to the second: ten-second buckets made it
 // anything from 51 to 60 s.
 func TestRecentErrorsLast60Seconds(t *testing.T) {
@@ -493,8 +510,8 @@ func TestFirstEvidenceMoves(t *testing.T) {
 	if _, out := n.traffic.sum(100, 60); out != 1 {
 		t.Errorf("the minute has %d, want 1", out)
 	}
-	n.MoveOutbound(98, 100-slots) // out of the window: the count leaves it
-	if _, out := n.traffic.sum(100, slots); out != 0 {
+	n.MoveOutbound(98, 100-windowSlots) // out of the window: the count leaves it
+	if _, out := n.traffic.sum(100, windowSlots); out != 0 {
 		t.Errorf("moved out of the window, still %d", out)
 	}
 }

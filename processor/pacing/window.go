@@ -1,16 +1,24 @@
 package pacing
 
-// slots is how many seconds a window holds: the 60 s of the longest rate
-// and a few of lateness.
+// slots is the length in seconds of the Deduper's window (and of its
+// epochs): the 60 s of the longest rate and a few of lateness.
 const slots = 64
 
+// windowSlots is how many seconds a number's window holds, a power of two:
+// the 60 s of the longest rate, ending PacingSettle and one second before
+// the clock (PacingLastSecond), plus the seconds an event may be stamped
+// ahead of the clock and still count there (stage 2's maxAhead, 2): 65
+// seconds, which 64 slots could not hold, so that one event 2 s ahead took
+// a second out of the 60 s rate.
+const windowSlots = 128
+
 // window counts a number's messages per second by Meta's timestamp over
-// the last 64 seconds. A late webhook counts into the second it belongs to
-// while that second is still held; older ones are left to ClickHouse's
-// history. 512 bytes.
+// the last 128 seconds. A late webhook counts into the second it belongs
+// to while that second is still held (and the Deduper holds it); older
+// ones are left to ClickHouse's history. 1 KiB.
 type window struct {
 	head    int64 // the newest second held; 0 before the first count
-	in, out [slots]uint32
+	in, out [windowSlots]uint32
 }
 
 // add counts in inbound and out outbound messages at second sec. It
@@ -22,10 +30,10 @@ func (w *window) add(sec int64, in, out uint32) bool {
 	if sec > w.head {
 		w.advance(sec)
 	}
-	if sec <= w.head-slots {
+	if sec <= w.head-windowSlots {
 		return false
 	}
-	i := sec & (slots - 1)
+	i := sec & (windowSlots - 1)
 	w.in[i] += in
 	w.out[i] += out
 	return true
@@ -35,12 +43,12 @@ func (w *window) add(sec int64, in, out uint32) bool {
 // as the window holds them. It reports whether it changed a count.
 func (w *window) move(from, to int64) bool {
 	changed := false
-	if from <= w.head && from > w.head-slots && w.out[from&(slots-1)] > 0 {
-		w.out[from&(slots-1)]--
+	if from <= w.head && from > w.head-windowSlots && w.out[from&(windowSlots-1)] > 0 {
+		w.out[from&(windowSlots-1)]--
 		changed = true
 	}
-	if to <= w.head && to > w.head-slots {
-		w.out[to&(slots-1)]++
+	if to <= w.head && to > w.head-windowSlots {
+		w.out[to&(windowSlots-1)]++
 		changed = true
 	}
 	return changed
@@ -51,9 +59,9 @@ func (w *window) advance(sec int64) {
 	if sec <= w.head {
 		return
 	}
-	n := min(sec-w.head, slots)
+	n := min(sec-w.head, windowSlots)
 	for s := sec - n + 1; s <= sec; s++ {
-		w.in[s&(slots-1)], w.out[s&(slots-1)] = 0, 0
+		w.in[s&(windowSlots-1)], w.out[s&(windowSlots-1)] = 0, 0
 	}
 	w.head = sec
 }
@@ -62,11 +70,11 @@ func (w *window) advance(sec int64) {
 // (inclusive). Seconds newer than the window's head count as empty.
 func (w *window) sum(last int64, span int) (in, out uint64) {
 	for s := last - int64(span) + 1; s <= last; s++ {
-		if s > w.head || s <= w.head-slots {
+		if s > w.head || s <= w.head-windowSlots {
 			continue
 		}
-		in += uint64(w.in[s&(slots-1)])
-		out += uint64(w.out[s&(slots-1)])
+		in += uint64(w.in[s&(windowSlots-1)])
+		out += uint64(w.out[s&(windowSlots-1)])
 	}
 	return in, out
 }
