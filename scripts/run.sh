@@ -30,7 +30,12 @@ mkdir -p bin
 go build -o bin/wahook ./cmd/wahook
 # The dashboard is at / of the query API's listener (sign in with an API token).
 api_listen="${WAHOOK_API_LISTEN:-:8081}"
-for arg in "$@"; do case "$arg" in --api-listen=*) api_listen="${arg#--api-listen=}" ;; esac; done
+prev=""
+for arg in "$@"; do
+	case "$prev" in --api-listen | -api-listen) api_listen="$arg" ;; esac
+	case "$arg" in --api-listen=* | -api-listen=*) api_listen="${arg#*=}" ;; esac
+	prev="$arg"
+done
 api_host="${api_listen%:*}"
 echo "run.sh: dashboard on http://${api_host:-localhost}:${api_listen##*:}/ (sign in with the API token)" >&2
 exec bin/wahook serve "$@"
