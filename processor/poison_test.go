@@ -99,6 +99,38 @@ func TestStage1OversizedEvent(t *testing.T) {
 	}
 }
 
+// TestStage1OversizedValueError: a value-level error whose details escape
+// in JSON to more than max_payload was refused by EVENTS on every delivery:
+// its body, a good status with it, became a dead letter (retries
+// exhausted). Its event goes out cut to fit, ClickHouse keeps the row
+// whole, and the status beside it is stored.
+func TestStage1OversizedValueError(t *testing.T) {
+	p := newPipeline(t, schematest.ClickHouse(t))
+	p.cfg.MaxDeliver = 2
+	p.start()
+	huge := strings.Repeat("<", 300_000)
+	p.publish("default", statusBody("107655290331184", "15557810001", "wamid.before", 1781514311))
+	p.publish("default", []byte(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","changes":[{"field":"messages","value":{"messaging_product":"whatsapp","metadata":{"display_phone_number":"15557810001","phone_number_id":"107655290331184"},"statuses":[{"id":"wamid.beside","status":"sent","timestamp":"1781514312","recipient_id":"4915155500734"}],"errors":[{"code":131000,"title":"Something went wrong","error_data":{"details":"`+huge+`"}}]}}]}]}`))
+	p.publish("default", statusBody("107655290331184", "15557810001", "wamid.after", 1781514313))
+	p.drained(30 * time.Second)
+	if n := p.count("SELECT uniqExact(event_id) FROM {db}.status_events WHERE message_id IN ('wamid.before', 'wamid.beside', 'wamid.after')"); n != 3 {
+		t.Errorf("statuses stored: %d, want 3 (the one beside the oversized error too)", n)
+	}
+	if n := p.count("SELECT count() FROM {db}.errors WHERE origin = 'value' AND code = 131000 AND length(details) = 300000"); n == 0 {
+		t.Errorf("ClickHouse does not hold the oversized error whole")
+	}
+	if n := p.count("SELECT count() FROM {db}.dead_letters"); n != 0 {
+		t.Errorf("dead letters: %d, want none", n)
+	}
+	st, err := p.js.Stream(context.Background(), schema.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.CachedInfo().State.Msgs; got != 4 {
+		t.Errorf("events on %s: %d, want 4 (three statuses and the error)", schema.StreamEvents, got)
+	}
+}
+
 // refuse is a writer that refuses every batch holding a status with
 // message id bad, as a store refuses a row it cannot take, and passes
 // the others to the real writer.

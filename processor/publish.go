@@ -155,7 +155,9 @@ func (p *eventPublisher) send(ctx context.Context, rows *schema.Rows, from *rowM
 	// An event larger than the server takes (max_payload) would fail its
 	// body for ever: it goes out without the fields that keep unknown JSON
 	// or content as received (extra, raw, content), which ClickHouse has in
-	// full, and if still too large with every string cut (cutStrings).
+	// full, and if still too large with every string cut (cutStrings). So
+	// are a number's errors (their title, message or details); a send
+	// result's fields are bounded by schema.SendResult.Check.
 	limit := int(p.nc.MaxPayload()) - 4096
 	for ; from.statuses < len(rows.Statuses); from.statuses++ {
 		r := &rows.Statuses[from.statuses]
@@ -212,6 +214,11 @@ func (p *eventPublisher) send(ctx context.Context, rows *schema.Rows, from *rowM
 		}
 		var b []byte
 		b, err = json.Marshal(Event{Kind: schema.KindError, V: 1, Row: r})
+		if err == nil && len(b) > limit {
+			small := *r
+			cutStrings(&small, limit/256)
+			b, err = json.Marshal(Event{Kind: schema.KindError, V: 1, Row: &small})
+		}
 		p.data = append(p.data[:0], b...)
 		if err = send(r.PhoneNumberID, schema.KindError, schema.ErrorEventID(r), err); err != nil {
 			return err
