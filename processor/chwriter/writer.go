@@ -112,13 +112,21 @@ func (w *Writer) Ping(ctx context.Context) error {
 // Codes of ClickHouse exceptions that say the server cannot take writes
 // now, whatever they hold: a replicated table read-only or ZooKeeper
 // (Keeper) gone, too many parts waiting for merges, too many queries, an
-// insert whose outcome the server could not tell.
+// insert whose outcome the server could not tell, the server's or the
+// user's memory spent, a full disk, a query timed out or cancelled (as the
+// server stops). The server answers pings meanwhile, so a body failing so
+// on its own was taken for the body's fault, and every body became a dead
+// letter.
 var unavailableCodes = map[int32]string{
+	159: "TIMEOUT_EXCEEDED",
 	202: "TOO_MANY_SIMULTANEOUS_QUERIES",
 	225: "NO_ZOOKEEPER",
+	241: "MEMORY_LIMIT_EXCEEDED",
 	242: "TABLE_IS_READ_ONLY",
+	243: "NOT_ENOUGH_SPACE",
 	252: "TOO_MANY_PARTS",
 	319: "UNKNOWN_STATUS_OF_INSERT",
+	394: "QUERY_WAS_CANCELLED",
 	999: "KEEPER_EXCEPTION",
 }
 
@@ -137,9 +145,19 @@ func Unavailable(err error) bool {
 		// is the rows', and fails them every time.
 		return false
 	}
+	if ex.Code == 241 && strings.Contains(ex.Message, queryMemory) {
+		// A query over its own max_memory_usage: the batch's size, which
+		// smaller batches (the halves stage 1 writes next) get under.
+		return false
+	}
 	_, ok := unavailableCodes[ex.Code]
 	return ok
 }
+
+// queryMemory is in the message of MEMORY_LIMIT_EXCEEDED for a query over
+// its own limit ("(total)" and "(for user)" are the server's and the
+// user's).
+const queryMemory = "Memory limit (for query) exceeded"
 
 // tooManyPartitions begins the message of TOO_MANY_PARTS for an insert
 // block over max_partitions_per_insert_block (ClickHouse 19 and later).

@@ -235,6 +235,23 @@ func TestUnavailable(t *testing.T) {
 	if Unavailable(fmt.Errorf("chwriter: insert 3 rows into status_events: send: %w", rows)) {
 		t.Error("an insert block over max_partitions_per_insert_block is unavailable; want the rows' own failure")
 	}
+	// The server's answer to an insert over a memory limit: the user's
+	// (all the server's queries, as "(total)" is) is the server's state,
+	// the query's own is the batch's size.
+	ctx := context.Background()
+	if err := db.Conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+db.Database+".mem (a String) ENGINE = Memory"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		setting     string
+		unavailable bool
+	}{{"max_memory_usage_for_user", true}, {"max_memory_usage", false}} {
+		err := db.Conn.Exec(clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{c.setting: 1})),
+			"INSERT INTO "+db.Database+".mem SELECT toString(number) FROM system.numbers LIMIT 100000")
+		if !errors.As(err, &ex) || ex.Code != 241 || Unavailable(err) != c.unavailable {
+			t.Errorf("an insert over %s: %v, Unavailable %v; want code 241, unavailable %v", c.setting, err, Unavailable(err), c.unavailable)
+		}
+	}
 	if Unavailable(errors.New("code: 242, message: Table is in readonly mode")) || Unavailable(nil) {
 		t.Error("an error that is no exception is not unavailable")
 	}
