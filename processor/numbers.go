@@ -30,6 +30,9 @@ import (
 // It is safe for concurrent use.
 type NumberMap struct {
 	kv, pending jetstream.KeyValue
+	// maxPayload is the server's largest message (0 while unknown): a
+	// held event must fit it (Hold).
+	maxPayload func() int64
 	// missTTL is how long a display number that the bucket did not know is
 	// not looked up again by Resolve.
 	missTTL time.Duration
@@ -76,7 +79,7 @@ func NewNumberMap(ctx context.Context, js jetstream.JetStream, replicas int) (*N
 	if err != nil {
 		return nil, err
 	}
-	return &NumberMap{kv: kv, pending: pending, missTTL: 10 * time.Second,
+	return &NumberMap{kv: kv, pending: pending, maxPayload: js.Conn().MaxPayload, missTTL: 10 * time.Second,
 		known: map[string]string{}, misses: map[string]time.Time{}}, nil
 }
 
@@ -192,18 +195,32 @@ type HeldEvent struct {
 // this instance or another): the caller applies r with it and releases the
 // key, since a learner that listed the held events before r was held did
 // not see it.
-func (n *NumberMap) Hold(ctx context.Context, r *schema.ManagementRow) (key, id string, err error) {
+//
+// An event too large for the bucket (the server's max_payload) is held
+// without raw, and if still too large with every string cut, as EVENTS
+// carries it: it failed its body's batch for ever before. The copy applied
+// later replaces the stored one, so that event's raw value is then kept by
+// RAW only, for its retention (cut reports it).
+func (n *NumberMap) Hold(ctx context.Context, r *schema.ManagementRow) (key, id string, cut bool, err error) {
 	k := NumberKey(r.DisplayPhoneNumber)
 	key = k + "." + r.EventID
 	v, err := json.Marshal(r)
+	if limit := int(n.maxPayload()) - 4096; err == nil && limit > 0 && len(v) > limit {
+		small := *r
+		small.Raw, cut = "", true
+		if v, err = json.Marshal(&small); err == nil && len(v) > limit {
+			cutStrings(&small, limit/256)
+			v, err = json.Marshal(&small)
+		}
+	}
 	if err != nil {
-		return key, "", fmt.Errorf("hold event %s: %w", r.EventID, err)
+		return key, "", cut, fmt.Errorf("hold event %s: %w", r.EventID, err)
 	}
 	if _, err := n.pending.Put(ctx, key, v); err != nil {
-		return key, "", fmt.Errorf("kv %s: hold an event: %w", schema.BucketNumbersPending, err)
+		return key, "", cut, fmt.Errorf("kv %s: hold an event: %w", schema.BucketNumbersPending, err)
 	}
 	id, _, err = n.lookup(ctx, k)
-	return key, id, err
+	return key, id, cut, err
 }
 
 // Held returns the events held for display number digits k, with id as

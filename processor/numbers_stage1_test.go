@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -220,4 +221,41 @@ func (p *pipeline) lookups(result string) float64 {
 		}
 	}
 	return 0
+}
+
+// TestStage1HeldEventTooLarge: a quality update for a number not learned
+// yet whose value escapes in JSON to more than max_payload (300,000 '<'
+// become 1.8 MB of \u003c) could not be held in the pending bucket: its
+// batch, and the good bodies in it, were stored and nak'ed again for ever.
+// It is held without its raw value; the bodies beside it are acked, and
+// once the number is learned the event is applied with its id.
+func TestStage1HeldEventTooLarge(t *testing.T) {
+	p := newPipeline(t, schematest.ClickHouse(t))
+	p.cfg.FlushInterval = 300 * time.Millisecond // batches of several bodies
+	p.start()
+	huge := strings.Repeat("<", 300_000)
+	p.publish("default", statusBody("107655290331999", "15557819999", "wamid.before", 1781514311))
+	p.publish("default", []byte(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","time":1781514311,"changes":[{"field":"phone_number_quality_update","value":{"display_phone_number":"`+upgradeDisplay+`","event":"FLAGGED","current_limit":"TIER_1K","note":"`+huge+`"}}]}]}`))
+	p.publish("default", statusBody("107655290331999", "15557819999", "wamid.after", 1781514313))
+	p.drained(30 * time.Second)
+	if n := p.count("SELECT uniqExact(event_id) FROM {db}.status_events WHERE message_id IN ('wamid.before', 'wamid.after')"); n != 2 {
+		t.Errorf("bodies beside the oversized event: %d statuses, want 2", n)
+	}
+	if n := p.count("SELECT count() FROM {db}.management_events WHERE event = 'FLAGGED' AND phone_number_id = '' AND length(raw) > 300000"); n != 1 {
+		t.Errorf("the event stored whole without its number: %d rows, want 1", n)
+	}
+	if n := p.heldKeys(); n != 1 {
+		t.Fatalf("held events: %d, want 1", n)
+	}
+
+	p.publish("default", readFixture(t, "status_sent_pmp_marketing.json"))
+	p.drained(30 * time.Second)
+	testutil.Eventually(t, 30*time.Second, "the event applied with its number and released", func() (bool, string) {
+		with := p.count("SELECT count() FROM {db}.management_events WHERE event = 'FLAGGED' AND phone_number_id = ? AND new_value = 'TIER_1K'", upgradeNumber)
+		held := p.heldKeys()
+		return with == 1 && held == 0, fmt.Sprintf("%d rows with its number, %d held", with, held)
+	})
+	if n := p.count("SELECT count() FROM {db}.dead_letters"); n != 0 {
+		t.Errorf("dead letters: %d, want none", n)
+	}
 }

@@ -109,11 +109,15 @@ func (s *Stage1) settleNumbers(ctx context.Context, rows *schema.Rows, w *number
 	}
 	for _, i := range w.hold {
 		r := &rows.Management[i]
-		key, id, err := s.numbers.Hold(ctx, r)
+		key, id, cut, err := s.numbers.Hold(ctx, r)
 		if err != nil {
 			return fmt.Errorf("%w: %w", errNumbers, err)
 		}
 		s.metrics.numbersHeld.Inc()
+		if cut {
+			s.log.Warn("an event held for its number is larger than NATS carries: held without its raw value, which the copy applied later will not have (RAW keeps the body)",
+				zap.String("event_id", r.EventID), zap.String("field", r.Field), zap.Int("raw_bytes", len(r.Raw)), zap.Uint64("raw_seq", r.RawSeq))
+		}
 		if id != "" {
 			h := HeldEvent{Key: key, Row: *r}
 			h.Row.PhoneNumberID, h.Row.Late = id, true

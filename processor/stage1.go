@@ -478,13 +478,15 @@ func (s *Stage1) flush(runCtx context.Context, b *batch) {
 		// The rows are stored, and stored again harmlessly when the bodies
 		// come back: only the holding failed.
 		s.metrics.failures.Inc()
+		delay := s.backoff
+		s.backoff = min(2*s.backoff, s.cfg.BackoffMax)
 		for _, m := range b.msgs {
-			_ = m.NakWithDelay(s.backoff)
+			_ = m.NakWithDelay(delay)
 		}
 		s.log.Warn("batch stored, its events of numbers not learned yet not held: will retry", zap.Int("batch_bodies", len(b.msgs)),
-			zap.Duration("retry_in", s.backoff), zap.Error(err))
+			zap.Duration("retry_in", delay), zap.Error(err))
 		b.reset()
-		sleep(runCtx, s.backoff)
+		sleep(runCtx, delay)
 		return
 	}
 	s.backoff = s.cfg.BackoffMin
