@@ -110,7 +110,12 @@ func (b *batch) at(seq uint64) *pending {
 }
 
 // ackLocked resolves the messages 1..n of b as stored, or as stored before
-// (dup).
+// (dup), except those the stream refused for themselves: a refusal is final
+// for that copy, though the range covers it. The stream's store-time errors
+// (nats-server's processJetStreamMsgWithBatch: limits, an invalid TTL, a
+// failed store) answer the message with an error but leave it counted in
+// the batch, so a later flow ack or the commit's PubAck covers its
+// sequence although nothing was stored.
 func (p *BatchPublisher) ackLocked(b *batch, n uint64, dup bool) {
 	if n <= b.acked {
 		return
@@ -119,7 +124,11 @@ func (p *BatchPublisher) ackLocked(b *batch, n uint64, dup bool) {
 	i := 0
 	for ; i < len(b.waiting) && b.first+uint64(i) <= n; i++ {
 		if pd := b.waiting[i]; pd != nil && pd.b == b {
-			pd.resolve(dup, nil)
+			if pd.refused != nil {
+				pd.resolve(false, pd.refused)
+			} else {
+				pd.resolve(dup, nil)
+			}
 		}
 		b.waiting[i] = nil
 	}

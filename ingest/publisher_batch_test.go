@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -267,6 +268,79 @@ func TestBatchPublisherProtocol(t *testing.T) {
 	}
 }
 
+// TestBatchPublisherRefusedThenCovered: the stream refuses message 2 of a
+// batch for itself, then its commit's PubAck covers the whole batch, 1..sent.
+// A real stream does that: its store-time error paths (nats-server's
+// stream.go, processJetStreamMsgWithBatch: account limits, an invalid TTL, a
+// failed store) answer the message with an error and return without
+// fastBatchRegisterSequences, so the batch's pending count is not
+// decremented and the flow acks and PubAck that follow cover the refused
+// sequence. The refused message must fail (Meta gets 503 and retries);
+// before, the covering ack resolved it as stored, and Meta got 200 for a
+// body never stored.
+func TestBatchPublisherRefusedThenCovered(t *testing.T) {
+	nc := connectJetStream(t, "refused-covered-test")
+	var refusedIn atomic.Int64 // the batch whose message 2 the stream refused
+	refusedIn.Store(-1)
+	st := newScriptedStream(t, nc, func(n int, seq uint64, commit bool, sent uint64) string {
+		switch {
+		case commit:
+			return pubAck(7, sent)
+		case seq == 2 && refusedIn.Load() < 0:
+			refusedIn.Store(int64(n))
+			return `{"error":{"code":500,"err_code":10077,"description":"insufficient resources"},"stream":"WAHOOK_RAW","seq":0}`
+		}
+		return ""
+	})
+	opts := ingest.DefaultBatchOptions()
+	// Time for the concurrent publishes to join one batch.
+	opts.Linger, opts.MaxDelay = 20*time.Millisecond, 50*time.Millisecond
+	pub, err := ingest.NewBatchPublisher(nc, 64, 2*time.Second, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	// The first publish of a round may go alone, as a batch of one; a
+	// round whose publishes all went alone refuses nothing.
+	for round := 0; round < 10 && refusedIn.Load() < 0; round++ {
+		const n = 8
+		errs := make([]error, n)
+		ids := make([]string, n)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				b := body(100*round + i)
+				ids[i] = schema.RawMsgID(b)
+				<-start
+				now := time.Now()
+				_, errs[i] = pub.Publish(schema.DefaultApp, ids[i], b, now, now.Add(2*time.Second))
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if refusedIn.Load() < 0 {
+			continue
+		}
+		refused := st.idAt(int(refusedIn.Load()), 2)
+		for i, err := range errs {
+			switch {
+			case ids[i] != refused && err != nil:
+				t.Errorf("publish %d, covered and not refused: %v", i, err)
+			case ids[i] == refused && err == nil:
+				t.Errorf("publish %d, refused by the stream, then covered by the commit's PubAck: answered as stored", i)
+			case ids[i] == refused && !strings.Contains(err.Error(), "insufficient resources"):
+				t.Errorf("publish %d, refused by the stream: got %v, want the stream's refusal", i, err)
+			}
+		}
+	}
+	if refusedIn.Load() < 0 {
+		t.Fatal("no batch reached a second message in 10 rounds")
+	}
+}
+
 // TestBatchPublisherClose: Close answers the messages still awaiting an
 // ack, so that no request hangs past a shutdown.
 func TestBatchPublisherClose(t *testing.T) {
@@ -431,6 +505,18 @@ func (st *scriptedStream) received() int {
 		n += len(ids)
 	}
 	return n
+}
+
+// idAt returns the message id of message seq (from 1) of the n-th batch.
+func (st *scriptedStream) idAt(n int, seq uint64) string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for id, m := range st.batches {
+		if m == n && seq >= 1 && seq <= uint64(len(st.ids[id])) {
+			return st.ids[id][seq-1]
+		}
+	}
+	return ""
 }
 
 func (st *scriptedStream) resent() bool {
