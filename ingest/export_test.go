@@ -20,5 +20,21 @@ func BatchOpen(p *BatchPublisher) bool {
 	return p.cur != nil
 }
 
+// AnsweredBodies is the number of messages p's batches hold whose request
+// has its answer, and the bytes of body they reference.
+func AnsweredBodies(p *BatchPublisher) (msgs, bytes int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, b := range p.batches {
+		for _, pd := range b.waiting {
+			if pd != nil && pd.b == b && pd.resolved {
+				msgs++
+				bytes += len(pd.msg.Data)
+			}
+		}
+	}
+	return msgs, bytes
+}
+
 // DedupeGenerations is the number of generations of the duplicate index.
 const DedupeGenerations = dupGenerations

@@ -225,11 +225,18 @@ func (p *BatchPublisher) resendLocked(pd *pending, err error) {
 }
 
 // resolve gives the waiter of pd its result, unless it has one already.
-// BatchPublisher.mu is held.
+// A message answered with an error is never published again (resendLocked
+// skips a resolved one), so it lets go of its body at once: the request
+// gives back its body memory (Config.BodyMemory) when it is answered, and
+// a batch may hold pd until it is swept, 2*ackTimeout after its last
+// message (a timeout, ErrAckTimeout). BatchPublisher.mu is held.
 func (pd *pending) resolve(dup bool, err error) {
 	if !pd.resolved {
 		pd.resolved = true
 		pd.dup, pd.err = dup, err
+		if err != nil {
+			pd.msg.Data = nil
+		}
 		pd.done <- struct{}{}
 	}
 }

@@ -1,6 +1,7 @@
 package ingest_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -412,6 +413,38 @@ func TestBatchPublisherExpiresAfterIdle(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatalf("round %d: a publish whose ack never came was not answered at its deadline", round)
 		}
+	}
+}
+
+// TestBatchPublisherLetsGoOfTimedOutBody: a publish answered ErrAckTimeout
+// leaves its message in its batch until the batch is swept, about
+// 2*ackTimeout after its last message, while the request, answered 503,
+// gives its body memory back (Config.BodyMemory). Before, the message still
+// referenced its body all that time, so during a JetStream stall timed-out
+// large bodies piled up beyond the body memory; now the body is let go of
+// as the request gets its answer.
+func TestBatchPublisherLetsGoOfTimedOutBody(t *testing.T) {
+	nc := connectJetStream(t, "timedout-body-test")
+	newScriptedStream(t, nc, func(int, uint64, bool, uint64) string { return "" }) // no ack ever
+	// The batch is swept 2*ackTimeout after its message at the earliest:
+	// half a second after the answer, for a slow machine.
+	const ackTimeout = 500 * time.Millisecond
+	pub, err := ingest.NewBatchPublisher(nc, 64, ackTimeout, ingest.DefaultBatchOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	big := bytes.Repeat([]byte("x"), 900<<10)
+	now := time.Now()
+	if _, err := pub.Publish(schema.DefaultApp, schema.RawMsgID(big), big, now, now.Add(ackTimeout)); !errors.Is(err, ingest.ErrAckTimeout) {
+		t.Fatalf("got %v, want ErrAckTimeout", err)
+	}
+	msgs, held := ingest.AnsweredBodies(pub)
+	if msgs == 0 {
+		t.Fatal("the timed-out message's batch was already swept: nothing to check")
+	}
+	if held != 0 {
+		t.Fatalf("after the timeout, %d answered message(s) still hold %d bytes of body, want 0", msgs, held)
 	}
 }
 
