@@ -23,7 +23,8 @@ var errBodyNoRoom = errors.New("no room for the body")
 // so at once shares: one that finds no room within the ack timeout is not
 // read (503, Meta retries). The read is bounded by the connection's read
 // deadline (readTimeout from the request's start). Errors are
-// httpbody.ErrTooLarge, httpbody.ErrIncomplete and errBodyNoRoom.
+// httpbody.ErrTooLarge, httpbody.ErrIncomplete, httpbody.ErrMalformed and
+// errBodyNoRoom.
 func (s *Server) readBody(c *fiber.Ctx) ([]byte, func(), error) {
 	req := c.Request()
 	n := req.Header.ContentLength() // -1: chunked

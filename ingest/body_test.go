@@ -183,6 +183,59 @@ func TestChunkedBody(t *testing.T) {
 	}
 }
 
+// TestMalformedChunkedBody: a chunked body whose chunks are not well formed
+// (a chunk size that is not hex, or too long for an int; a chunk not ended
+// by CRLF) is answered 400 saying so, counted as bad_encoding, and its
+// connection closed. Before, every failed read of a body was answered 408
+// "body cut short or not received in time" and counted as incomplete; a
+// chunked body cut short still is.
+func TestMalformedChunkedBody(t *testing.T) {
+	h := newHarness(t, defaultTestConfig())
+	head := fmt.Sprintf("POST /webhook HTTP/1.1\r\nHost: wahook\r\n%s: %s\r\nTransfer-Encoding: chunked",
+		schema.SignatureHeader, schema.Sign([]byte(secretA), []byte("abc")))
+	for _, chunks := range []string{
+		"fffffffffffffffffff\r\nabc\r\n0\r\n\r\n",
+		"zz\r\nabc\r\n0\r\n\r\n",
+		"3\r\nabcXY0\r\n\r\n",
+	} {
+		resp, _ := rawRequest(t, h, head, []byte(chunks))
+		if resp.StatusCode != http.StatusBadRequest || !resp.Close {
+			t.Errorf("chunks %q: %d, close %v; want 400 and the connection closed", chunks, resp.StatusCode, resp.Close)
+		}
+	}
+	if got := h.counter("wahook_ingest_requests_total", "result", "bad_encoding"); got != 3 {
+		t.Errorf("bad_encoding: %v, want 3", got)
+	}
+
+	// Cut short: the client sends part of a chunk and closes its side.
+	c, err := net.DialTimeout("tcp", strings.TrimPrefix(h.base, "http://"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(head + "\r\n\r\n5\r\nab")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("a chunked body cut short: no answer: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout {
+		t.Errorf("a chunked body cut short: %d, want 408", resp.StatusCode)
+	}
+	if got := h.counter("wahook_ingest_requests_total", "result", "incomplete"); got != 1 {
+		t.Errorf("incomplete: %v, want 1 (the body cut short only)", got)
+	}
+	if got := len(h.stored()); got != 0 {
+		t.Fatalf("stored %d bodies, want none", got)
+	}
+}
+
 // rawRequest sends head (a request's start line and headers, without the
 // blank line) and then body on a new connection to h, and reads the answer
 // within 5 s.

@@ -337,6 +337,11 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 			s.logShed(r.name, err)
 			c.Set(fiber.HeaderRetryAfter, "1")
 			return c.Status(fiber.StatusServiceUnavailable).SendString("too many large bodies being received, not stored, retry")
+		case errors.Is(err, httpbody.ErrMalformed):
+			// The client's error, not a slow or broken read: counted with
+			// the other bodies refused for their encoding.
+			s.metrics.requests.WithLabelValues(r.name, resultBadEncoding).Inc()
+			return c.Status(fiber.StatusBadRequest).SendString("malformed chunked body (Transfer-Encoding: chunked)")
 		default:
 			s.metrics.requests.WithLabelValues(r.name, resultIncomplete).Inc()
 			return c.Status(fiber.StatusRequestTimeout).SendString("body cut short or not received in time")

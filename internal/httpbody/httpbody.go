@@ -13,6 +13,7 @@ package httpbody
 import (
 	"errors"
 	"io"
+	"strings"
 
 	"github.com/valyala/fasthttp"
 )
@@ -30,6 +31,9 @@ const chunk = 64 << 10
 var (
 	ErrTooLarge   = errors.New("body over the limit")
 	ErrIncomplete = errors.New("body cut short or too slow")
+	// ErrMalformed is a chunked body whose chunks are not well formed: a
+	// client's error, not a read cut short.
+	ErrMalformed = errors.New("malformed chunked body")
 )
 
 // Announced is the body length req announces: its Content-Length, or limit
@@ -52,7 +56,8 @@ func Streamed(req *fasthttp.Request) bool {
 // Read returns req's body, of at most limit bytes, in memory of its own
 // (not fasthttp's buffer, which is reused after the handler). A body over
 // the limit, announced or sent, is ErrTooLarge; one cut short, or not
-// received within the connection's read deadline, ErrIncomplete.
+// received within the connection's read deadline, ErrIncomplete; chunks
+// not well formed, ErrMalformed.
 func Read(req *fasthttp.Request, limit int) ([]byte, error) {
 	n := req.Header.ContentLength() // -1: chunked
 	if n > limit {
@@ -79,8 +84,9 @@ func Read(req *fasthttp.Request, limit int) ([]byte, error) {
 }
 
 // ReadLimited reads r to its end into a buffer of first bytes that doubles
-// as needed, failing with ErrTooLarge past limit bytes and with
-// ErrIncomplete when r fails first.
+// as needed, failing with ErrTooLarge past limit bytes, with ErrMalformed
+// when r, a fasthttp body stream, finds its chunks not well formed, and
+// with ErrIncomplete when r fails otherwise first.
 func ReadLimited(r io.Reader, first, limit int) ([]byte, error) {
 	buf := make([]byte, 0, min(first, limit+1))
 	for {
@@ -102,9 +108,29 @@ func ReadLimited(r io.Reader, first, limit int) ([]byte, error) {
 			return buf, nil
 		}
 		if err != nil {
+			if malformed(err) {
+				return nil, ErrMalformed
+			}
 			return nil, ErrIncomplete
 		}
 	}
+}
+
+// malformed reports whether err, from a fasthttp body stream, refuses the
+// chunked encoding itself rather than reporting a read that failed (the
+// connection closed, reset, or past its read deadline): a chunk size that
+// is not hex, or has more digits than an int holds (readHexInt's "empty
+// hex number" and "too large hex number", which fasthttp does not export),
+// or a chunk size or chunk not ended by CRLF (ErrBrokenChunk "unexpected
+// char"). An ErrBrokenChunk for a byte that could not be read is a body
+// cut short. TestReadMalformed holds this to the fasthttp in use.
+func malformed(err error) bool {
+	switch err.Error() {
+	case "empty hex number", "too large hex number":
+		return true
+	}
+	var broken fasthttp.ErrBrokenChunk
+	return errors.As(err, &broken) && strings.HasPrefix(broken.Error(), "unexpected char")
 }
 
 // Left reports whether bytes of req's body may be left unread on the

@@ -56,3 +56,44 @@ func TestUnexpected(t *testing.T) {
 		}
 	}
 }
+
+// TestReadMalformed: a chunked body whose chunks are not well formed (a
+// chunk size that is not hex or too long for an int, a chunk not ended by
+// CRLF) is ErrMalformed, where every read error was ErrIncomplete before
+// (answered 408, "cut short or not received in time"); one cut short,
+// within a chunk size too, is still ErrIncomplete. The cases hold
+// malformed's reading of fasthttp's errors to the fasthttp in use.
+func TestReadMalformed(t *testing.T) {
+	for _, tc := range []struct {
+		chunks string
+		want   error
+	}{
+		{"3\r\nabc\r\n0\r\n\r\n", nil},
+		{"3;ext=1\r\nabc\r\n0\r\n\r\n", nil},
+		{"zz\r\nabc\r\n0\r\n\r\n", ErrMalformed},
+		{"\r\nabc\r\n0\r\n\r\n", ErrMalformed},
+		{"fffffffffffffffffff\r\nabc\r\n0\r\n\r\n", ErrMalformed},
+		{"3\r\nabcXY0\r\n\r\n", ErrMalformed},
+		{"3\rX\nabc\r\n0\r\n\r\n", ErrMalformed},
+		{"3\r\nab", ErrIncomplete},
+		{"3", ErrIncomplete},
+		{"3\r", ErrIncomplete},
+		{"3\r\nabc\r", ErrIncomplete},
+		{"3\r\nabc\r\n1", ErrIncomplete},
+	} {
+		raw := "POST /webhook HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n" + tc.chunks
+		br := bufio.NewReader(strings.NewReader(raw))
+		var req fasthttp.Request
+		if err := req.Header.Read(br); err != nil {
+			t.Fatalf("%q: %v", tc.chunks, err)
+		}
+		// As a server that streams request bodies reads it.
+		if err := req.ContinueReadBodyStream(br, 1<<20); err != nil {
+			t.Fatalf("%q: %v", tc.chunks, err)
+		}
+		body, err := Read(&req, 1<<20)
+		if err != tc.want || err == nil && string(body) != "abc" {
+			t.Errorf("%q: got %q, %v; want %v", tc.chunks, body, err, tc.want)
+		}
+	}
+}
