@@ -236,6 +236,32 @@ func TestMalformedChunkedBody(t *testing.T) {
 	}
 }
 
+// TestHTTP10WithoutLength: an HTTP/1.0 POST with neither a Content-Length
+// nor chunks is answered 411 Length Required, counted as bad_encoding, and
+// its connection closed. Before, fasthttp took its body as empty (a request
+// without either has none) and it was answered 401, a signature mismatch,
+// which tells the sender nothing of what is wrong. An HTTP/1.0 POST with a
+// Content-Length is stored.
+func TestHTTP10WithoutLength(t *testing.T) {
+	h := newHarness(t, defaultTestConfig())
+	b := body(1)
+	sig := schema.Sign([]byte(secretA), b)
+	resp, _ := rawRequest(t, h, fmt.Sprintf("POST /webhook HTTP/1.0\r\nHost: wahook\r\n%s: %s", schema.SignatureHeader, sig), b)
+	if resp.StatusCode != http.StatusLengthRequired || !resp.Close {
+		t.Errorf("HTTP/1.0 without a length: %d, close %v; want 411 and the connection closed", resp.StatusCode, resp.Close)
+	}
+	if got := h.counter("wahook_ingest_requests_total", "result", "bad_encoding"); got != 1 {
+		t.Errorf("bad_encoding: %v, want 1", got)
+	}
+	resp, _ = rawRequest(t, h, fmt.Sprintf("POST /webhook HTTP/1.0\r\nHost: wahook\r\n%s: %s\r\nContent-Length: %d", schema.SignatureHeader, sig, len(b)), b)
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("HTTP/1.0 with a Content-Length: %d, want 200", resp.StatusCode)
+	}
+	if stored := h.stored(); len(stored) != 1 || !bytes.Equal(stored[0].Data, b) {
+		t.Fatalf("stored %d bodies, want the one with a Content-Length", len(stored))
+	}
+}
+
 // rawRequest sends head (a request's start line and headers, without the
 // blank line) and then body on a new connection to h, and reads the answer
 // within 5 s.

@@ -13,7 +13,7 @@ const (
 	resultBadSignature = "bad_signature" // 401
 	resultUnknownApp   = "unknown_app"   // 404
 	resultTooLarge     = "too_large"     // 413
-	resultBadEncoding  = "bad_encoding"  // 415: a Content-Encoding; 400: chunks not well formed
+	resultBadEncoding  = "bad_encoding"  // 415: a Content-Encoding; 400: chunks not well formed; 411: HTTP/1.0 without a length
 	resultIncomplete   = "incomplete"    // 408: the body cut short, or not received within the read timeout
 	resultUnavailable  = "unavailable"   // 503: publish failed or timed out
 	resultShed         = "shed"          // 503: overloaded, not published (admission)

@@ -324,6 +324,13 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 		s.metrics.requests.WithLabelValues(r.name, resultBadEncoding).Inc()
 		return c.Status(fiber.StatusUnsupportedMediaType).SendString("Content-Encoding is not accepted")
 	}
+	// An HTTP/1.0 POST without a length: fasthttp takes its body as empty,
+	// which would be answered 401 as a signature mismatch.
+	if httpbody.LengthRequired(c.Request()) {
+		s.metrics.requests.WithLabelValues(r.name, resultBadEncoding).Inc()
+		c.Context().SetConnectionClose() // a body may follow, unread
+		return c.Status(fiber.StatusLengthRequired).SendString("Content-Length required (HTTP/1.0 without one or chunks)")
+	}
 	// The raw bytes as received: never c.Body(), which decodes.
 	body, release, err := s.readBody(c)
 	if err != nil {

@@ -161,6 +161,27 @@ func Unexpected(req *fasthttp.Request) bool {
 	return !req.Header.IsPost() && hasBody(req)
 }
 
+// LengthRequired reports whether req is an HTTP/1.0 POST that announces
+// its body neither by a Content-Length nor by chunks. fasthttp takes such a
+// body as empty (and sets a Content-Length of 0), as a request without
+// either has none (RFC 9112 6.3), but an HTTP/1.0 client may mean a body
+// that ends when it closes the connection: it is asked for its length
+// (411) instead of having an empty body checked against its signature.
+func LengthRequired(req *fasthttp.Request) bool {
+	if req.Header.IsHTTP11() || !req.Header.IsPost() || req.Header.ContentLength() != 0 {
+		return false
+	}
+	// Zero: sent as such, or set by fasthttp for none. Only the headers as
+	// received tell.
+	announced := false
+	req.Header.VisitAllInOrder(func(key, _ []byte) {
+		if strings.EqualFold(string(key), fasthttp.HeaderContentLength) {
+			announced = true
+		}
+	})
+	return !announced
+}
+
 // hasBody reports whether req announces a body: a Content-Length above 0,
 // or chunks (-1). A request without either (-2, as a GET has) has none.
 func hasBody(req *fasthttp.Request) bool {

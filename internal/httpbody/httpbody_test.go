@@ -97,3 +97,30 @@ func TestReadMalformed(t *testing.T) {
 		}
 	}
 }
+
+// TestLengthRequired: an HTTP/1.0 POST with neither a Content-Length nor
+// chunks, whose body fasthttp takes as empty, is told apart from one that
+// announces a length of 0, and from HTTP/1.1 and other methods.
+func TestLengthRequired(t *testing.T) {
+	for _, tc := range []struct {
+		raw  string
+		want bool
+	}{
+		{"POST /webhook HTTP/1.0\r\nHost: h\r\n\r\n", true},
+		{"POST /webhook HTTP/1.0\r\nHost: h\r\nTransfer-Encoding: identity\r\n\r\n", true},
+		{"POST /webhook HTTP/1.0\r\nHost: h\r\nContent-Length: 0\r\n\r\n", false},
+		{"POST /webhook HTTP/1.0\r\nHost: h\r\ncontent-length: 0\r\n\r\n", false},
+		{"POST /webhook HTTP/1.0\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello", false},
+		{"POST /webhook HTTP/1.0\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", false},
+		{"POST /webhook HTTP/1.1\r\nHost: h\r\n\r\n", false},
+		{"GET /webhook HTTP/1.0\r\nHost: h\r\n\r\n", false},
+	} {
+		var req fasthttp.Request
+		if err := req.Read(bufio.NewReader(strings.NewReader(tc.raw))); err != nil {
+			t.Fatalf("%q: %v", tc.raw, err)
+		}
+		if got := LengthRequired(&req); got != tc.want {
+			t.Errorf("%q: length required %v, want %v", tc.raw, got, tc.want)
+		}
+	}
+}
