@@ -36,6 +36,10 @@ func (s *Server) sendResults(c *fiber.Ctx) error {
 	case errors.Is(err, httpbody.ErrTooLarge):
 		return s.writeError(c, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeBadParameter,
 			Message: fmt.Sprintf("body over the limit of %d bytes", bodyLimit)})
+	case errors.Is(err, httpbody.ErrMalformed):
+		c.Set(fiber.HeaderConnection, "close") // the rest of the stream cannot be framed
+		return s.writeError(c, &Error{Status: http.StatusBadRequest, Code: CodeBadParameter,
+			Message: "malformed chunked body: a chunk size that is not hex, or a chunk not ended by CRLF"})
 	case err != nil:
 		return s.writeError(c, &Error{Status: http.StatusRequestTimeout, Code: CodeBadParameter,
 			Message: "body cut short or not received in time"})

@@ -286,4 +286,26 @@ func TestSendResultsBodyAnnounced(t *testing.T) {
 	if len(pub.docs) != 1 {
 		t.Fatalf("a document over the limit was stored")
 	}
+
+	// Chunks not well formed: the client's error (400), not a body cut
+	// short (408); nothing stored, the connection closed.
+	m, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	fmt.Fprintf(m, "POST /api/v1/send-results HTTP/1.1\r\nHost: api\r\nAuthorization: Bearer %s\r\nX-Forwarded-For: 192.0.2.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n%s\r\n0\r\n\r\n", tok, goodResults)
+	m.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err = http.ReadResponse(bufio.NewReader(m), nil)
+	if err != nil {
+		t.Fatalf("no answer to a malformed chunked body: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !resp.Close || !strings.Contains(string(b), "malformed chunked body") {
+		t.Fatalf("a malformed chunked body: %d %s, close %v; want 400 naming it and the connection closed", resp.StatusCode, b, resp.Close)
+	}
+	if len(pub.docs) != 1 {
+		t.Fatalf("a malformed chunked document was stored")
+	}
 }
