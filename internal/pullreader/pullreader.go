@@ -89,11 +89,13 @@ func Open(cons jetstream.Consumer, buffer int, maxBytes int64, onErr func(error)
 	}))
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		if r.held.Acquire(r.stopCtx, r.weight(m)) != nil {
-			return // stopped
+			_ = m.Nak() // stopped: back to the consumer at once
+			return
 		}
 		select {
 		case r.msgs <- m:
 		case <-r.stop:
+			_ = m.Nak()
 		}
 	}, opts...)
 	if err != nil {
@@ -157,14 +159,27 @@ func (r *Reader) took(m jetstream.Msg) jetstream.Msg {
 	return m
 }
 
-// Stop ends the reading; messages not yet returned by Next are not acked,
-// so they come back after AckWait. A Next waiting returns, and so do those
-// after.
+// Stop ends the reading. The messages delivered and not yet returned by
+// Next, queued here or in the client's subscription, are nak'ed, so that
+// the consumer delivers them again at once (to the next reader, or another
+// instance's); left unacked they waited AckWait, and a stage restarted on
+// its consumer went without them that long. A Next waiting returns, and so
+// do those after.
 func (r *Reader) Stop() {
 	r.once.Do(func() {
 		close(r.stop)
 		r.cancel()
-		r.cc.Stop()
+		// Drain, not Stop: the client hands what its subscription holds
+		// to the callback, which naks it now.
+		r.cc.Drain()
+		for drained := false; !drained; {
+			select {
+			case m := <-r.msgs:
+				_ = m.Nak()
+			default:
+				drained = true
+			}
+		}
 	})
 }
 

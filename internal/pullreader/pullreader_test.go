@@ -156,6 +156,47 @@ func TestStopEndsNext(t *testing.T) {
 	}
 }
 
+// TestStopGivesBack: the messages a stopped reader was given and had not
+// returned (queued for Next, or held in the client's subscription while the
+// queue was full) are delivered again at once to the next reader; they
+// waited the consumer's AckWait (30 s by default), and a stage restarted on
+// its consumer went without them that long.
+func TestStopGivesBack(t *testing.T) {
+	js, _ := setup(t, nil)
+	first := openSized(t, js, 2, 1<<20, nil) // 2 queued, the rest of a pull of 4 in the subscription
+	publish(t, js, 0, 10)
+	if got := next(t, first); got != "0" {
+		t.Fatalf("first message %q", got)
+	}
+	testutil.Eventually(t, 10*time.Second, "a pull's messages delivered to the first reader", func() (bool, string) {
+		c, err := js.Consumer(context.Background(), "S", "C")
+		if err != nil {
+			return false, err.Error()
+		}
+		return c.CachedInfo().NumAckPending >= 3, fmt.Sprint(c.CachedInfo().NumAckPending, " delivered, not acked")
+	})
+	first.Stop()
+	second := open(t, js, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // far below AckWait
+	defer cancel()
+	got := map[string]bool{}
+	for len(got) < 9 {
+		m, err := second.Next(ctx)
+		if err != nil {
+			t.Fatalf("after %d of the 9 messages not acked: %v", len(got), err)
+		}
+		got[string(m.Data())] = true
+		if err := m.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i < 10; i++ {
+		if !got[fmt.Sprint(i)] {
+			t.Fatalf("message %d missing: %v", i, got)
+		}
+	}
+}
+
 // TestBytesBound: while the messages queued for Next reach maxBytes, the
 // reader takes no more, and the client asks for no more; each message
 // still comes once it is read.
