@@ -64,6 +64,11 @@ func (r *Resolver) pass(ctx context.Context, stillHeld func() bool) (PassStats, 
 	if err := r.conn.QueryRow(ctx, "SELECT toUInt32(now())").Scan(&now); err != nil {
 		return st, fmt.Errorf("funnel: %w", err)
 	}
+	// On a cluster, what stage 1 wrote through another replica before now
+	// is read here (syncReplica).
+	if err := r.syncReplica(ctx, "funnel_touched", "message_states"); err != nil {
+		return st, err
+	}
 	wm, ok, err := Watermark(ctx, r.conn, r.db)
 	if err != nil {
 		return st, fmt.Errorf("funnel: watermark: %w", err)

@@ -140,11 +140,26 @@ func Apply(ctx context.Context, conn driver.Conn, database string, opts ...Optio
 		// replica is seen as applied through the other.
 		createDB, createLog = OnCluster(createDB, cfg.Cluster), OnCluster(createLog, cfg.Cluster)
 	}
-	if err := execIdempotent(ctx, conn, createDB); err != nil {
-		return nil, fmt.Errorf("create database %s: %w", database, err)
+	// On a cluster, DDL ON CLUSTER waits for every replica (up to the
+	// server's distributed_ddl_task_timeout, 180 s, then fails): with one
+	// replica down, a run with nothing to apply failed, and so did the
+	// start of every process. The database and the log are made only when
+	// this replica lacks them; a pending migration still waits for all.
+	haveLog := false
+	if cfg.Cluster != "" {
+		var n uint64
+		if err := conn.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = ? AND name = ?", database, logTable).Scan(&n); err != nil {
+			return nil, fmt.Errorf("migrations: look for %s.%s: %w", database, logTable, err)
+		}
+		haveLog = n > 0
 	}
-	if err := execIdempotent(ctx, conn, createLog); err != nil {
-		return nil, fmt.Errorf("create %s.%s: %w", database, logTable, err)
+	if !haveLog {
+		if err := execIdempotent(ctx, conn, createDB); err != nil {
+			return nil, fmt.Errorf("create database %s: %w", database, err)
+		}
+		if err := execIdempotent(ctx, conn, createLog); err != nil {
+			return nil, fmt.Errorf("create %s.%s: %w", database, logTable, err)
+		}
 	}
 	if cfg.Lock != nil {
 		held, release, err := cfg.Lock(ctx)

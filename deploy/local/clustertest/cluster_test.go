@@ -889,6 +889,21 @@ func TestClusterMigrate(t *testing.T) {
 	}
 	t.Run("a retried insert reaches the views", func(t *testing.T) { retriedInsertReachesViews(t, conns[0]) })
 	t.Run("the funnel waits for its replica to catch up", func(t *testing.T) { funnelWaitsForItsReplica(t, conns) })
+	t.Run("a funnel pass waits for the statuses its replica lacks", func(t *testing.T) { funnelPassWaitsForStatuses(t, conns) })
+	t.Run("migrate with nothing to apply while a replica is down", func(t *testing.T) {
+		c.kill(t, "clickhouse-2/clickhouse-server.pid")
+		defer c.restart(t, "restart-clickhouse", "2")
+		start := time.Now()
+		// process's start-up migration has 30 s; ON CLUSTER DDL waits for
+		// every host for distributed_ddl_task_timeout (180 s) and fails.
+		mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(mctx, c.bin, "migrate", "--nats-url", urls, "--log-level", "warn",
+			"--clickhouse-dsn", dsns[0], "--clickhouse-cluster", "wahook")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("wahook migrate with replica 2 down, every migration applied: %v after %v\n%s", err, time.Since(start), out)
+		}
+	})
 }
 
 // statusRow is a status of message msg, with its id.
@@ -982,6 +997,75 @@ func funnelWaitsForItsReplica(t *testing.T, conns []clickhouse.Conn) {
 		if n != 1 || delivered != 1 {
 			t.Errorf("replica %d nets %d rows of the message, %d delivered; want 1 and 1", i+1, n, delivered)
 		}
+	}
+}
+
+// funnelPassWaitsForStatuses: each funnel pass reads the statuses stamped
+// after its watermark, less a slack of seconds. A status stage 1 wrote
+// through replica 1 that replica 2 had not fetched (fetches stopped, as
+// under replication lag) was passed over by a pass through replica 2,
+// which moved the watermark past its stamp: the message's delivery was
+// never folded. A pass now waits until its replica holds what the other
+// took, and folds it.
+func funnelPassWaitsForStatuses(t *testing.T, conns []clickhouse.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	r1, r2 := conns[0], conns[1]
+	tables := []string{"message_states", "funnel_touched"}
+	exec := func(conn clickhouse.Conn, q string) {
+		t.Helper()
+		if err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	const msg = "wamid.funnel-lagging-replica"
+	at := time.Now().UTC().Truncate(time.Second).Add(-time.Minute)
+	res := funnel.New(funnel.DefaultConfig(), r2, "wahook", nil, zaptest.NewLogger(t))
+	if err := chwriter.New(r2, "wahook").Write(ctx, &schema.Rows{Statuses: []schema.StatusRow{statusRow(msg, "sent", at)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := res.Pass(ctx, nil); err != nil {
+		t.Fatalf("the pass of the sent status: %v", err)
+	}
+	for _, table := range tables {
+		exec(r2, "SYSTEM STOP FETCHES wahook."+table)
+	}
+	defer func() {
+		for _, table := range tables {
+			_ = r2.Exec(context.Background(), "SYSTEM START FETCHES wahook."+table)
+		}
+	}()
+	if err := chwriter.New(r1, "wahook").Write(ctx, &schema.Rows{Statuses: []schema.StatusRow{statusRow(msg, "delivered", at.Add(2*time.Second))}}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := res.Pass(ctx, nil)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("the pass through replica 2 ended (%v) while replica 2 lacked the delivered status written through replica 1", err)
+	case <-time.After(3 * time.Second):
+	}
+	for _, table := range tables {
+		exec(r2, "SYSTEM START FETCHES wahook."+table)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the pass through replica 2: %v", err)
+		}
+	case <-time.After(90 * time.Second):
+		t.Fatal("the pass through replica 2 did not end within 90s of its replica's fetches")
+	}
+	exec(r2, "SYSTEM SYNC REPLICA wahook.funnel_messages")
+	var n, delivered int64
+	if err := r2.QueryRow(ctx, "SELECT toInt64(sum(n)), toInt64(sum(n_delivered)) FROM wahook.funnel_messages WHERE kind = 0 AND message_id = ?", msg).Scan(&n, &delivered); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || delivered != 1 {
+		t.Errorf("replica 2 nets %d rows of the message, %d delivered; want 1 and 1", n, delivered)
 	}
 }
 
