@@ -80,8 +80,16 @@ func (f *flags) Parse(args []string) error {
 		}
 		env := EnvName(fl.Name)
 		val, ok := os.LookupEnv(env)
-		if !ok && f.secret[fl.Name] {
-			if path, okFile := os.LookupEnv(env + "_FILE"); okFile {
+		var values []string
+		if f.secret[fl.Name] {
+			// A secret's variable and its file give the same value: the
+			// file's trailing newline, or one a Secret put in the
+			// variable, is not part of it (two instances fed one key the
+			// two ways hashed numbers apart).
+			val = strings.TrimSpace(val)
+			// An empty variable beside a _FILE (compose's ${X:-}) does
+			// not hide the file: it was taken for the value, unset.
+			if path, okFile := os.LookupEnv(env + "_FILE"); okFile && val == "" {
 				b, rerr := os.ReadFile(path)
 				if rerr != nil {
 					err = fmt.Errorf("%w: %s_FILE: %v", errUsage, env, rerr)
@@ -89,16 +97,22 @@ func (f *flags) Parse(args []string) error {
 				}
 				val, ok = strings.TrimSpace(string(b)), true
 				if f.list[fl.Name] {
-					val = strings.ReplaceAll(val, "\n", ",")
+					// One value a line, commas kept: a scoped API
+					// token's waba=ID,ID split at its commas made each
+					// further WABA id a token of its own, with every
+					// WABA's data.
+					values = splitLines(val)
 				}
 			}
 		}
 		if !ok {
 			return
 		}
-		values := []string{val}
-		if f.list[fl.Name] {
-			values = splitList(val)
+		if values == nil {
+			values = []string{val}
+			if f.list[fl.Name] {
+				values = splitList(val)
+			}
 		}
 		for _, v := range values {
 			if serr := fl.Value.Set(v); serr != nil {
@@ -108,6 +122,18 @@ func (f *flags) Parse(args []string) error {
 		}
 	})
 	return err
+}
+
+// splitLines splits a _FILE's value of a list flag: one value a line,
+// blank lines skipped.
+func splitLines(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, "\n") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func splitList(s string) []string {
