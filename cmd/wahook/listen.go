@@ -28,7 +28,7 @@ const (
 // register defines --PREFIXmax-conns and --PREFIXmax-conns-per-ip.
 func (c *connFlags) register(f *flags, prefix, what string) {
 	f.IntVar(&c.cfg.MaxConns, prefix+"max-conns", defaultMaxConns, "most connections open at once on "+what+"; past it a new one is closed at once (0: no bound)")
-	f.IntVar(&c.cfg.MaxConnsPerIP, prefix+"max-conns-per-ip", defaultMaxConnsPerIP, "most connections open at once from one address on "+what+" (0: no bound; raise it behind a load balancer)")
+	f.IntVar(&c.cfg.MaxConnsPerIP, prefix+"max-conns-per-ip", defaultMaxConnsPerIP, "most connections open at once from one address (an IPv6 client: one /64) on "+what+" (0: no bound; raise it behind a load balancer)")
 }
 
 // listen listens on addr with the bounds of c and the accept retry of

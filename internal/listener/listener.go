@@ -15,6 +15,7 @@ package listener
 import (
 	"errors"
 	"net"
+	"net/netip"
 	"sync"
 	"syscall"
 	"time"
@@ -25,8 +26,9 @@ type Config struct {
 	// MaxConns bounds the connections open at once.
 	MaxConns int
 	// MaxConnsPerIP bounds the connections open at once from one remote
-	// IP. Behind a load balancer every connection comes from its address:
-	// raise it or set 0 there.
+	// IPv4 address, or one IPv6 /64 (a host is given a /64 at least, and
+	// picks its addresses in it at will). Behind a load balancer every
+	// connection comes from its address: raise it or set 0 there.
 	MaxConnsPerIP int
 	// OnRefused is called with "total" or "per_ip" for each connection
 	// closed for a bound; OnAcceptError with each accept error waited out.
@@ -88,7 +90,7 @@ func (g *guarded) Accept() (net.Conn, error) {
 
 // admit counts c in, or closes it when a bound is reached.
 func (g *guarded) admit(c net.Conn) (net.Conn, bool) {
-	ip := remoteIP(c)
+	ip := remoteKey(c)
 	g.mu.Lock()
 	reason := ""
 	switch {
@@ -146,15 +148,27 @@ func (c *conn) Close() error {
 	return c.Conn.Close()
 }
 
-func remoteIP(c net.Conn) string {
+// remoteKey is what MaxConnsPerIP counts c under: its remote IPv4
+// address, or the /64 of its IPv6 one. Counted by address, one client
+// with an ordinary /64 opened every connection the listener takes, each
+// from an address of its own.
+func remoteKey(c net.Conn) string {
+	var ip netip.Addr
 	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		return a.IP.String()
+		ip, _ = netip.AddrFromSlice(a.IP)
+	} else if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
+		ip = ap.Addr()
 	}
-	host, _, err := net.SplitHostPort(c.RemoteAddr().String())
-	if err != nil {
+	if !ip.IsValid() {
 		return c.RemoteAddr().String()
 	}
-	return host
+	ip = ip.Unmap()
+	if ip.Is6() {
+		if p, err := ip.Prefix(64); err == nil {
+			return p.String()
+		}
+	}
+	return ip.String()
 }
 
 // temporary reports whether an accept error passes by waiting: too many

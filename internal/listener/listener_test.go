@@ -145,3 +145,58 @@ func TestBounds(t *testing.T) {
 		})
 	}
 }
+
+// fakeConn is an accepted connection from ra.
+type fakeConn struct {
+	net.Conn
+	ra net.Addr
+}
+
+func (f fakeConn) RemoteAddr() net.Addr { return f.ra }
+func (f fakeConn) Close() error         { return nil }
+
+// fakeListener accepts the connections put in next.
+type fakeListener struct {
+	net.Listener
+	next chan net.Conn
+}
+
+func (l fakeListener) Accept() (net.Conn, error) { return <-l.next, nil }
+
+// TestPerIPv6Prefix: the per-IP bound counts an IPv6 client by its /64.
+// Counted by address, 50 addresses of one /64 opened 50 connections under
+// a bound of 2; an IPv4 address mapped into IPv6 counts as itself.
+func TestPerIPv6Prefix(t *testing.T) {
+	ln := fakeListener{next: make(chan net.Conn, 64)}
+	var refused int
+	g := Guard(ln, Config{MaxConnsPerIP: 2, OnRefused: func(string) { refused++ }})
+	addrs := []string{"192.0.2.7", "::ffff:192.0.2.7", "192.0.2.7"} // one IPv4 address, three times
+	for i := range 50 {
+		addrs = append(addrs, fmt.Sprintf("2001:db8:1:2::%x", i+1))
+	}
+	addrs = append(addrs, "2001:db8:1:3::1") // another /64
+	for i, a := range addrs {
+		ln.next <- fakeConn{ra: &net.TCPAddr{IP: net.ParseIP(a), Port: 1000 + i}}
+	}
+	admitted := 0
+	// Accept returns only admitted connections: 2 of the IPv4 address, 2
+	// of the 50, the other /64's; the rest are refused on the way.
+	for range 5 {
+		if _, err := g.Accept(); err != nil {
+			t.Fatal(err)
+		}
+		admitted++
+	}
+	if refused != 49 || Open(g) != 5 {
+		t.Fatalf("per-IP bound 2: %d admitted, %d refused, %d open; want 5, 49, 5 (50 addresses of one /64 count as one client)", admitted, refused, Open(g))
+	}
+	for _, c := range []struct{ addr, key string }{
+		{"2001:db8:1:2:aaaa:bbbb:cccc:dddd", "2001:db8:1:2::/64"},
+		{"::ffff:203.0.113.9", "203.0.113.9"},
+		{"198.51.100.1", "198.51.100.1"},
+	} {
+		if k := remoteKey(fakeConn{ra: &net.TCPAddr{IP: net.ParseIP(c.addr)}}); k != c.key {
+			t.Errorf("%s counts as %q, want %q", c.addr, k, c.key)
+		}
+	}
+}
