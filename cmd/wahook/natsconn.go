@@ -1,11 +1,13 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -138,9 +140,57 @@ func connectExternal(o natsOptions, name string, log *zap.Logger) (*nats.Conn, e
 	}
 	nc, err := nats.Connect(o.urls, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to nats: %w", err) // the URLs may hold credentials
+		return nil, fmt.Errorf("connect to nats: %w", redactNATSError(err, o.urls))
 	}
 	return nc, nil
+}
+
+// redactNATSError is err, from a connection to the NATS servers of urls
+// (comma-separated), with each URL's credentials hidden from its text: a
+// URL the client cannot parse comes back as a *url.Error, whose text quotes
+// the URL whole, nats://user:password@host. A token (nats://token@host) is
+// hidden whole; of user:password, the password.
+func redactNATSError(err error, urls string) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	out := msg
+	for _, u := range strings.Split(urls, ",") {
+		for _, s := range urlSecrets(strings.TrimSpace(u)) {
+			out = strings.ReplaceAll(out, s, "xxxxx")
+		}
+	}
+	if out == msg {
+		return err
+	}
+	return errors.New(out)
+}
+
+// urlSecrets are the secrets in the userinfo of u, read as text (u may not
+// parse): all before its last '@', after the scheme; of user:password, the
+// password. Each comes raw and as %q writes it, longest first.
+func urlSecrets(u string) []string {
+	if _, rest, ok := strings.Cut(u, "://"); ok {
+		u = rest
+	}
+	at := strings.LastIndex(u, "@")
+	if at <= 0 {
+		return nil
+	}
+	secret := u[:at]
+	if _, pass, ok := strings.Cut(secret, ":"); ok {
+		secret = pass
+	}
+	if secret == "" {
+		return nil
+	}
+	quoted := strconv.Quote(secret)
+	quoted = quoted[1 : len(quoted)-1]
+	if quoted == secret {
+		return []string{secret}
+	}
+	return []string{quoted, secret}
 }
 
 // connLogging logs the connection's disconnects, reconnects and close:

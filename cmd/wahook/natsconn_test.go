@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,5 +133,24 @@ func TestConnLoggingDisconnects(t *testing.T) {
 	o.DisconnectedErrCB(nc, nil)
 	if n := logs.FilterMessage("nats disconnected, reconnecting").FilterField(zap.String("connection", "test3")).Len(); n != 1 {
 		t.Errorf("after a close without an error: %d lines, want still 1 (a close is no lost server)", n)
+	}
+}
+
+// TestNATSURLCredentialsNotShown: a --nats-url the NATS client cannot parse
+// is reported without its credentials. Before, its *url.Error was printed
+// whole: connect to nats: parse "nats://user:S3CRETPW@host:badport": ...
+func TestNATSURLCredentialsNotShown(t *testing.T) {
+	for _, url := range []string{
+		"nats://user:S3CRETPW@host:badport",
+		"nats://127.0.0.1:4222,nats://S3CRETPW@host:badport", // a token, the second of two
+		`nats://user:S3CRET"PW@host:badport`,                 // %q escapes the quote
+	} {
+		code, _, errOut := runCmd(t, "ingest", "--nats-url", url, "--app-secret", "x", "--listen", freeAddr(t), "--log-level", "error")
+		if code != 1 || !strings.Contains(errOut, "invalid port") {
+			t.Fatalf("%s: code %d, %q; want 1 naming the bad port", url, code, errOut)
+		}
+		if strings.Contains(errOut, "S3CRET") {
+			t.Fatalf("%s: the error shows the password: %q", url, errOut)
+		}
 	}
 }
