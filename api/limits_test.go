@@ -181,10 +181,20 @@ func TestLimitsPerIPForgedForwardedFor(t *testing.T) {
 		t.Errorf("client behind a malformed entry: %q, want the proxy that added it, 10.1.2.3", ip)
 	}
 	// Entries with a port, as some proxies write them.
-	for xff, want := range map[string]string{"203.0.113.9, 198.51.100.7:5555": "198.51.100.7", "[2001:db8::1]:443, 10.1.2.3:80": "2001:db8::1"} {
+	for xff, want := range map[string]string{"203.0.113.9, 198.51.100.7:5555": "198.51.100.7", "[2001:db8::1]:443, 10.1.2.3:80": "2001:db8::/64"} {
 		if ip := s.clientOf(netip.MustParseAddr("0.0.0.0"), [][]byte{[]byte(xff)}); ip != want {
 			t.Errorf("X-Forwarded-For %q: client %q, want %q", xff, ip, want)
 		}
+	}
+	// An IPv6 client counts by its /64: a new address of it on each
+	// request passed every per-IP limit.
+	for i := range 3 {
+		if ip := s.clientOf(netip.MustParseAddr(fmt.Sprintf("2001:db8:7:8::%x", i+1)), nil); ip != "2001:db8:7:8::/64" {
+			t.Errorf("IPv6 client 2001:db8:7:8::%x: %q, want its /64", i+1, ip)
+		}
+	}
+	if ip := s.clientOf(netip.MustParseAddr("2001:db8:7:9::1"), nil); ip != "2001:db8:7:9::/64" {
+		t.Errorf("another /64: %q", ip)
 	}
 	// A trusted CIDR written IPv4-mapped matches IPv4 proxies.
 	cfg.TrustedProxies = []string{"0.0.0.0", "::ffff:192.168.0.0/112"}

@@ -491,8 +491,8 @@ func routeName(c *fiber.Ctx) string {
 	return "other"
 }
 
-// clientIP is the request's client address, a string of its own (the
-// windows keep their keys). From a trusted proxy it is the address that
+// clientIP is the request's client address (an IPv6 client's /64:
+// clientKey), a string of its own (the windows keep their keys). From a trusted proxy it is the address that
 // proxy's X-Forwarded-For names last, past any other trusted proxy: the
 // list's leftmost entries are the client's to write, so the one a trusted
 // proxy added is the rightmost that is not itself a trusted proxy.
@@ -509,7 +509,7 @@ func (s *Server) clientIP(c *fiber.Ctx) string {
 func (s *Server) clientOf(remote netip.Addr, xff [][]byte) string {
 	remote = remote.Unmap()
 	if !s.trusted(remote) {
-		return remote.String()
+		return clientKey(remote)
 	}
 	var hops []string
 	for _, v := range xff {
@@ -521,11 +521,24 @@ func (s *Server) clientOf(remote netip.Addr, xff [][]byte) string {
 			break // not an address: nothing before it can be trusted
 		}
 		if a = a.Unmap(); !s.trusted(a) {
-			return a.String()
+			return clientKey(a)
 		}
 		remote = a
 	}
-	return remote.String()
+	return clientKey(remote)
+}
+
+// clientKey is what the per-IP limits count a client under: its IPv4
+// address, or the /64 of its IPv6 one (a host is given a /64 at least and
+// picks its addresses in it: counted by address, each request from a new
+// one passed every per-IP limit).
+func clientKey(a netip.Addr) string {
+	if a.Is6() {
+		if p, err := a.Prefix(64); err == nil {
+			return p.String()
+		}
+	}
+	return a.String()
 }
 
 // hopAddr reads an entry of X-Forwarded-For: an address, or an address
