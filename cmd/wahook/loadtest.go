@@ -54,12 +54,15 @@ func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	m.Numbers, m.Coexistence = 0, -1
 	modelFlags(f, &m, "business numbers sending traffic shaped like Meta's (0: the plain status bodies of --rate)", true)
 	f.StringVar(&chart, "chart", "", "write the latency over time (p50, p99, max per second; Meta's 250 ms line) to this SVG file")
-	f.StringVar(&dsn, "check-clickhouse-dsn", "", "after the run, wait for the service to drain and check that ClickHouse holds every event that got a 200 exactly once (needs --numbers)")
+	f.StringVar(&dsn, "check-clickhouse-dsn", "", "after the run, wait for the service to drain and check that ClickHouse holds every event that got a 200 exactly once (needs --numbers; secret: may hold a password)")
+	f.Secret("check-clickhouse-dsn")
 	f.DurationVar(&check.Timeout, "check-timeout", check.Timeout, "longest wait for the service to drain before the check")
 	f.DurationVar(&check.Quiet, "check-quiet", check.Quiet, "stop waiting once the counts in ClickHouse have not changed for this long (and, with --check-nats-url, stage 1 has nothing pending)")
 	var checkNATS, pacingNATS string
-	f.StringVar(&pacingNATS, "check-pacing-nats-url", "", "after the run, wait until the service has applied every event, then compare each number's pacing signal in "+schema.BucketPacing+" with the ledger: its 1, 10 and 60 s rates must be exact (needs --numbers; run it within a minute of the end)")
-	f.StringVar(&checkNATS, "check-nats-url", "", "NATS of the service under test: the check waits until stage 1's consumer has nothing pending, however long the counts stand still (a crash's redelivery waits out --ack-wait)")
+	f.StringVar(&pacingNATS, "check-pacing-nats-url", "", "after the run, wait until the service has applied every event, then compare each number's pacing signal in "+schema.BucketPacing+" with the ledger: its 1, 10 and 60 s rates must be exact (needs --numbers; run it within a minute of the end; secret: may hold credentials)")
+	f.Secret("check-pacing-nats-url")
+	f.StringVar(&checkNATS, "check-nats-url", "", "NATS of the service under test: the check waits until stage 1's consumer has nothing pending, however long the counts stand still (a crash's redelivery waits out --ack-wait; secret: may hold credentials)")
+	f.Secret("check-nats-url")
 	f.StringVar(&capacityOut, "capacity-out", "", "write the per-core capacity this run measured (and ClickHouse bytes per row, with the check) to this JSON file, for wahook sizing --capacity")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.StringVar(&baseline, "baseline-listen", "", "serve a bare Fiber handler (200 to every POST /webhook) on this address until interrupted")

@@ -139,6 +139,29 @@ func TestConfigDumpRedactsSecrets(t *testing.T) {
 	}
 }
 
+// TestLoadtestConfigDumpRedactsURLs: loadtest's --config-dump hides the
+// ClickHouse DSN and NATS URLs its checks are given, and loadtest
+// campaign's --nats-url, as serve's dump hides its own. Before, they were
+// printed whole: check-clickhouse-dsn=clickhouse://default:PW@...
+func TestLoadtestConfigDumpRedactsURLs(t *testing.T) {
+	for _, args := range [][]string{
+		{"loadtest", "--config-dump", "--check-clickhouse-dsn", "clickhouse://default:S3CRET1@127.0.0.1:9000/wahook",
+			"--check-nats-url", "nats://u:S3CRET2@127.0.0.1:4222", "--check-pacing-nats-url", "nats://u:S3CRET3@127.0.0.1:4222"},
+		{"loadtest", "campaign", "--config-dump", "--nats-url", "nats://u:S3CRET4@127.0.0.1:4222"},
+	} {
+		code, out, errOut := runCmd(t, args...)
+		if code != 0 {
+			t.Fatalf("%v: code %d: %s", args, code, errOut)
+		}
+		if strings.Contains(out, "S3CRET") {
+			t.Fatalf("%v: the dump shows a password:\n%s", args, out)
+		}
+		if !strings.Contains(out, "nats-url=(redacted)\n") {
+			t.Fatalf("%v: the dump lacks the redacted NATS URL:\n%s", args, out)
+		}
+	}
+}
+
 func freeAddr(t testing.TB) string {
 	t.Helper()
 	return fmt.Sprintf("127.0.0.1:%d", schematest.FreePort(t))

@@ -154,7 +154,8 @@ func parseByteSize(s string) (int64, error) {
 // start sets the memory limit, when one was given, and serves the
 // profiling endpoints, when asked, until the returned part stops. They are
 // registered on a mux of their own: importing net/http/pprof also
-// registers them on http.DefaultServeMux, which nothing here serves.
+// registers them on http.DefaultServeMux, which nothing here serves. The
+// command line (/debug/pprof/cmdline) is not served: it may hold secrets.
 func (o *runtimeOptions) start(log *zap.Logger) (*part, error) {
 	n, from, err := o.memoryLimit(os.Getenv, memlimit.FromCgroup)
 	if errors.Is(err, errCgroupLimit) {
@@ -184,7 +185,11 @@ func (o *runtimeOptions) start(log *zap.Logger) (*part, error) {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	// Not pprof.Cmdline: the command line holds what was given as flags,
+	// --app-secret and --verify-token among them.
+	mux.HandleFunc("/debug/pprof/cmdline", func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "not served: the command line may hold secrets", http.StatusNotFound)
+	})
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)

@@ -8,13 +8,21 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"strings"
 	"testing"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 	"go.uber.org/zap"
 )
 
+// TestPprofListen serves the profiling endpoints and stops them; the
+// command line (/debug/pprof/cmdline) is not served. Before, it was: with
+// --pprof-listen, anyone who reached it read --app-secret and --verify-token
+// given as flags.
 func TestPprofListen(t *testing.T) {
+	args := os.Args
+	os.Args = append(append([]string{}, args...), "--app-secret", "S3CRET-APP", "--verify-token", "S3CRET-TOKEN")
+	defer func() { os.Args = args }()
 	if p, err := (&runtimeOptions{}).start(zap.NewNop()); p != nil || err != nil {
 		t.Fatalf("off by default: %v, %v", p, err)
 	}
@@ -28,14 +36,21 @@ func TestPprofListen(t *testing.T) {
 	if err != nil || p == nil {
 		t.Fatalf("start: %v, %v", p, err)
 	}
-	resp, err := http.Get("http://" + addr + "/debug/pprof/cmdline")
-	if err != nil {
-		t.Fatal(err)
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(b)
 	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || len(b) == 0 {
-		t.Fatalf("cmdline: %d %q", resp.StatusCode, b)
+	if code, b := get("/debug/pprof/goroutine?debug=1"); code != http.StatusOK || !strings.Contains(b, "goroutine") {
+		t.Fatalf("goroutine profile: %d %q", code, b)
+	}
+	if code, b := get("/debug/pprof/cmdline"); code != http.StatusNotFound || strings.Contains(b, "S3CRET") {
+		t.Fatalf("cmdline: %d %q; want 404 without the command line", code, b)
 	}
 	if err := p.stop(); err != nil {
 		t.Fatal(err)
