@@ -81,6 +81,10 @@ func (o *apiOptions) build() error {
 		*l.field(&o.cfg.Limits) = v
 	}
 	o.cfg.TrustedProxies = o.proxies
+	if o.cfg.Listen == "" {
+		// An empty address would listen on every interface.
+		return fmt.Errorf("%w: --api-listen (%s) must not be empty", errUsage, EnvName("api-listen"))
+	}
 	if err := o.cfg.Validate(); err != nil {
 		return fmt.Errorf("%w: %v (--api-token, %s)", errUsage, err, EnvName("api-token"))
 	}

@@ -37,3 +37,32 @@ func TestAPIConfiguration(t *testing.T) {
 		t.Fatalf("unknown report: code %d, %q", code, errOut)
 	}
 }
+
+// TestEmptyListenRefused: an empty --api-listen (api, and serve with a
+// token) or process's --listen is a usage error, as the webhook's --listen
+// is. Before, WAHOOK_API_LISTEN= or WAHOOK_LISTEN= passed --check and the
+// listener took every interface on a random port ([::]:34095).
+func TestEmptyListenRefused(t *testing.T) {
+	t.Setenv("WAHOOK_API_TOKEN", "first-token-0123456789")
+	t.Setenv("WAHOOK_APP_SECRET", "s1")
+	t.Setenv("WAHOOK_PHONE_HASH_KEY", "k")
+	t.Setenv("WAHOOK_API_LISTEN", "")
+	t.Setenv("WAHOOK_LISTEN", "")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"api", "--check"}, "--api-listen (WAHOOK_API_LISTEN) must not be empty"},
+		{[]string{"serve", "--check", "--listen", ":8080"}, "--api-listen (WAHOOK_API_LISTEN) must not be empty"},
+		{[]string{"process", "--check", "--nats-url", "nats://127.0.0.1:4222"}, "--listen (WAHOOK_LISTEN) must not be empty"},
+	} {
+		if code, _, errOut := runCmd(t, c.args...); code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: code %d, %q; want 2 and %q", c.args, code, errOut, c.want)
+		}
+	}
+	// Without a token serve runs no API: its address is not asked for.
+	t.Setenv("WAHOOK_API_TOKEN", "")
+	if code, out, errOut := runCmd(t, "serve", "--check", "--listen", ":8080"); code != 0 {
+		t.Fatalf("serve without the API: code %d, %q %q", code, out, errOut)
+	}
+}

@@ -40,6 +40,10 @@ func runProcess(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if no.urls == "" {
 		return fmt.Errorf("%w: --nats-url is required (wahook serve runs stage 1 on its embedded server)", errUsage)
 	}
+	if *listen == "" {
+		// An empty address would listen on every interface.
+		return fmt.Errorf("%w: --listen (%s) must not be empty", errUsage, EnvName("listen"))
+	}
 	if err := no.validate(); err != nil {
 		return err
 	}
