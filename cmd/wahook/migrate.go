@@ -60,7 +60,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
-	nc, closeNATS, err := openNATSForTask(no, eo, log, "wahook-migrate")
+	nc, closeNATS, err := openNATSForTask(ctx, no, eo, log, "wahook-migrate")
 	if err != nil {
 		return err
 	}

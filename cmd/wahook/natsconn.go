@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -67,13 +68,12 @@ func lockDataDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-// startEmbedded starts the embedded nats-server with JetStream.
-func startEmbedded(o embeddedOptions, log *zap.Logger) (*embedded, error) {
+// startEmbedded starts the embedded nats-server with JetStream. An address
+// it cannot listen on is reported at once, as is an error the server calls
+// fatal (it logs such an error and goes on, never ready); ctx's end stops the
+// wait for it.
+func startEmbedded(ctx context.Context, o embeddedOptions, log *zap.Logger) (*embedded, error) {
 	syncEvery, syncAlways, err := durationOrAlways(o.sync)
-	if err != nil {
-		return nil, err
-	}
-	lock, err := lockDataDir(o.dataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -96,21 +96,54 @@ func startEmbedded(o embeddedOptions, log *zap.Logger) (*embedded, error) {
 			return nil, fmt.Errorf("%w: --nats-listen %q: %v", errUsage, o.listen, err)
 		}
 		opts.Host = host
-		if opts.Port, err = strconv.Atoi(port); err != nil {
+		if opts.Port, err = strconv.Atoi(port); err != nil || opts.Port < 0 || opts.Port > 65535 {
 			return nil, fmt.Errorf("%w: --nats-listen %q: bad port", errUsage, o.listen)
 		}
+		if opts.Port == 0 {
+			opts.Port = server.RANDOM_PORT // the server takes 0 for its default, 4222
+		}
+	}
+	lock, err := lockDataDir(o.dataDir)
+	if err != nil {
+		return nil, err
+	}
+	if !opts.DontListen {
+		// The server only logs an address it cannot listen on, and is
+		// never ready: try it first.
+		ln, err := net.Listen("tcp", o.listen)
+		if err != nil {
+			lock.Close()
+			return nil, fmt.Errorf("embedded nats-server: --nats-listen %s: %w", o.listen, err)
+		}
+		ln.Close()
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("embedded nats-server: %w", err)
 	}
-	srv.SetLoggerV2(&natsLogger{log.Named("nats").Sugar()}, false, false, false)
+	fatal := make(chan string, 1)
+	srv.SetLoggerV2(&natsLogger{l: log.Named("nats").Sugar(), fatal: fatal}, false, false, false)
 	srv.Start()
-	if !srv.ReadyForConnections(30 * time.Second) {
+	stop := func() {
 		srv.Shutdown()
+		srv.WaitForShutdown()
 		lock.Close()
-		return nil, fmt.Errorf("embedded nats-server not ready within 30s (store %s)", opts.StoreDir)
+	}
+	for deadline := time.Now().Add(30 * time.Second); !srv.ReadyForConnections(100 * time.Millisecond); {
+		select {
+		case msg := <-fatal:
+			stop()
+			return nil, fmt.Errorf("embedded nats-server (store %s, --nats-listen %q): %s", opts.StoreDir, o.listen, msg)
+		case <-ctx.Done():
+			stop()
+			return nil, fmt.Errorf("embedded nats-server not ready: %w", ctx.Err())
+		default:
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return nil, fmt.Errorf("embedded nats-server not ready within 30s (store %s)", opts.StoreDir)
+		}
 	}
 	return &embedded{Server: srv, lock: lock}, nil
 }
@@ -246,25 +279,35 @@ func connLogging(log *zap.Logger, name string) []nats.Option {
 	}
 }
 
-// natsLogger sends the embedded server's log lines to zap.
-type natsLogger struct{ l *zap.SugaredLogger }
+// natsLogger sends the embedded server's log lines to zap, and the first
+// fatal one, which the server does not act on, to fatal.
+type natsLogger struct {
+	l     *zap.SugaredLogger
+	fatal chan<- string
+}
 
 func (n *natsLogger) Noticef(format string, v ...any) { n.l.Infof(format, v...) }
 func (n *natsLogger) Warnf(format string, v ...any)   { n.l.Warnf(format, v...) }
-func (n *natsLogger) Fatalf(format string, v ...any)  { n.l.Errorf(format, v...) }
-func (n *natsLogger) Errorf(format string, v ...any)  { n.l.Errorf(format, v...) }
-func (n *natsLogger) Debugf(format string, v ...any)  { n.l.Debugf(format, v...) }
-func (n *natsLogger) Tracef(format string, v ...any)  {}
+func (n *natsLogger) Fatalf(format string, v ...any) {
+	n.l.Errorf(format, v...)
+	select {
+	case n.fatal <- fmt.Sprintf(format, v...):
+	default:
+	}
+}
+func (n *natsLogger) Errorf(format string, v ...any) { n.l.Errorf(format, v...) }
+func (n *natsLogger) Debugf(format string, v ...any) { n.l.Debugf(format, v...) }
+func (n *natsLogger) Tracef(format string, v ...any) {}
 
 // openNATS connects to the servers of no.urls or, when they are empty and eo
 // is given, starts the embedded server on eo's store and connects in-process.
 // srv is nil for external servers; the caller closes nc before it stops srv.
-func openNATS(no natsOptions, eo *embeddedOptions, log *zap.Logger, name string) (nc *nats.Conn, srv *embedded, err error) {
+func openNATS(ctx context.Context, no natsOptions, eo *embeddedOptions, log *zap.Logger, name string) (nc *nats.Conn, srv *embedded, err error) {
 	if no.urls != "" || eo == nil {
 		nc, err = connectExternal(no, name, log)
 		return nc, nil, err
 	}
-	if srv, err = startEmbedded(*eo, log); err != nil {
+	if srv, err = startEmbedded(ctx, *eo, log); err != nil {
 		return nil, nil, err
 	}
 	if nc, err = connectEmbedded(srv, name, log); err != nil {
@@ -277,9 +320,9 @@ func openNATS(no natsOptions, eo *embeddedOptions, log *zap.Logger, name string)
 // openNATSForTask opens NATS for a command that runs once and exits
 // (migrate, replay): the embedded store, when used, takes no clients of its
 // own. done closes the connection, then stops the server.
-func openNATSForTask(no natsOptions, eo embeddedOptions, log *zap.Logger, name string) (nc *nats.Conn, done func(), err error) {
+func openNATSForTask(ctx context.Context, no natsOptions, eo embeddedOptions, log *zap.Logger, name string) (nc *nats.Conn, done func(), err error) {
 	eo.listen = ""
-	nc, srv, err := openNATS(no, &eo, log, name)
+	nc, srv, err := openNATS(ctx, no, &eo, log, name)
 	if err != nil {
 		return nil, nil, err
 	}

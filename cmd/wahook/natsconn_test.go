@@ -2,6 +2,9 @@ package main
 
 import (
 	"io"
+	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -152,5 +155,38 @@ func TestNATSURLCredentialsNotShown(t *testing.T) {
 		if strings.Contains(errOut, "S3CRET") {
 			t.Fatalf("%s: the error shows the password: %q", url, errOut)
 		}
+	}
+}
+
+// TestEmbeddedNATSStartErrors: serve reports at once, naming the cause, an
+// embedded nats-server that cannot start: a --nats-listen address in use, a
+// JetStream store that is not a directory (an error the server calls fatal).
+// Before, the server only logged either, and serve waited 30 s to say "not
+// ready within 30s", deaf to SIGTERM meanwhile.
+func TestEmbeddedNATSStartErrors(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	notDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(notDir, "jetstream"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		natsListen, dataDir, want string
+	}{
+		{ln.Addr().String(), t.TempDir(), ln.Addr().String() + ": bind: address already in use"},
+		{"127.0.0.1:0", notDir, "storage directory is not a directory"},
+	} {
+		start := time.Now()
+		code, _, errOut := runCmd(t, "serve", "--nats-listen", c.natsListen, "--data-dir", c.dataDir, "--listen", freeAddr(t),
+			"--app-secret", "x", "--log-level", "error")
+		if took := time.Since(start); code != 1 || !strings.Contains(errOut, c.want) || took > 5*time.Second {
+			t.Errorf("--nats-listen %s: code %d after %v, %q; want 1 at once naming %q", c.natsListen, code, took.Round(time.Millisecond), errOut, c.want)
+		}
+	}
+	if code, _, errOut := runCmd(t, "serve", "--nats-listen", "127.0.0.1:99999", "--data-dir", t.TempDir(), "--app-secret", "x"); code != 2 || !strings.Contains(errOut, "bad port") {
+		t.Errorf("--nats-listen 127.0.0.1:99999: code %d, %q; want 2, bad port", code, errOut)
 	}
 }

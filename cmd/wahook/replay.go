@@ -44,7 +44,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
-	nc, closeNATS, err := openNATSForTask(no, eo, log, "wahook-replay")
+	nc, closeNATS, err := openNATSForTask(ctx, no, eo, log, "wahook-replay")
 	if err != nil {
 		return err
 	}

@@ -82,7 +82,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	} else if pp != nil {
 		p.add(*pp)
 	}
-	nc, srv, err := openNATS(no, &eo, log, "wahook-serve")
+	nc, srv, err := openNATS(ctx, no, &eo, log, "wahook-serve")
 	if err != nil {
 		return err
 	}
