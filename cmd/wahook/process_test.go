@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -8,7 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/wahook/wahook/internal/testutil"
+	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/schematest"
 )
 
@@ -45,4 +50,81 @@ func TestProcessReadiness(t *testing.T) {
 	ready(503, "NATS not connected")
 	js.Start()
 	ready(200, "ready")
+}
+
+// TestProcessWaitsForNATS: a process started before its NATS waits for it,
+// saying so, and then works. Before, with --migrate=false it exited 1 at
+// once ("provision stream WAHOOK_EVENTS: nats: outbound buffer limit
+// exceeded"): stage 1 tried EVENTS and the numbers bucket once, while stage 2
+// tried again; with --migrate=true it waited, but logged the outage of the
+// migrations lease as "clickhouse not ready".
+func TestProcessWaitsForNATS(t *testing.T) {
+	js := schematest.StartJetStream(t)
+	ch := schematest.ClickHouse(t)
+	if code, out, errOut := runCmd(t, "migrate", "--nats-url", js.URL(), "--clickhouse-dsn", ch.DSN, "--log-level", "error"); code != 0 {
+		t.Fatalf("migrate: %d %s %s", code, out, errOut)
+	}
+	js.Shutdown()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type proc struct {
+		migrate, says string
+		logs          syncBuffer
+		done          chan int
+	}
+	procs := []*proc{
+		{migrate: "false", says: "nats not ready: stage 1 waits to provision WAHOOK_EVENTS"},
+		{migrate: "true", says: "nats not ready: stage 1 waits for the migrations lease"},
+	}
+	for _, p := range procs {
+		p.done = make(chan int, 1)
+		go func() {
+			p.done <- run(ctx, []string{"process", "--nats-url", js.URL(), "--clickhouse-dsn", ch.DSN, "--migrate=" + p.migrate,
+				"--data-dir", t.TempDir(), "--listen", freeAddr(t), "--phone-hash-key", "k", "--no-pacing", "--funnel-interval", "0",
+				"--flush-interval", "100ms", "--log-format", "console"}, io.Discard, &p.logs)
+		}()
+	}
+	defer func() {
+		cancel()
+		for _, p := range procs {
+			<-p.done
+		}
+	}()
+	wait := func(what func(*proc) string) {
+		t.Helper()
+		for _, p := range procs {
+			what := what(p)
+			testutil.Eventually(t, 20*time.Second, "--migrate="+p.migrate+": "+what, func() (bool, string) {
+				select {
+				case code := <-p.done:
+					p.done <- code
+					t.Fatalf("--migrate=%s exited %d while NATS was away:\n%s", p.migrate, code, p.logs.String())
+				default:
+				}
+				return strings.Contains(p.logs.String(), what), p.logs.String()
+			})
+		}
+	}
+	wait(func(p *proc) string { return p.says })
+	for _, p := range procs {
+		if strings.Contains(p.logs.String(), "clickhouse not ready") {
+			t.Fatalf("--migrate=%s blamed ClickHouse for NATS:\n%s", p.migrate, p.logs.String())
+		}
+	}
+	js.Start()
+	wait(func(*proc) string { return "stage 1 consuming" })
+	nc, err := nats.Connect(js.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	jsc, _ := jetstream.New(nc)
+	body := []byte(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","changes":[{"field":"messages","value":{"messaging_product":"whatsapp","metadata":{"display_phone_number":"15557810001","phone_number_id":"107655290331184"},"statuses":[{"id":"wamid.natslate","status":"sent","timestamp":"1781514311","recipient_id":"4915155500734"}]}}]}]}`)
+	if _, err := jsc.PublishMsg(ctx, &nats.Msg{Subject: schema.RawSubject("default"), Data: body,
+		Header: nats.Header{schema.HeaderMsgID: []string{schema.RawMsgID(body)}, schema.HeaderApp: []string{"default"}}}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, "the body's event in ClickHouse", func() (bool, string) {
+		return count(t, ch, "SELECT count() FROM {db}.status_events") == 1, procs[0].logs.String() + procs[1].logs.String()
+	})
 }

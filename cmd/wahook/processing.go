@@ -278,6 +278,31 @@ func migrationLock(js jetstream.JetStream, replicas int, log *zap.Logger) migrat
 	}
 }
 
+// natsError marks an error of NATS met on the way to ClickHouse (the
+// migrations lease), for the log to name NATS, not ClickHouse.
+type natsError struct{ error }
+
+func (e natsError) Unwrap() error { return e.error }
+
+// natsLock is lock with its errors marked as natsError.
+func natsLock(lock migrations.Lock) migrations.Lock {
+	return func(ctx context.Context) (context.Context, func(), error) {
+		held, release, err := lock(ctx)
+		if err != nil {
+			return nil, nil, natsError{err}
+		}
+		return held, release, nil
+	}
+}
+
+// natsAway reports whether err, from a JetStream request on nc, comes from
+// NATS being away or not ready: the connection is down (a client that
+// keeps trying fails a request at once, "outbound buffer limit
+// exceeded"), or the request failed as transientJetStream's do.
+func natsAway(nc *nats.Conn, err error) bool {
+	return !nc.IsConnected() || errors.Is(err, nats.ErrReconnectBufExceeded) || transientJetStream(err)
+}
+
 // leaseRequestTimeout bounds one request of the migrations lock to
 // JetStream.
 const leaseRequestTimeout = 5 * time.Second
@@ -320,7 +345,8 @@ type stage1Deps struct {
 
 // setupStage1 connects to ClickHouse (retrying until it answers or ctx
 // ends: an outage delays work, it loses none, since RAW keeps every body),
-// migrates, and provisions EVENTS and the numbers bucket.
+// migrates, and provisions EVENTS and the numbers bucket (retrying while
+// NATS is away).
 func setupStage1(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *processOptions, dataDir string, replicas int, createKey bool) (*stage1Deps, error) {
 	key, err := phoneHashKey(o.hashKey, dataDir, createKey)
 	if err != nil {
@@ -335,12 +361,16 @@ func setupStage1(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *process
 	var db string
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		conn, db, err = openClickHouse(cctx, o, migrationLock(js, replicas, log), log)
+		conn, db, err = openClickHouse(cctx, o, natsLock(migrationLock(js, replicas, log)), log)
 		cancel()
 		if err == nil {
 			break
 		}
-		log.Warn("clickhouse not ready; webhooks are kept in RAW meanwhile", zap.Error(err), zap.Duration("retry_in", wait))
+		if errors.As(err, new(natsError)) {
+			log.Warn("nats not ready: stage 1 waits for the migrations lease", zap.Error(err), zap.Duration("retry_in", wait))
+		} else {
+			log.Warn("clickhouse not ready; webhooks are kept in RAW meanwhile", zap.Error(err), zap.Duration("retry_in", wait))
+		}
 		sleepCtx(ctx, wait)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -351,16 +381,33 @@ func setupStage1(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *process
 		log.Warn("content storage is on: the text of inbound messages is stored in ClickHouse (inbound_messages.content) and published on " +
 			schema.StreamEvents)
 	}
-	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := processor.EnsureEventsStream(ectx, js, o.events, false); err != nil {
-		conn.Close()
-		return nil, err
-	}
-	numbers, err := processor.NewNumberMap(ectx, js, replicas)
-	if err != nil {
-		conn.Close()
-		return nil, err
+	// EVENTS and the numbers bucket, tried again while NATS is away, as
+	// stage 2 does: a process started before its NATS waits for it.
+	// Another error (JetStream off, a stream that cannot take the
+	// configuration) ends it, as before.
+	wait = time.Second
+	var numbers *processor.NumberMap
+	for {
+		ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err = processor.EnsureEventsStream(ectx, js, o.events, false)
+		if err == nil {
+			numbers, err = processor.NewNumberMap(ectx, js, replicas)
+		}
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			conn.Close()
+			return nil, ctx.Err()
+		}
+		if !natsAway(nc, err) {
+			conn.Close()
+			return nil, err
+		}
+		log.Warn("nats not ready: stage 1 waits to provision "+schema.StreamEvents+" and its numbers bucket", zap.Error(err), zap.Duration("retry_in", wait))
+		sleepCtx(ctx, wait)
+		wait = min(2*wait, 30*time.Second)
 	}
 	return &stage1Deps{
 		js:      js,
