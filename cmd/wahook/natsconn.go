@@ -202,7 +202,8 @@ func redactNATSError(err error, urls string) error {
 
 // urlSecrets are the secrets in the userinfo of u, read as text (u may not
 // parse): all before its last '@', after the scheme; of user:password, the
-// password. Each comes raw and as %q writes it, longest first.
+// password. Each comes as %q writes it, then raw, then cut where the URL's
+// parser would cut it.
 func urlSecrets(u string) []string {
 	if _, rest, ok := strings.Cut(u, "://"); ok {
 		u = rest
@@ -219,11 +220,13 @@ func urlSecrets(u string) []string {
 		return nil
 	}
 	quoted := strconv.Quote(secret)
-	quoted = quoted[1 : len(quoted)-1]
-	if quoted == secret {
-		return []string{secret}
+	out := []string{quoted[1 : len(quoted)-1], secret}
+	// A '/', '?' or '#' in it, not escaped, ends the URL's host there: the
+	// password's start is then quoted as the host's port.
+	if i := strings.IndexAny(secret, "/?#"); i > 0 {
+		out = append(out, secret[:i])
 	}
-	return []string{quoted, secret}
+	return out
 }
 
 // connLogging logs the connection's disconnects, reconnects and close:

@@ -147,6 +147,7 @@ func TestNATSURLCredentialsNotShown(t *testing.T) {
 		"nats://user:S3CRETPW@host:badport",
 		"nats://127.0.0.1:4222,nats://S3CRETPW@host:badport", // a token, the second of two
 		`nats://user:S3CRET"PW@host:badport`,                 // %q escapes the quote
+		"nats://user:S3CRET/PW@host:4222",                    // the host ends at '/': "invalid port \":S3CRET\""
 	} {
 		code, _, errOut := runCmd(t, "ingest", "--nats-url", url, "--app-secret", "x", "--listen", freeAddr(t), "--log-level", "error")
 		if code != 1 || !strings.Contains(errOut, "invalid port") {
