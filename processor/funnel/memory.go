@@ -211,40 +211,77 @@ func (m *memory) rotate(now uint32) {
 	m.old, m.young, m.youngStart = m.young, map[memKey]memRow{}, now
 }
 
+// awaitFetches waits, when the tables are replicated, until this replica
+// has fetched every insert another replica took more than the slack ago
+// (less a second for rounding): its absolute_delay in system.replicas,
+// which counts fetches and not merges, is under the slack. Each pass reads
+// funnel_touched and message_states from its watermark less the slack: a
+// status stage 1 wrote through another replica and stamped there, not yet
+// fetched here when a pass moved the watermark past its stamp and the
+// slack, was never folded. Waited for, every insert not yet fetched is
+// stamped within the slack of the pass's clock (the replicas' clocks
+// agreeing), and the next pass reads it. While a part is on a replica that
+// is down, the wait times out and the passes fail: the funnel lags, and
+// loses nothing.
+// tables are the funnel's own names, never input.
+func (r *Resolver) awaitFetches(ctx context.Context, tables ...string) error {
+	if err := r.knowReplicated(ctx); err != nil || !*r.replicated {
+		return err
+	}
+	allowed := max(int64(r.cfg.Slack/time.Second)-1, 0)
+	start := time.Now()
+	defer func() { r.synced += time.Since(start) }() // waiting is not work
+	for {
+		var delay uint64
+		if err := r.conn.QueryRow(ctx, "SELECT max(absolute_delay) FROM system.replicas WHERE database = ? AND table IN ('"+strings.Join(tables, "', '")+"')", r.db).Scan(&delay); err != nil {
+			return fmt.Errorf("funnel: this replica's delay: %w", err)
+		}
+		if int64(delay) <= allowed {
+			if d := time.Since(start); d > time.Second {
+				r.log.Info("funnel: this replica fetched what the others took", zap.Strings("tables", tables), zap.Duration("took", d))
+			}
+			return nil
+		}
+		if time.Since(start) >= syncReplicaTimeout {
+			return fmt.Errorf("funnel: this replica of %v is %d s behind the others after %v (over the slack of %v): waiting for its fetches", tables, delay, syncReplicaTimeout, r.cfg.Slack)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// knowReplicated learns once whether the funnel's tables are replicated.
+func (r *Resolver) knowReplicated(ctx context.Context) error {
+	if r.replicated != nil {
+		return nil
+	}
+	var engine string
+	if err := r.conn.QueryRow(ctx, "SELECT engine FROM system.tables WHERE database = ? AND name = 'funnel_messages'", r.db).Scan(&engine); err != nil {
+		return fmt.Errorf("funnel: funnel_messages' engine: %w", err)
+	}
+	replicated := strings.HasPrefix(engine, "Replicated")
+	r.replicated = &replicated
+	return nil
+}
+
 // syncReplicaTimeout bounds the wait for this replica of a table to
 // catch up; a pass that times out fails, and the next tries again.
 const syncReplicaTimeout = 60 * time.Second
 
 // syncReplica brings the replica the resolver reads up to date with every
-// part of tables another replica took, when the tables are replicated.
-//
-// A tenure reads funnel_messages' rows to net its differences against
+// part of tables another replica took, when the tables are replicated. A
+// tenure reads funnel_messages' rows to net its differences against
 // (beginMemory): rows written by the last tenure (or by a failed pass of
 // this one) through another replica, and not yet fetched here, would be
 // taken for missing and written again in full: counted twice once the
-// parts meet.
-//
-// Each pass reads funnel_touched and message_states after the watermark
-// less the slack (pass): a status stage 1 wrote through another replica,
-// stamped there, and not yet fetched here when a pass moved the watermark
-// past its stamp, was never folded. Synced once the pass has read the
-// server's clock, they hold every insert stamped before it that ZooKeeper
-// had taken by then; those it had not were stamped within the slack (the
-// replicas' clocks agreeing), and the next pass reads them.
-//
-// While a part is on a replica that is down, the wait times out and the
-// passes fail: the funnel lags, and counts nothing twice nor loses it.
+// parts meet. While the part is on a replica that is down, the wait times
+// out and the passes fail: the funnel lags, and counts nothing twice.
 func (r *Resolver) syncReplica(ctx context.Context, tables ...string) error {
-	if r.replicated == nil {
-		var engine string
-		if err := r.conn.QueryRow(ctx, "SELECT engine FROM system.tables WHERE database = ? AND name = 'funnel_messages'", r.db).Scan(&engine); err != nil {
-			return fmt.Errorf("funnel: funnel_messages' engine: %w", err)
-		}
-		replicated := strings.HasPrefix(engine, "Replicated")
-		r.replicated = &replicated
-	}
-	if !*r.replicated {
-		return nil
+	if err := r.knowReplicated(ctx); err != nil || !*r.replicated {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, syncReplicaTimeout+10*time.Second)
 	defer cancel()

@@ -65,8 +65,8 @@ func (r *Resolver) pass(ctx context.Context, stillHeld func() bool) (PassStats, 
 		return st, fmt.Errorf("funnel: %w", err)
 	}
 	// On a cluster, what stage 1 wrote through another replica before now
-	// is read here (syncReplica).
-	if err := r.syncReplica(ctx, "funnel_touched", "message_states"); err != nil {
+	// less the slack is read here (awaitFetches).
+	if err := r.awaitFetches(ctx, "funnel_touched", "message_states"); err != nil {
 		return st, err
 	}
 	wm, ok, err := Watermark(ctx, r.conn, r.db)
