@@ -65,10 +65,28 @@ func (o *apiOptions) register(f *flags) {
 // would refuse everything, so serve leaves it off.
 func (o *apiOptions) enabled() bool { return len(o.tokens) > 0 || o.cfg.TokensFile != "" }
 
+// joinScopedTokens puts together a scoped token that a comma-separated
+// list (WAHOOK_API_TOKEN, its _FILE) cut at the commas of its
+// waba=ID,ID: a piece of digits only after a piece with waba= is one more
+// of its WABA ids. Taken apart, each further WABA id was a token of its
+// own, unscoped: whoever knew a tenant's WABA id saw every WABA.
+func joinScopedTokens(pieces []string) []string {
+	var out []string
+	for _, p := range pieces {
+		p = strings.TrimSpace(p)
+		if n := len(out); n > 0 && p != "" && strings.Trim(p, "0123456789") == "" && strings.Contains(out[n-1], ":waba=") {
+			out[n-1] += "," + p
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
 // build validates the flags into o.cfg.
 func (o *apiOptions) build() error {
 	o.cfg.Tokens = nil
-	for _, t := range o.tokens {
+	for _, t := range joinScopedTokens(o.tokens) {
 		if t = strings.TrimSpace(t); t != "" {
 			o.cfg.Tokens = append(o.cfg.Tokens, t)
 		}

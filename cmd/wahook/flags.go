@@ -97,11 +97,10 @@ func (f *flags) Parse(args []string) error {
 				}
 				val, ok = strings.TrimSpace(string(b)), true
 				if f.list[fl.Name] {
-					// One value a line, commas kept: a scoped API
-					// token's waba=ID,ID split at its commas made each
-					// further WABA id a token of its own, with every
-					// WABA's data.
-					values = splitLines(val)
+					// Values a line, or comma-separated as in the
+					// variable (a scoped API token's waba=ID,ID is put
+					// together again: joinScopedTokens).
+					values = splitList(strings.ReplaceAll(val, "\n", ","))
 				}
 			}
 		}
@@ -122,18 +121,6 @@ func (f *flags) Parse(args []string) error {
 		}
 	})
 	return err
-}
-
-// splitLines splits a _FILE's value of a list flag: one value a line,
-// blank lines skipped.
-func splitLines(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, "\n") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 func splitList(s string) []string {

@@ -36,27 +36,48 @@ func writeFile(t *testing.T, body string) string {
 	return p
 }
 
-// TestSecretFromFile: a list secret's _FILE holds one value a line, commas
-// kept. It was split at every comma too, so a scoped token's waba=ID,ID
-// gave its second WABA id as a token of its own, which saw every WABA.
-func TestSecretFromFile(t *testing.T) {
-	f, tokens, _ := secretFlags(t)
-	t.Setenv("WAHOOK_API_TOKEN_FILE", writeFile(t, "tenantA:tenantAtoken123456:waba=1234567890123456,6543210987654321\nadmin-token-0123456789\n"))
+// TestScopedTokenFromList: a scoped token's waba=ID,ID in a
+// comma-separated list (WAHOOK_API_TOKEN or its _FILE) was cut at its
+// commas, and each further WABA id became a token of its own, unscoped:
+// whoever knew a tenant's WABA id saw every WABA. The list is still split
+// at commas and lines (two app secrets on one line stay two).
+func TestScopedTokenFromList(t *testing.T) {
+	for _, tc := range []struct{ name, env, file string }{
+		{"file", "", "tenantA:tenantAtoken123456:waba=1234567890123456,6543210987654321\nadmin-token-0123456789\n"},
+		{"variable", "tenantA:tenantAtoken123456:waba=1234567890123456,6543210987654321,admin-token-0123456789", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, tokens, _ := secretFlags(t)
+			if tc.file != "" {
+				t.Setenv("WAHOOK_API_TOKEN_FILE", writeFile(t, tc.file))
+			} else {
+				t.Setenv("WAHOOK_API_TOKEN", tc.env)
+			}
+			if err := f.Parse(nil); err != nil {
+				t.Fatal(err)
+			}
+			got := joinScopedTokens(*tokens) // as apiOptions.build takes them
+			want := []string{"tenantA:tenantAtoken123456:waba=1234567890123456,6543210987654321", "admin-token-0123456789"}
+			if !slices.Equal(got, want) {
+				t.Fatalf("tokens: %q, want %q", got, want)
+			}
+			spec, err := api.ParseToken(got[0])
+			if err != nil || !slices.Equal(spec.Wabas, []string{"1234567890123456", "6543210987654321"}) {
+				t.Fatalf("the scoped token: %+v %v; want both WABAs", spec, err)
+			}
+		})
+	}
+	f := newFlags("test", io.Discard)
+	var secrets stringList
+	f.ListVar(&secrets, "app-secret", "")
+	f.Secret("app-secret")
+	t.Setenv("WAHOOK_APP_SECRET", "")
+	t.Setenv("WAHOOK_APP_SECRET_FILE", writeFile(t, "main=oldsecret0123,main=newsecret4567\n"))
 	if err := f.Parse(nil); err != nil {
 		t.Fatal(err)
 	}
-	want := stringList{"tenantA:tenantAtoken123456:waba=1234567890123456,6543210987654321", "admin-token-0123456789"}
-	if !slices.Equal(*tokens, want) {
-		t.Fatalf("tokens from the file: %q, want %q", *tokens, want)
-	}
-	spec, err := api.ParseToken((*tokens)[0])
-	if err != nil || !slices.Equal(spec.Wabas, []string{"1234567890123456", "6543210987654321"}) {
-		t.Fatalf("the scoped token: %+v %v; want both WABAs", spec, err)
-	}
-	// In the variable, comma-separated itself, a WABA id cut from its
-	// token is refused rather than taken for a token of every WABA.
-	if _, err := api.ParseToken("6543210987654321"); err == nil {
-		t.Fatal("a token of digits only (a WABA id cut from waba=ID,ID) was taken")
+	if want := (stringList{"main=oldsecret0123", "main=newsecret4567"}); !slices.Equal(secrets, want) {
+		t.Fatalf("two app secrets on a line of the file: %q, want %q", secrets, want)
 	}
 }
 
