@@ -145,7 +145,7 @@ func Unavailable(err error) bool {
 		// is the rows', and fails them every time.
 		return false
 	}
-	if ex.Code == 241 && strings.Contains(ex.Message, queryMemory) {
+	if ex.Code == 241 && queryMemory(ex.Message) {
 		// A query over its own max_memory_usage: the batch's size, which
 		// smaller batches (the halves stage 1 writes next) get under.
 		return false
@@ -154,10 +154,14 @@ func Unavailable(err error) bool {
 	return ok
 }
 
-// queryMemory is in the message of MEMORY_LIMIT_EXCEEDED for a query over
-// its own limit ("(total)" and "(for user)" are the server's and the
-// user's).
-const queryMemory = "Memory limit (for query) exceeded"
+// queryMemory reports whether msg, of a MEMORY_LIMIT_EXCEEDED, is of a
+// query over its own limit: "Memory limit (for query) exceeded" (18.16 to
+// about 24), "Query memory limit exceeded" (later servers); "(total)" and
+// "(for user)", or "Total" and "User", are the server's and the user's.
+func queryMemory(msg string) bool {
+	m := strings.ToLower(msg)
+	return strings.Contains(m, "memory limit (for query) exceeded") || strings.Contains(m, "query memory limit exceeded")
+}
 
 // tooManyPartitions begins the message of TOO_MANY_PARTS for an insert
 // block over max_partitions_per_insert_block (ClickHouse 19 and later).

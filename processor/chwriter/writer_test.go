@@ -252,6 +252,16 @@ func TestUnavailable(t *testing.T) {
 			t.Errorf("an insert over %s: %v, Unavailable %v; want code 241, unavailable %v", c.setting, err, Unavailable(err), c.unavailable)
 		}
 	}
+	// Later servers word it otherwise.
+	for msg, unavailable := range map[string]bool{
+		"Query memory limit exceeded: would use 9.54 GiB (attempt to allocate chunk of 4194304 bytes), maximum: 9.31 GiB": false,
+		"(total) memory limit exceeded: would use 30.00 GiB, maximum: 28.00 GiB":                                          true,
+		"User memory limit exceeded: would use 10.00 GiB, maximum: 10.00 GiB":                                             true,
+	} {
+		if got := Unavailable(&clickhouse.Exception{Code: 241, Name: "DB::Exception", Message: msg}); got != unavailable {
+			t.Errorf("241 %q: unavailable %v, want %v", msg, got, unavailable)
+		}
+	}
 	if Unavailable(errors.New("code: 242, message: Table is in readonly mode")) || Unavailable(nil) {
 		t.Error("an error that is no exception is not unavailable")
 	}
