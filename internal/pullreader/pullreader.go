@@ -94,6 +94,13 @@ func Open(cons jetstream.Consumer, buffer int, maxBytes int64, onErr func(error)
 		}
 		select {
 		case r.msgs <- m:
+			// Queued as Stop emptied the queue (both cases were
+			// ready): empty it again.
+			select {
+			case <-r.stop:
+				r.nakQueued()
+			default:
+			}
 		case <-r.stop:
 			_ = m.Nak()
 		}
@@ -172,15 +179,20 @@ func (r *Reader) Stop() {
 		// Drain, not Stop: the client hands what its subscription holds
 		// to the callback, which naks it now.
 		r.cc.Drain()
-		for drained := false; !drained; {
-			select {
-			case m := <-r.msgs:
-				_ = m.Nak()
-			default:
-				drained = true
-			}
-		}
+		r.nakQueued()
 	})
+}
+
+// nakQueued naks the messages queued for Next, once stopped.
+func (r *Reader) nakQueued() {
+	for {
+		select {
+		case m := <-r.msgs:
+			_ = m.Nak()
+		default:
+			return
+		}
+	}
 }
 
 // reportEvery is how often at most Reports warns of each kind of report.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -317,5 +318,55 @@ func TestLostPullMadeAgain(t *testing.T) {
 			t.Fatalf("message %d: %q", i, got)
 		}
 		_ = m.Ack()
+	}
+}
+
+// fakeConsumer hands Consume's callback to the test.
+type fakeConsumer struct {
+	jetstream.Consumer
+	handler jetstream.MessageHandler
+}
+
+func (c *fakeConsumer) Consume(h jetstream.MessageHandler, _ ...jetstream.PullConsumeOpt) (jetstream.ConsumeContext, error) {
+	c.handler = h
+	return fakeConsumeContext{closed: make(chan struct{})}, nil
+}
+
+type fakeConsumeContext struct{ closed chan struct{} }
+
+func (fakeConsumeContext) Stop()                     {}
+func (fakeConsumeContext) Drain()                    {}
+func (c fakeConsumeContext) Closed() <-chan struct{} { return c.closed }
+
+// fakeMsg counts its naks.
+type fakeMsg struct {
+	jetstream.Msg
+	naks atomic.Int32
+}
+
+func (m *fakeMsg) Data() []byte { return []byte("x") }
+func (m *fakeMsg) Nak() error   { m.naks.Add(1); return nil }
+
+// TestStopNaksARaceQueued: a message the client hands over while Stop
+// runs is nak'ed whichever comes first; queued just as Stop emptied the
+// queue, it stayed there, and came back only after AckWait (5 in 20,000
+// in review).
+func TestStopNaksARaceQueued(t *testing.T) {
+	for i := range 20000 {
+		c := &fakeConsumer{}
+		r, err := pullreader.Open(c, 4, 1<<20, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &fakeMsg{}
+		start, done := make(chan struct{}), make(chan struct{})
+		go func() { <-start; c.handler(m); close(done) }()
+		go func() { <-start; r.Stop() }()
+		close(start)
+		<-done
+		r.Stop() // returns once the first Stop's work is done
+		if n := m.naks.Load(); n != 1 {
+			t.Fatalf("run %d: a message handed over as Stop ran was nak'ed %d times, want once", i, n)
+		}
 	}
 }
