@@ -66,7 +66,7 @@ func (o *ingestOptions) registerStream(f *flags, withAckTimeout bool) {
 	f.Section("RAW stream", func() {
 		f.IntVar(&o.stream.Replicas, "raw-replicas", o.stream.Replicas, "replicas of the RAW stream (1 on one machine, 3 on a cluster)")
 		f.DurationVar(&o.stream.MaxAge, "raw-max-age", o.stream.MaxAge, "how long the RAW stream keeps bodies")
-		f.Int64Var(&o.stream.MaxBytes, "raw-max-bytes", o.stream.MaxBytes, "size cap of the RAW stream in bytes (-1: none)")
+		f.Int64Var(&o.stream.MaxBytes, "raw-max-bytes", o.stream.MaxBytes, "size cap of the RAW stream in bytes (-1: none); when it is full the oldest bodies go, read by stage 1 or not: size it for the longest ClickHouse outage to ride out")
 		f.DurationVar(&o.stream.DuplicateWindow, "raw-duplicate-window", o.stream.DuplicateWindow,
 			"how long the RAW stream remembers a body's id (copies published at once, resends after a lost ack; at least --ack-timeout; each id costs nats-server ~300 B)")
 		if withAckTimeout {

@@ -7,6 +7,6 @@
 // per-recipient pair-rate cool-downs after 131056.
 //
 // It is pure: events in, signals out, no I/O. A number's state is a few
-// fixed-size windows (about 1 KiB), never a record per message, so that
+// fixed-size windows (about 1.5 KiB), never a record per message, so that
 // 100,000 active numbers fit in well under 400 MiB.
 package pacing
