@@ -152,3 +152,41 @@ func count(t *testing.T, ch *schematest.ClickHouseDB, q string) uint64 {
 	}
 	return n
 }
+
+// TestSecondSignalEndsAtOnce: the first SIGTERM stops serve in order (here
+// a --shutdown-delay of 20 s, readiness failing first); a second ends it
+// at once. It was ignored: the delay ran its full length whatever came.
+func TestSecondSignalEndsAtOnce(t *testing.T) {
+	listen, natsListen := freeAddr(t), freeAddr(t)
+	var logs syncBuffer
+	proc := startWahook(t, &logs, "serve", "--no-process", "--listen", listen, "--nats-listen", natsListen,
+		"--data-dir", t.TempDir(), "--app-secret", "second-signal-secret", "--shutdown-delay", "20s",
+		"--log-format", "console", "--log-level", "warn")
+	waitReady(t, "http://"+listen, &logs)
+	exited := make(chan struct{})
+	go func() { _, _ = proc.Process.Wait(); close(exited) }()
+	if err := proc.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "readiness to fail after the first SIGTERM", func() (bool, string) {
+		resp, err := http.Get("http://" + listen + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusServiceUnavailable, fmt.Sprint(resp.StatusCode)
+	})
+	select {
+	case <-exited:
+		t.Fatalf("serve ended within its --shutdown-delay after one SIGTERM:\n%s", logs.String())
+	default:
+	}
+	if err := proc.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("serve still runs 5 s after a second SIGTERM, within its 20 s --shutdown-delay:\n%s", logs.String())
+	}
+}
