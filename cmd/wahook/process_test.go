@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -127,4 +128,40 @@ func TestProcessWaitsForNATS(t *testing.T) {
 	testutil.Eventually(t, 20*time.Second, "the body's event in ClickHouse", func() (bool, string) {
 		return count(t, ch, "SELECT count() FROM {db}.status_events") == 1, procs[0].logs.String() + procs[1].logs.String()
 	})
+}
+
+// TestProcessEndsWithoutJetStream: a NATS server without JetStream is not
+// a NATS away: process ends at once, naming it. Since stage 1 waits for
+// NATS at start, it took the requests that find no responder for a
+// passing outage and waited for ever, ready.
+func TestProcessEndsWithoutJetStream(t *testing.T) {
+	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	ch := schematest.ClickHouse(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var logs syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"process", "--nats-url", srv.ClientURL(), "--clickhouse-dsn", ch.DSN, "--migrate=false",
+			"--data-dir", t.TempDir(), "--listen", freeAddr(t), "--phone-hash-key", "k", "--no-pacing", "--funnel-interval", "0",
+			"--log-format", "console"}, io.Discard, &logs)
+	}()
+	select {
+	case code := <-done:
+		if code == 0 || !strings.Contains(logs.String(), "no responders") {
+			t.Fatalf("process on a NATS without JetStream: exit %d, want 1 naming the requests no one answers:\n%s", code, logs.String())
+		}
+	case <-time.After(15 * time.Second):
+		cancel()
+		<-done
+		t.Fatalf("process still waits 15 s into a NATS without JetStream:\n%s", logs.String())
+	}
 }

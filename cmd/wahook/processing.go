@@ -299,8 +299,28 @@ func natsLock(lock migrations.Lock) migrations.Lock {
 // NATS being away or not ready: the connection is down (a client that
 // keeps trying fails a request at once, "outbound buffer limit
 // exceeded"), or the request failed as transientJetStream's do.
-func natsAway(nc *nats.Conn, err error) bool {
-	return !nc.IsConnected() || errors.Is(err, nats.ErrReconnectBufExceeded) || transientJetStream(err)
+//
+// Not away, but refusing for good, so that the process ends naming it: a
+// connection closed (the client gave up, after the same authorization
+// error twice), or a server that answers with JetStream off (its requests
+// find no responder, as they briefly do while a cluster elects a leader:
+// told apart by asking for the account).
+func natsAway(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, err error) bool {
+	if nc.IsClosed() {
+		return false
+	}
+	if !nc.IsConnected() {
+		return true
+	}
+	if errors.Is(err, nats.ErrNoResponders) {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, aerr := js.AccountInfo(actx)
+		cancel()
+		if errors.Is(aerr, jetstream.ErrJetStreamNotEnabled) || errors.Is(aerr, jetstream.ErrJetStreamNotEnabledForAccount) {
+			return false
+		}
+	}
+	return errors.Is(err, nats.ErrReconnectBufExceeded) || transientJetStream(err)
 }
 
 // leaseRequestTimeout bounds one request of the migrations lock to
@@ -401,7 +421,7 @@ func setupStage1(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *process
 			conn.Close()
 			return nil, ctx.Err()
 		}
-		if !natsAway(nc, err) {
+		if !natsAway(ctx, nc, js, err) {
 			conn.Close()
 			return nil, err
 		}
