@@ -46,6 +46,7 @@ func (o *apiOptions) register(f *flags) {
 		o.cfg = api.DefaultConfig()
 		f.StringVar(&o.cfg.Listen, "api-listen", o.cfg.Listen, "address of the query API (/api/v1/...)")
 		f.ListVar(&o.tokens, "api-token", "bearer token of the query API; repeat for several clients or to rotate (secret; at least 16 characters)")
+		f.JoinList("api-token", joinScopedTokens)
 		f.Secret("api-token")
 		f.StringVar(&o.cfg.TokensFile, "api-tokens-file", "", "file of bearer tokens, one a line (TOKEN, NAME:TOKEN or NAME:TOKEN:waba=ID,ID), read again when it changes")
 		o.limits = map[string]*string{}
@@ -65,16 +66,17 @@ func (o *apiOptions) register(f *flags) {
 // would refuse everything, so serve leaves it off.
 func (o *apiOptions) enabled() bool { return len(o.tokens) > 0 || o.cfg.TokensFile != "" }
 
-// joinScopedTokens puts together a scoped token that a comma-separated
-// list (WAHOOK_API_TOKEN, its _FILE) cut at the commas of its
-// waba=ID,ID: a piece of digits only after a piece with waba= is one more
-// of its WABA ids. Taken apart, each further WABA id was a token of its
-// own, unscoped: whoever knew a tenant's WABA id saw every WABA.
+// joinScopedTokens puts together, among the pieces of one
+// comma-separated value (WAHOOK_API_TOKEN, or a line of its _FILE), a
+// scoped token cut at the commas of its waba=ID,ID: a piece of WABA ids
+// (digits, '+' and spaces) after a piece whose third part, as ParseToken
+// reads it, begins with waba= is more of its ids. Taken apart, each
+// further WABA id was a token of its own, unscoped: whoever knew a
+// tenant's WABA id saw every WABA.
 func joinScopedTokens(pieces []string) []string {
 	var out []string
 	for _, p := range pieces {
-		p = strings.TrimSpace(p)
-		if n := len(out); n > 0 && p != "" && strings.Trim(p, "0123456789") == "" && strings.Contains(out[n-1], ":waba=") {
+		if n := len(out); n > 0 && strings.Trim(p, "0123456789+ ") == "" && strings.ContainsAny(p, "0123456789") && scoped(out[n-1]) {
 			out[n-1] += "," + p
 			continue
 		}
@@ -83,13 +85,25 @@ func joinScopedTokens(pieces []string) []string {
 	return out
 }
 
+// scoped reports whether token t is written NAME:TOKEN:waba=...
+func scoped(t string) bool {
+	parts := strings.Split(t, ":")
+	return len(parts) == 3 && strings.HasPrefix(strings.TrimSpace(parts[2]), "waba=")
+}
+
 // build validates the flags into o.cfg.
 func (o *apiOptions) build() error {
 	o.cfg.Tokens = nil
-	for _, t := range joinScopedTokens(o.tokens) {
-		if t = strings.TrimSpace(t); t != "" {
-			o.cfg.Tokens = append(o.cfg.Tokens, t)
+	for _, t := range o.tokens {
+		if t = strings.TrimSpace(t); t == "" {
+			continue
 		}
+		if strings.Trim(t, "0123456789+ ") == "" {
+			// What a scoped token's WABA ids would be, cut from it: a
+			// token of every WABA.
+			return fmt.Errorf("%w: --api-token (%s): a token of digits only looks like WABA ids cut from a scoped token's waba=ID,ID; refused", errUsage, EnvName("api-token"))
+		}
+		o.cfg.Tokens = append(o.cfg.Tokens, t)
 	}
 	for _, l := range apiLimitFlags {
 		v, err := api.ParseLimit(*o.limits[l.name])

@@ -18,6 +18,9 @@ type flags struct {
 	*flag.FlagSet
 	secret map[string]bool
 	list   map[string]bool
+	// join puts back together, in one comma-separated value, the pieces
+	// of a list flag's item that hold commas themselves (JoinList).
+	join map[string]func([]string) []string
 	// sections are the titles --help groups the flags under, in order;
 	// section maps a flag to its title (Section).
 	sections []string
@@ -29,7 +32,7 @@ type flags struct {
 func newFlags(name string, stderr io.Writer) *flags {
 	fs := flag.NewFlagSet("wahook "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	f := &flags{FlagSet: fs, secret: map[string]bool{}, list: map[string]bool{}, section: map[string]string{}}
+	f := &flags{FlagSet: fs, secret: map[string]bool{}, list: map[string]bool{}, join: map[string]func([]string) []string{}, section: map[string]string{}}
 	fs.BoolVar(&f.Check, "check", false, "validate the configuration and exit (0 when valid)")
 	fs.BoolVar(&f.Dump, "config-dump", false, "print the effective configuration, secrets redacted, and exit")
 	f.Section("configuration", func() {})
@@ -40,6 +43,11 @@ func newFlags(name string, stderr io.Writer) *flags {
 
 // Secret marks flag name as a secret: redacted in dumps, readable from a file.
 func (f *flags) Secret(name string) { f.secret[name] = true }
+
+// JoinList sets how the items of list flag name, read from a
+// comma-separated variable or a line of its _FILE, are put back together
+// where an item holds commas itself: join gets one value's pieces.
+func (f *flags) JoinList(name string, join func([]string) []string) { f.join[name] = join }
 
 // stringList is a repeatable flag.
 type stringList []string
@@ -98,9 +106,11 @@ func (f *flags) Parse(args []string) error {
 				val, ok = strings.TrimSpace(string(b)), true
 				if f.list[fl.Name] {
 					// Values a line, or comma-separated as in the
-					// variable (a scoped API token's waba=ID,ID is put
-					// together again: joinScopedTokens).
-					values = splitList(strings.ReplaceAll(val, "\n", ","))
+					// variable, each line on its own (JoinList).
+					values = []string{}
+					for _, line := range strings.Split(val, "\n") {
+						values = append(values, f.splitItems(fl.Name, line)...)
+					}
 				}
 			}
 		}
@@ -110,7 +120,7 @@ func (f *flags) Parse(args []string) error {
 		if values == nil {
 			values = []string{val}
 			if f.list[fl.Name] {
-				values = splitList(val)
+				values = f.splitItems(fl.Name, val)
 			}
 		}
 		for _, v := range values {
@@ -121,6 +131,16 @@ func (f *flags) Parse(args []string) error {
 		}
 	})
 	return err
+}
+
+// splitItems splits one comma-separated value of list flag name into its
+// items.
+func (f *flags) splitItems(name, s string) []string {
+	items := splitList(s)
+	if join := f.join[name]; join != nil {
+		items = join(items)
+	}
+	return items
 }
 
 func splitList(s string) []string {

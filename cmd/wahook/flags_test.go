@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/wahook/wahook/api"
@@ -18,6 +19,7 @@ func secretFlags(t *testing.T) (*flags, *stringList, *string) {
 	var tokens stringList
 	f.ListVar(&tokens, "api-token", "")
 	f.Secret("api-token")
+	f.JoinList("api-token", joinScopedTokens)
 	key := f.String("phone-hash-key", "", "")
 	f.Secret("phone-hash-key")
 	for _, v := range []string{"WAHOOK_API_TOKEN", "WAHOOK_API_TOKEN_FILE", "WAHOOK_PHONE_HASH_KEY", "WAHOOK_PHONE_HASH_KEY_FILE"} {
@@ -37,14 +39,22 @@ func writeFile(t *testing.T, body string) string {
 }
 
 // TestScopedTokenFromList: a scoped token's waba=ID,ID in a
-// comma-separated list (WAHOOK_API_TOKEN or its _FILE) was cut at its
-// commas, and each further WABA id became a token of its own, unscoped:
-// whoever knew a tenant's WABA id saw every WABA. The list is still split
-// at commas and lines (two app secrets on one line stay two).
+// comma-separated list (WAHOOK_API_TOKEN or a line of its _FILE) was cut
+// at its commas, and each further WABA id became a token of its own,
+// unscoped: whoever knew a tenant's WABA id saw every WABA. Its pieces
+// are put back together within one value (however ParseToken reads the
+// scope: a space before waba=, ids with '+'); a token of digits only is
+// refused; the list is still split at commas and lines (two app secrets
+// on one line stay two).
 func TestScopedTokenFromList(t *testing.T) {
-	for _, tc := range []struct{ name, env, file string }{
-		{"file", "", "tenantA:tenantAtoken123456:waba=1234567890123456,6543210987654321\nadmin-token-0123456789\n"},
-		{"variable", "tenantA:tenantAtoken123456:waba=1234567890123456,6543210987654321,admin-token-0123456789", ""},
+	const scoped = "tenantA:tenantAtoken123456:waba=1234567890123456,6543210987654321"
+	for _, tc := range []struct{ name, env, file, first string }{
+		{"file", "", scoped + "\nadmin-token-0123456789\n", scoped},
+		{"variable", scoped + ",admin-token-0123456789", "", scoped},
+		{"space before waba=", "tenantA:tenantAtoken123456: waba=1234567890123456,6543210987654321,admin-token-0123456789", "",
+			"tenantA:tenantAtoken123456: waba=1234567890123456,6543210987654321"},
+		{"ids with +", "tenantA:tenantAtoken123456:waba=1234567890123456,6543210987654321+1111222233334444,admin-token-0123456789", "",
+			"tenantA:tenantAtoken123456:waba=1234567890123456,6543210987654321+1111222233334444"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, tokens, _ := secretFlags(t)
@@ -56,18 +66,31 @@ func TestScopedTokenFromList(t *testing.T) {
 			if err := f.Parse(nil); err != nil {
 				t.Fatal(err)
 			}
-			got := joinScopedTokens(*tokens) // as apiOptions.build takes them
-			want := []string{"tenantA:tenantAtoken123456:waba=1234567890123456,6543210987654321", "admin-token-0123456789"}
-			if !slices.Equal(got, want) {
-				t.Fatalf("tokens: %q, want %q", got, want)
+			if want := (stringList{tc.first, "admin-token-0123456789"}); !slices.Equal(*tokens, want) {
+				t.Fatalf("tokens: %q, want %q", *tokens, want)
 			}
-			spec, err := api.ParseToken(got[0])
-			if err != nil || !slices.Equal(spec.Wabas, []string{"1234567890123456", "6543210987654321"}) {
-				t.Fatalf("the scoped token: %+v %v; want both WABAs", spec, err)
+			spec, err := api.ParseToken((*tokens)[0])
+			if err != nil || len(spec.Wabas) < 2 || !slices.Contains(spec.Wabas, "6543210987654321") {
+				t.Fatalf("the scoped token: %+v %v; want all its WABAs", spec, err)
 			}
 		})
 	}
-	f := newFlags("test", io.Discard)
+	// Not across lines: a line of digits after a scoped token's line is a
+	// token of its own, refused.
+	f, tokens, _ := secretFlags(t)
+	t.Setenv("WAHOOK_API_TOKEN_FILE", writeFile(t, "tenantA:tenantAtoken123456:waba=1234567890123456\n98765432109876543210\n"))
+	if err := f.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(*tokens) != 2 {
+		t.Fatalf("tokens across lines: %q, want two", *tokens)
+	}
+	o := apiOptions{tokens: *tokens}
+	if err := o.build(); err == nil || !strings.Contains(err.Error(), "digits only") {
+		t.Fatalf("a token of digits only: %v, want it refused", err)
+	}
+
+	f = newFlags("test", io.Discard)
 	var secrets stringList
 	f.ListVar(&secrets, "app-secret", "")
 	f.Secret("app-secret")
