@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -186,6 +187,12 @@ func connectExternal(o natsOptions, name string, log *zap.Logger) (*nats.Conn, e
 func redactNATSError(err error, urls string) error {
 	if err == nil {
 		return nil
+	}
+	if ue := (*url.Error)(nil); errors.As(err, &ue) {
+		// Its text quotes the URL, or the part of it the parser cut
+		// (a password with a ',' splits the list there, one with a bad
+		// escape is quoted from it): none of it is shown.
+		return errors.New("a NATS server URL cannot be parsed (not shown: it may hold a password); percent-encode any of : / ? # @ , % in its user or password")
 	}
 	msg := err.Error()
 	out := msg
