@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,6 +58,27 @@ type Server struct {
 	// evictLog, pubFailLog and shedLog throttle the warnings of the
 	// index's early forgetting and of failed and shed publishes.
 	evictLog, pubFailLog, shedLog throttle.Throttle
+	// storageFull is when JetStream last refused a body for want of
+	// storage (UnixNano; 0: never): /readyz fails for storageFullFor
+	// after it.
+	storageFull atomic.Int64
+}
+
+// storageFullFor is how long /readyz fails after JetStream refused a body
+// for want of storage: a stream that answers while it refuses every body
+// was ready.
+const storageFullFor = 5 * time.Second
+
+// storageRefused reports whether err is JetStream refusing a body for want
+// of storage: insufficient resources (10023), or the account's or
+// server's storage spent (10047), as a PubAck error or a batch's refusal.
+func storageRefused(err error) bool {
+	var api *jetstream.APIError
+	if errors.As(err, &api) {
+		return api.ErrorCode == 10023 || api.ErrorCode == 10047
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "(10023)") || strings.Contains(msg, "(10047)")
 }
 
 // appRoute is what the hot path needs of one configured app.
@@ -408,6 +430,9 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 		// stream's window stores a retry that comes soon once, and
 		// downstream deduplicates a later one by event id.
 		r.metrics.unavailable.Inc()
+		if storageRefused(err) {
+			s.storageFull.Store(time.Now().UnixNano())
+		}
 		s.logPublishFailure(r.name, len(data), err)
 		c.Set(fiber.HeaderRetryAfter, "1")
 		return c.Status(fiber.StatusServiceUnavailable).SendString("not stored, retry")
@@ -471,11 +496,16 @@ func (s *Server) logShed(app string, err error) {
 }
 
 // handleReady is 200 while the publisher's store can take bodies, and 503
-// from the start of a shutdown on.
+// from the start of a shutdown on, and for storageFullFor after JetStream
+// refused a body for want of storage.
 func (s *Server) handleReady(c *fiber.Ctx) error {
 	if s.shuttingDown.Load() {
 		s.metrics.readyFailure.Inc()
 		return c.Status(fiber.StatusServiceUnavailable).SendString("shutting down")
+	}
+	if at := s.storageFull.Load(); at != 0 && time.Since(time.Unix(0, at)) < storageFullFor {
+		s.metrics.readyFailure.Inc()
+		return c.Status(fiber.StatusServiceUnavailable).SendString("not ready: JetStream refuses bodies for want of storage (insufficient resources): free or add storage, or raise --jetstream-max-store")
 	}
 	if s.ready != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

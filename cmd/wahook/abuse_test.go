@@ -502,3 +502,38 @@ func TestHTTPEdges(t *testing.T) {
 		t.Fatalf("after the edges: %d", code)
 	}
 }
+
+// TestReadyWhileStorageFull: while JetStream refuses bodies for want of
+// storage, /readyz fails, saying so, and passes again once the refusals
+// stop. It answered ready while every large body got 503.
+func TestReadyWhileStorageFull(t *testing.T) {
+	listen, natsListen := freeAddr(t), freeAddr(t)
+	var logs syncBuffer
+	startWahook(t, &logs, "serve", "--no-process", "--listen", listen, "--nats-listen", natsListen, "--data-dir", t.TempDir(),
+		"--app-secret", abuseSecret, "--jetstream-max-store", "3000000", "--log-format", "console", "--log-level", "error")
+	base := "http://" + listen
+	waitReady(t, base, &logs)
+	codes := map[int]int{}
+	pad := strings.Repeat("x", 200<<10)
+	for i := range 30 {
+		resp, err := http.DefaultClient.Do(signedRequest(base+"/webhook", abuseSecret, fmt.Sprintf(`{"n":%d,"pad":"%s"}`, i, pad)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		codes[resp.StatusCode]++
+	}
+	if codes[http.StatusServiceUnavailable] == 0 {
+		t.Fatalf("no body refused by a 3 MB store: %v", codes)
+	}
+	resp, err := http.Get(base + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "storage") {
+		t.Fatalf("/readyz while bodies are refused for storage (%v): %d %q, want 503 naming storage", codes, resp.StatusCode, b)
+	}
+	waitReady(t, base, &logs) // the refusals stopped
+}
