@@ -35,10 +35,15 @@ type PacingResult struct {
 	// any, a difference is not necessarily the service's.
 	PostedUnacked uint64  `json:"posted_without_200"`
 	WaitS         float64 `json:"wait_s"`
+	// Inconclusive says why the signals, though equal to the ledger's
+	// count, checked nothing: no number had traffic, or the drain ended
+	// so late that the signals' 10 s windows hold none of the run.
+	Inconclusive string `json:"inconclusive,omitempty"`
 }
 
-// OK reports whether every number's signal matched.
-func (r *PacingResult) OK() bool { return r.Exact == r.Numbers }
+// OK reports whether every number's signal matched, and the match checked
+// something.
+func (r *PacingResult) OK() bool { return r.Inconclusive == "" && r.Exact == r.Numbers }
 
 // CheckPacing waits until the service has applied every event, then reads
 // each number's next signal and compares its observed rates with what the
@@ -86,12 +91,19 @@ func CheckPacing(ctx context.Context, l *Ledger, cfg PacingCheckConfig) (*Pacing
 			}
 		}
 		last := schema.PacingLastSecond(sig.UpdatedAt)
+		if last-9 > totals.LastSecond && r.Inconclusive == "" {
+			r.Inconclusive = fmt.Sprintf("the signals' windows end at %s, more than 10 s after the run's last event (%s): their 1 s and 10 s rates hold none of it; the service drained too late to check",
+				time.Unix(last, 0).UTC().Format(time.RFC3339), time.Unix(totals.LastSecond, 0).UTC().Format(time.RFC3339))
+		}
 		if want := l.Observed(i, last); sig.Observed != want {
 			r.Differences = append(r.Differences, fmt.Sprintf("%s, windows ending %s: got %+v, want %+v",
 				num.PhoneNumberID, time.Unix(last, 0).UTC().Format(time.RFC3339), sig.Observed, want))
 			continue
 		}
 		r.Exact++
+	}
+	if r.Numbers == 0 {
+		r.Inconclusive = "no number had an event answered 200"
 	}
 	r.WaitS = time.Since(start).Seconds()
 	return r, nil

@@ -103,4 +103,54 @@ func TestPacingCheck(t *testing.T) {
 	if r.OK() || r.Exact != 1 || len(r.Differences) != 1 || !strings.Contains(r.Differences[0], id0) {
 		t.Errorf("a signal one message off: %+v", r)
 	}
+
+	// Drained 70 s after the last event: every signal's windows, and the
+	// ledger's of the same seconds, are empty. Equal, they checked
+	// nothing; the check passed a stage 2 that counted nothing.
+	late := time.Unix(l.Totals().LastSecond+70, 0)
+	cfg.Now = func() time.Time { return late }
+	cfg.Signal = func(_ context.Context, id string) (schema.PacingSignal, error) {
+		return schema.PacingSignal{PhoneNumberID: id, UpdatedAt: late.Add(time.Second)}, nil
+	}
+	if r, err = CheckPacing(context.Background(), l, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if r.OK() || r.Exact != 2 || !strings.Contains(r.Inconclusive, "drained too late") {
+		t.Errorf("all-zero signals read 70 s after the run: %+v, want not OK, inconclusive", r)
+	}
+	// No event answered 200: nothing to check.
+	if r, err = CheckPacing(context.Background(), NewLedger(g), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if r.OK() || r.Numbers != 0 || r.Inconclusive == "" {
+		t.Errorf("a ledger with no event answered 200: %+v, want not OK", r)
+	}
+}
+
+// A check of a run with no event answered 200 (every POST refused) found
+// nothing lost and passed; it checked nothing.
+func TestCheckResultNeedsEvents(t *testing.T) {
+	if r := (&CheckResult{FailuresMatch: true}); r.OK() {
+		t.Errorf("a check of no event passed: %+v", r)
+	}
+	if r := (&CheckResult{Expected: 10, Found: 10, FailuresMatch: true}); !r.OK() {
+		t.Errorf("a check of 10 events all found failed: %+v", r)
+	}
+}
+
+// A latency past what the histogram tracks (a generator minutes behind
+// its schedule) was dropped: the slowest answers were missing from its
+// percentiles and counts. It is recorded at the histogram's top.
+func TestRecordKeepsTheSlowest(t *testing.T) {
+	h := newLatencyHistogram()
+	for range 10 {
+		record(h, 1000)
+	}
+	for range 90 {
+		record(h, 200_000_000) // 200 s
+	}
+	record(h, 1<<62)
+	if h.TotalCount() != 101 || h.ValueAtQuantile(99) < 199_000_000 {
+		t.Errorf("10 answers of 1 ms, 90 of 200 s, one past the top: count %d, p99 %d µs", h.TotalCount(), h.ValueAtQuantile(99))
+	}
 }

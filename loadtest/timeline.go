@@ -40,7 +40,7 @@ func (t *Timeline) Record(intended time.Time, us int64, status int) {
 	if s.h == nil {
 		s.h = hdrhistogram.New(1, 60_000_000, 2)
 	}
-	_ = s.h.RecordValue(max(us, 1))
+	record(s.h, us)
 	if status != 200 {
 		s.non200++
 	}

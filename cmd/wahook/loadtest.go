@@ -91,6 +91,8 @@ func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		c.Traffic = &m
 	} else if dsn != "" {
 		return fmt.Errorf("%w: --check-clickhouse-dsn needs the traffic model (--numbers) and its ledger", errUsage)
+	} else if pacingNATS != "" {
+		return fmt.Errorf("%w: --check-pacing-nats-url needs the traffic model (--numbers) and its ledger", errUsage)
 	}
 	if err := c.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)

@@ -124,3 +124,14 @@ func TestLoadtestFlags(t *testing.T) {
 		t.Errorf("a remote url: code %d, %q", code, errOut)
 	}
 }
+
+// TestLoadtestPacingCheckNeedsModel: --check-pacing-nats-url without the
+// traffic model is refused at start; it ran the whole load and then
+// crashed on the ledger it did not have.
+func TestLoadtestPacingCheckNeedsModel(t *testing.T) {
+	code, _, errOut := runCmd(t, "loadtest", "--url", "http://127.0.0.1:1/webhook", "--app-secret", "x",
+		"--check-pacing-nats-url", "nats://127.0.0.1:1", "--check")
+	if code != 2 || !strings.Contains(errOut, "needs the traffic model") {
+		t.Fatalf("--check-pacing-nats-url without --numbers: code %d, %q; want 2 naming --numbers", code, errOut)
+	}
+}
