@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/wahook/wahook/internal/httpbody"
+	"github.com/wahook/wahook/internal/listener"
 	"github.com/wahook/wahook/schema"
 )
 
@@ -492,10 +493,11 @@ func routeName(c *fiber.Ctx) string {
 }
 
 // clientIP is the request's client address (an IPv6 client's /64:
-// clientKey), a string of its own (the windows keep their keys). From a trusted proxy it is the address that
-// proxy's X-Forwarded-For names last, past any other trusted proxy: the
-// list's leftmost entries are the client's to write, so the one a trusted
-// proxy added is the rightmost that is not itself a trusted proxy.
+// listener.ClientKey), a string of its own (the windows keep their keys).
+// From a trusted proxy it is the address that proxy's X-Forwarded-For names
+// last, past any other trusted proxy: the list's leftmost entries are the
+// client's to write, so the one a trusted proxy added is the rightmost that
+// is not itself a trusted proxy.
 func (s *Server) clientIP(c *fiber.Ctx) string {
 	remote, ok := netip.AddrFromSlice(c.Context().RemoteIP())
 	if !ok {
@@ -509,7 +511,7 @@ func (s *Server) clientIP(c *fiber.Ctx) string {
 func (s *Server) clientOf(remote netip.Addr, xff [][]byte) string {
 	remote = remote.Unmap()
 	if !s.trusted(remote) {
-		return clientKey(remote)
+		return listener.ClientKey(remote)
 	}
 	var hops []string
 	for _, v := range xff {
@@ -521,24 +523,11 @@ func (s *Server) clientOf(remote netip.Addr, xff [][]byte) string {
 			break // not an address: nothing before it can be trusted
 		}
 		if a = a.Unmap(); !s.trusted(a) {
-			return clientKey(a)
+			return listener.ClientKey(a)
 		}
 		remote = a
 	}
-	return clientKey(remote)
-}
-
-// clientKey is what the per-IP limits count a client under: its IPv4
-// address, or the /64 of its IPv6 one (a host is given a /64 at least and
-// picks its addresses in it: counted by address, each request from a new
-// one passed every per-IP limit).
-func clientKey(a netip.Addr) string {
-	if a.Is6() {
-		if p, err := a.Prefix(64); err == nil {
-			return p.String()
-		}
-	}
-	return a.String()
+	return listener.ClientKey(remote)
 }
 
 // hopAddr reads an entry of X-Forwarded-For: an address, or an address

@@ -86,7 +86,7 @@ func runCampaign(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	started := time.Now()
 	fmt.Fprintf(stderr, "loadtest campaign: %d messages per sender over %d numbers, senders %s\n", c.Messages, c.Numbers, strings.Join(c.Senders, ", "))
 	rep, err := campaign.Run(ctx, c)
-	err = redactNATSError(err, c.NATSURL) // its connection's error may quote --nats-url
+	err = redactNATSError(err) // its connection's error may quote --nats-url
 	if rep == nil {
 		return err
 	}

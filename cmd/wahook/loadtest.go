@@ -129,7 +129,7 @@ func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			nc, err := nats.Connect(checkNATS)
 			if err != nil {
 				conn.Close()
-				return fmt.Errorf("--check-nats-url: %w", redactNATSError(err, checkNATS))
+				return fmt.Errorf("--check-nats-url: %w", redactNATSError(err))
 			}
 			defer nc.Close()
 			check.Backlog = stage1Backlog(nc)
@@ -279,7 +279,7 @@ func parseDelays(v string, d *loadtest.Delays) error {
 func checkPacingSignals(ctx context.Context, url string, l *loadtest.Ledger, timeout time.Duration) (*loadtest.PacingResult, error) {
 	nc, err := nats.Connect(url)
 	if err != nil {
-		return nil, redactNATSError(err, url)
+		return nil, redactNATSError(err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)

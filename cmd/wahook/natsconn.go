@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -174,66 +173,21 @@ func connectExternal(o natsOptions, name string, log *zap.Logger) (*nats.Conn, e
 	}
 	nc, err := nats.Connect(o.urls, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to nats: %w", redactNATSError(err, o.urls))
+		return nil, fmt.Errorf("connect to nats: %w", redactNATSError(err))
 	}
 	return nc, nil
 }
 
-// redactNATSError is err, from a connection to the NATS servers of urls
-// (comma-separated), with each URL's credentials hidden from its text: a
-// URL the client cannot parse comes back as a *url.Error, whose text quotes
-// the URL whole, nats://user:password@host. A token (nats://token@host) is
-// hidden whole; of user:password, the password.
-func redactNATSError(err error, urls string) error {
-	if err == nil {
-		return nil
-	}
+// redactNATSError is err, from nats.Connect, without the URLs it was
+// given: a URL the client cannot parse comes back as a *url.Error, whose
+// text quotes it, or the part the parser cut (a password with a ',' splits
+// the list there, one with a bad escape is quoted from it), password and
+// all. The client's other errors name a server by its host alone.
+func redactNATSError(err error) error {
 	if ue := (*url.Error)(nil); errors.As(err, &ue) {
-		// Its text quotes the URL, or the part of it the parser cut
-		// (a password with a ',' splits the list there, one with a bad
-		// escape is quoted from it): none of it is shown.
 		return errors.New("a NATS server URL cannot be parsed (not shown: it may hold a password); percent-encode any of : / ? # @ , % in its user or password")
 	}
-	msg := err.Error()
-	out := msg
-	for _, u := range strings.Split(urls, ",") {
-		for _, s := range urlSecrets(strings.TrimSpace(u)) {
-			out = strings.ReplaceAll(out, s, "xxxxx")
-		}
-	}
-	if out == msg {
-		return err
-	}
-	return errors.New(out)
-}
-
-// urlSecrets are the secrets in the userinfo of u, read as text (u may not
-// parse): all before its last '@', after the scheme; of user:password, the
-// password. Each comes as %q writes it, then raw, then cut where the URL's
-// parser would cut it.
-func urlSecrets(u string) []string {
-	if _, rest, ok := strings.Cut(u, "://"); ok {
-		u = rest
-	}
-	at := strings.LastIndex(u, "@")
-	if at <= 0 {
-		return nil
-	}
-	secret := u[:at]
-	if _, pass, ok := strings.Cut(secret, ":"); ok {
-		secret = pass
-	}
-	if secret == "" {
-		return nil
-	}
-	quoted := strconv.Quote(secret)
-	out := []string{quoted[1 : len(quoted)-1], secret}
-	// A '/', '?' or '#' in it, not escaped, ends the URL's host there: the
-	// password's start is then quoted as the host's port.
-	if i := strings.IndexAny(secret, "/?#"); i > 0 {
-		out = append(out, secret[:i])
-	}
-	return out
+	return err
 }
 
 // connLogging logs the connection's disconnects, reconnects and close:

@@ -148,10 +148,7 @@ func (c *conn) Close() error {
 	return c.Conn.Close()
 }
 
-// remoteKey is what MaxConnsPerIP counts c under: its remote IPv4
-// address, or the /64 of its IPv6 one. Counted by address, one client
-// with an ordinary /64 opened every connection the listener takes, each
-// from an address of its own.
+// remoteKey is what MaxConnsPerIP counts c under (ClientKey).
 func remoteKey(c net.Conn) string {
 	var ip netip.Addr
 	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
@@ -162,13 +159,22 @@ func remoteKey(c net.Conn) string {
 	if !ip.IsValid() {
 		return c.RemoteAddr().String()
 	}
-	ip = ip.Unmap()
-	if ip.Is6() {
-		if p, err := ip.Prefix(64); err == nil {
+	return ClientKey(ip)
+}
+
+// ClientKey is what a per-client bound counts address a under: an IPv4
+// address (IPv4-mapped ones too) as itself, an IPv6 one by its /64. A host
+// is given a /64 at least and picks its addresses in it: counted by
+// address, one client opened every connection the listener takes, and
+// passed every per-IP request limit with a new address each time.
+func ClientKey(a netip.Addr) string {
+	a = a.Unmap()
+	if a.Is6() {
+		if p, err := a.Prefix(64); err == nil {
 			return p.String()
 		}
 	}
-	return ip.String()
+	return a.String()
 }
 
 // temporary reports whether an accept error passes by waiting: too many

@@ -116,7 +116,7 @@ func (m *memory) dims(r Row) memKey { return m.hash(r.WabaID, r.Campaign, r.Temp
 func (r *Resolver) beginMemory(ctx context.Context, now uint32) error {
 	m := &r.mem
 	m.forget()
-	if err := r.syncReplica(ctx, "funnel_messages"); err != nil {
+	if err := r.syncReplica(ctx); err != nil {
 		return err
 	}
 	future := map[memKey]uint32{}
@@ -222,8 +222,7 @@ func (m *memory) rotate(now uint32) {
 // stamped within the slack of the pass's clock (the replicas' clocks
 // agreeing), and the next pass reads it. While a part is on a replica that
 // is down, the wait times out and the passes fail: the funnel lags, and
-// loses nothing.
-// tables are the funnel's own names, never input.
+// loses nothing. tables are the funnel's own names, never input.
 func (r *Resolver) awaitFetches(ctx context.Context, tables ...string) error {
 	if err := r.knowReplicated(ctx); err != nil || !*r.replicated {
 		return err
@@ -267,19 +266,20 @@ func (r *Resolver) knowReplicated(ctx context.Context) error {
 	return nil
 }
 
-// syncReplicaTimeout bounds the wait for this replica of a table to
-// catch up; a pass that times out fails, and the next tries again.
+// syncReplicaTimeout bounds a wait for this replica to catch up
+// (syncReplica, awaitFetches); a pass that times out fails, and the next
+// tries again.
 const syncReplicaTimeout = 60 * time.Second
 
 // syncReplica brings the replica the resolver reads up to date with every
-// part of tables another replica took, when the tables are replicated. A
-// tenure reads funnel_messages' rows to net its differences against
-// (beginMemory): rows written by the last tenure (or by a failed pass of
+// part of funnel_messages another replica took, when the table is
+// replicated. A tenure reads the rows to net its differences against
+// (beginMemory); rows written by the last tenure (or by a failed pass of
 // this one) through another replica, and not yet fetched here, would be
 // taken for missing and written again in full: counted twice once the
 // parts meet. While the part is on a replica that is down, the wait times
 // out and the passes fail: the funnel lags, and counts nothing twice.
-func (r *Resolver) syncReplica(ctx context.Context, tables ...string) error {
+func (r *Resolver) syncReplica(ctx context.Context) error {
 	if err := r.knowReplicated(ctx); err != nil || !*r.replicated {
 		return err
 	}
@@ -287,17 +287,15 @@ func (r *Resolver) syncReplica(ctx context.Context, tables ...string) error {
 	defer cancel()
 	// The server waits receive_timeout for the replica's queue to empty.
 	ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"receive_timeout": int(syncReplicaTimeout / time.Second)}))
-	for _, table := range tables {
-		start := time.Now()
-		err := r.conn.Exec(ctx, "SYSTEM SYNC REPLICA "+r.table(table))
-		// Waiting is not work: Run paces passes by the time they took less it.
-		r.synced += time.Since(start)
-		if err != nil {
-			return fmt.Errorf("funnel: waiting for this replica of %s to catch up: %w", table, err)
-		}
-		if d := time.Since(start); d > time.Second {
-			r.log.Info("funnel: this replica caught up", zap.String("table", table), zap.Duration("took", d))
-		}
+	start := time.Now()
+	err := r.conn.Exec(ctx, "SYSTEM SYNC REPLICA "+r.table("funnel_messages"))
+	// Waiting is not work: Run paces passes by the time they took less it.
+	r.synced += time.Since(start)
+	if err != nil {
+		return fmt.Errorf("funnel: waiting for this replica of funnel_messages to catch up: %w", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		r.log.Info("funnel: this replica of funnel_messages caught up", zap.Duration("took", d))
 	}
 	return nil
 }

@@ -7,6 +7,10 @@ import (
 	"time"
 )
 
+// slots is the length in seconds of the Deduper's window (and of its
+// epochs): the 60 s of the longest rate and a few of lateness.
+const slots = 64
+
 // Deduper remembers the event ids of the last 64 seconds of Meta's time,
 // so that an event delivered twice (a redelivery, a replay, Meta's retry in
 // another body) counts once in the windows, and the messages whose

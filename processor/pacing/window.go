@@ -1,9 +1,5 @@
 package pacing
 
-// slots is the length in seconds of the Deduper's window (and of its
-// epochs): the 60 s of the longest rate and a few of lateness.
-const slots = 64
-
 // windowSlots is how many seconds a number's window holds, a power of two:
 // the 60 s of the longest rate, ending PacingSettle and one second before
 // the clock (PacingLastSecond), plus the seconds an event may be stamped
