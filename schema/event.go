@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"hash"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -86,16 +87,65 @@ func tokenByte(c byte) bool {
 //
 // The parts of each kind are fixed in schema/README.md; changing them
 // changes every id, so they are versioned by the "v1" below.
+//
+// The kind and the parts are joined with the byte 0x1f. A part can hold that
+// byte itself (a body can spell it \u001f), and then two different lists of
+// parts would join to the same bytes: ("a\x1f", "b") and ("a", "\x1fb").
+// So when the kind or any part holds 0x1f, the id is computed over another
+// prefix, "v1e", with 0x1e written as 0x1e 0x02 and 0x1f as 0x1e 0x01 in the
+// kind and every part, which then hold no separator. Ids are stored: a kind
+// and parts without 0x1f keep the id they always had.
 func EventID(k Kind, parts ...string) string {
 	h := sha256.New()
-	h.Write([]byte("v1\x1f"))
-	h.Write([]byte(k))
-	for _, p := range parts {
-		h.Write([]byte{0x1f})
-		h.Write([]byte(p))
+	if !hasUnitSep(k, parts) {
+		h.Write([]byte("v1\x1f"))
+		h.Write([]byte(k))
+		for _, p := range parts {
+			h.Write([]byte{0x1f})
+			h.Write([]byte(p))
+		}
+	} else {
+		h.Write([]byte("v1e\x1f"))
+		writeEscaped(h, string(k))
+		for _, p := range parts {
+			h.Write([]byte{0x1f})
+			writeEscaped(h, p)
+		}
 	}
 	var sum [sha256.Size]byte
 	return hex.EncodeToString(h.Sum(sum[:0])[:16])
+}
+
+// hasUnitSep reports whether the kind or a part holds the separator 0x1f.
+func hasUnitSep(k Kind, parts []string) bool {
+	if strings.IndexByte(string(k), 0x1f) >= 0 {
+		return true
+	}
+	for _, p := range parts {
+		if strings.IndexByte(p, 0x1f) >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// writeEscaped writes s with 0x1e as 0x1e 0x02 and 0x1f as 0x1e 0x01, so
+// that the written bytes hold no separator and can be split back.
+func writeEscaped(h hash.Hash, s string) {
+	for {
+		i := strings.IndexAny(s, "\x1e\x1f")
+		if i < 0 {
+			h.Write([]byte(s))
+			return
+		}
+		esc := byte(0x02)
+		if s[i] == 0x1f {
+			esc = 0x01
+		}
+		h.Write([]byte(s[:i]))
+		h.Write([]byte{0x1e, esc})
+		s = s[i+1:]
+	}
 }
 
 // CodesPart joins error codes for EventID.

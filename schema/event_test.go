@@ -29,3 +29,33 @@ func TestEventIDStable(t *testing.T) {
 		t.Fatal("EventID collides across part boundaries or kinds")
 	}
 }
+
+// TestEventIDSeparatorInPart checks that a part holding the separator 0x1f
+// (a body can spell it \u001f) cannot move a part boundary, and that the
+// ids of parts without it are the ones stored so far.
+func TestEventIDSeparatorInPart(t *testing.T) {
+	if EventID(KindStatus, "wamid.A\x1f", "sent") == EventID(KindStatus, "wamid.A", "\x1fsent") {
+		t.Error(`("wamid.A\x1f", "sent") and ("wamid.A", "\x1fsent") have the same id`)
+	}
+	// The escape byte itself must not let an escaped part pass for another.
+	if EventID(KindStatus, "a\x1f", "b") == EventID(KindStatus, "a\x1e\x01", "b") {
+		t.Error("an escaped 0x1f collides with the escape sequence given as bytes")
+	}
+	if EventID(KindStatus, "a\x1e\x01\x1f") == EventID(KindStatus, "a\x1f\x1e\x01") {
+		t.Error("0x1e and 0x1f collide after escaping")
+	}
+	// Ids computed before the escape was added (they are stored): parts
+	// without 0x1f, with and without 0x1e, keep them.
+	pinned := []struct {
+		id    string
+		parts []string
+	}{
+		{"d59ff530b1e9ad8aea02ab0312361a43", []string{"1555", "wamid.A", "", "sent", "1781514312", ""}},
+		{"6c74a526fe17000d21425d9826c7e695", []string{"a\x1eb"}},
+	}
+	for _, p := range pinned {
+		if got := EventID(KindStatus, p.parts...); got != p.id {
+			t.Errorf("EventID(status, %q) = %s, want %s as before", p.parts, got, p.id)
+		}
+	}
+}

@@ -31,7 +31,8 @@ const (
 	OriginStatus     = "status"      // statuses[].errors[]
 	OriginValue      = "value"       // value.errors[], any field
 	OriginInbound    = "inbound"     // messages[].errors[] of field messages
-	OriginHistory    = "history"     // history[].errors[]
+	OriginHistory    = "history"     // history[].errors[], and messages[].errors[] of field history
 	OriginCall       = "call"        // errors of call statuses and calls[] (field calls)
+	OriginEcho       = "echo"        // message_echoes[].errors[] (field smb_message_echoes)
 	OriginSendResult = "send_result" // the error of a failed send result
 )

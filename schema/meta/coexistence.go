@@ -27,7 +27,7 @@ func (h *HistoryChunk) decode(d *decoder) error {
 	return d.object(func(k []byte) error {
 		switch string(k) {
 		case "metadata":
-			return h.Metadata.decode(d)
+			return decodeIn(d, &h.Metadata)
 		case "threads":
 			return decodeItems(d, &h.Threads)
 		case "errors":
@@ -116,7 +116,7 @@ func (s *StateSync) decode(d *decoder) error {
 		case "action":
 			return d.str(&s.Action)
 		case "metadata":
-			return s.Metadata.decode(d)
+			return decodeIn(d, &s.Metadata)
 		default:
 			return d.extra(&s.Extra, k)
 		}

@@ -21,8 +21,69 @@ type decoder struct {
 	// dropped counts the problems past MaxProblems, which are not kept.
 	dropped int
 	unknown []UnknownKey
+	// unknownDropped counts the unknown keys past MaxUnknown, which are
+	// validated but not kept.
+	unknownDropped int
+	// spans are the records (problems and unknown keys) of the known keys
+	// read so far in each object being decoded, for the keys that left
+	// any; those of the innermost object start at scope. A key given again
+	// replaces its value, so the records of its earlier value go (forget).
+	spans []span
+	scope int
+	// keep is set by extra: the key's value is added to the struct's Extra
+	// rather than replacing anything, so an earlier copy stays recorded.
+	keep bool
 	// inEdit is set while the message inside an edit is decoded.
 	inEdit bool
+}
+
+// span is what the value of one key added to the records: problems
+// [p0, p1), unknown keys [u0, u1), and counts of each past their limit.
+type span struct {
+	key                    []byte
+	p0, p1, u0, u1, pd, ud int
+}
+
+// mark returns the records' lengths and counts now, to start a span.
+func (d *decoder) mark(key []byte) span {
+	return span{key: key, p0: len(d.problems), u0: len(d.unknown), pd: d.dropped, ud: d.unknownDropped}
+}
+
+// since closes a span started by mark, and reports whether it holds any
+// record.
+func (d *decoder) since(s *span) bool {
+	s.p1, s.u1, s.pd, s.ud = len(d.problems), len(d.unknown), d.dropped-s.pd, d.unknownDropped-s.ud
+	return s.p1 > s.p0 || s.u1 > s.u0 || s.pd > 0 || s.ud > 0
+}
+
+// cut removes the records of a span: the problems and unknown keys found in
+// a value that a later copy of its key replaced.
+func (d *decoder) cut(s span) {
+	d.problems = append(d.problems[:s.p0], d.problems[s.p1:]...)
+	d.unknown = append(d.unknown[:s.u0], d.unknown[s.u1:]...)
+	d.dropped -= s.pd
+	d.unknownDropped -= s.ud
+}
+
+// forget cuts the records of an earlier copy of key in the current object,
+// and shifts the spans recorded after it.
+func (d *decoder) forget(key []byte) {
+	for i := d.scope; i < len(d.spans); i++ {
+		s := d.spans[i]
+		if string(s.key) != string(key) {
+			continue
+		}
+		d.cut(s)
+		np, nu := s.p1-s.p0, s.u1-s.u0
+		for j := i + 1; j < len(d.spans); j++ {
+			d.spans[j].p0 -= np
+			d.spans[j].p1 -= np
+			d.spans[j].u0 -= nu
+			d.spans[j].u1 -= nu
+		}
+		d.spans = append(d.spans[:i], d.spans[i+1:]...)
+		return
+	}
 }
 
 // seg is one step of a path: an object key, or an array index when idx >= 0.
@@ -88,6 +149,11 @@ func (d *decoder) null() error { return d.literal("null") }
 // object decodes the object at d.pos, calling fn for each key with d.pos at
 // the key's value; fn must consume exactly that value. A null is an empty
 // object.
+//
+// A known key given twice takes its last value, as in encoding/json; the
+// problems and unknown keys found in the earlier value are no longer
+// reported, since that value is not in the typed view (see forget). An
+// unknown key given twice is kept twice, on Extra and in Payload.Unknown.
 func (d *decoder) object(fn func(key []byte) error) error {
 	switch d.peek() {
 	case '{':
@@ -105,6 +171,8 @@ func (d *decoder) object(fn func(key []byte) error) error {
 		d.depth--
 		return nil
 	}
+	outer := d.scope
+	d.scope = len(d.spans)
 	for {
 		if d.peek() != '"' {
 			return d.unexpected("object key")
@@ -122,9 +190,21 @@ func (d *decoder) object(fn func(key []byte) error) error {
 		}
 		d.pos++
 		d.push(key)
+		if len(d.spans) > d.scope {
+			d.forget(key)
+		}
+		// The records' lengths and counts before the value, kept as plain
+		// ints: a span is made only for a value that added records, rare.
+		p0, u0, pd, ud := len(d.problems), len(d.unknown), d.dropped, d.unknownDropped
+		d.keep = false
 		if err := fn(key); err != nil {
 			return err
 		}
+		if !d.keep && (len(d.problems) != p0 || len(d.unknown) != u0 || d.dropped != pd || d.unknownDropped != ud) {
+			d.spans = append(d.spans, span{key: key, p0: p0, p1: len(d.problems), u0: u0, u1: len(d.unknown),
+				pd: d.dropped - pd, ud: d.unknownDropped - ud})
+		}
+		d.keep = false // an inner object's last unknown key is not this key's
 		d.pop()
 		switch d.peek() {
 		case ',':
@@ -132,6 +212,7 @@ func (d *decoder) object(fn func(key []byte) error) error {
 		case '}':
 			d.pos++
 			d.depth--
+			d.spans, d.scope = d.spans[:d.scope], outer
 			return nil
 		default:
 			return d.unexpected("',' or '}' after object value")
@@ -177,12 +258,26 @@ func (d *decoder) array(fn func() error) error {
 	}
 }
 
+// MaxUnknown is the most unknown keys a Payload keeps; the others are
+// validated and counted (Payload.UnknownDropped) but kept nowhere, neither
+// in Payload.Unknown nor on the Extra and Unknown of their struct and item.
+// Each kept key costs a path, a copy of its name and a field on its struct
+// and on each enclosing item, far more than the few bytes a key like "1":0
+// takes in the body; the limit keeps a body of a million such keys from
+// costing hundreds of times its size. The item's Raw still holds them.
+const MaxUnknown = 1000
+
 // extra keeps the value of an unknown key, both on the struct (dst) and in
-// the body's list of unknown keys.
+// the body's list of unknown keys; past MaxUnknown it only counts it.
 func (d *decoder) extra(dst *Extras, key []byte) error {
 	start := d.wsPos()
 	if err := d.skipValue(); err != nil {
 		return err
+	}
+	d.keep = true
+	if len(d.unknown) >= MaxUnknown {
+		d.unknownDropped++
+		return nil
 	}
 	raw := json.RawMessage(d.data[start:d.pos])
 	*dst = append(*dst, RawField{Key: string(key), Value: raw})
@@ -372,7 +467,9 @@ type positioned interface {
 	setPos(i int)
 }
 
-// decodePtr decodes an optional object; null leaves it nil.
+// decodePtr decodes an optional object; null leaves it nil. A copy of the
+// same key given again replaces the object; encoding/json would merge the
+// two into the one it allocated, a view that matches neither copy.
 func decodePtr[T any, PT decodable[T]](d *decoder, dst **T) error {
 	if d.peek() == 'n' {
 		*dst = nil
@@ -384,6 +481,15 @@ func decodePtr[T any, PT decodable[T]](d *decoder, dst **T) error {
 	}
 	*dst = v
 	return nil
+}
+
+// decodeIn decodes an object held by value, replacing whatever an earlier
+// copy of the same key left in it, as decodePtr does; a null makes it
+// empty.
+func decodeIn[T any, PT decodable[T]](d *decoder, dst *T) error {
+	var zero T
+	*dst = zero
+	return PT(dst).decode(d)
 }
 
 // decodeArray decodes an array of objects that belong to their parent item:
@@ -416,7 +522,8 @@ func decodeItems[T any, PT item[T]](d *decoder, dst *[]T) error {
 	*dst = nil
 	return d.array(func() error {
 		start := d.wsPos()
-		pathLen, probLen, unkLen, depth, dropped := len(d.path), len(d.problems), len(d.unknown), d.depth, d.dropped
+		pathLen, probLen, unkLen, depth, dropped, unkDropped := len(d.path), len(d.problems), len(d.unknown), d.depth, d.dropped, d.unknownDropped
+		spans, scope := len(d.spans), d.scope
 		var zero T
 		*dst = append(*dst, zero)
 		v := PT(&(*dst)[len(*dst)-1])
@@ -445,6 +552,7 @@ func decodeItems[T any, PT item[T]](d *decoder, dst *[]T) error {
 		(*dst)[len(*dst)-1] = zero
 		*dst = (*dst)[:len(*dst)-1]
 		d.path, d.problems, d.unknown, d.depth, d.dropped = d.path[:pathLen], d.problems[:probLen], d.unknown[:unkLen], depth, dropped
+		d.unknownDropped, d.spans, d.scope, d.keep = unkDropped, d.spans[:spans], scope, false
 		d.pos = start
 		if err := d.skipValue(); err != nil {
 			return err

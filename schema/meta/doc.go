@@ -21,7 +21,9 @@
 //     (Unknown, e.g. "pricing.pricing_tier" on a Status, ready for an extra
 //     column) and in one list for the whole body (Payload.Unknown). An
 //     unknown field is kept raw; an unknown message type, status value or
-//     event is kept as the string it was.
+//     event is kept as the string it was. Only a body with more than
+//     MaxUnknown unknown keys loses some: the keys past that many are left
+//     in the bytes of their item and counted in Payload.UnknownDropped.
 //   - Ids stay strings. A JSON number where a string is expected is kept as
 //     the literal digits, never round-tripped through a float. Integers
 //     (timestamps, error codes, limits) are accepted as JSON numbers or as
@@ -45,8 +47,11 @@
 //
 // Keys are matched exactly (Meta sends lower-case snake_case keys); unlike
 // encoding/json, a key that differs only in case is an unknown key. As in
-// encoding/json, a key given twice takes its last value in the typed view;
-// problems and unknown keys found in the earlier value are still reported.
+// encoding/json, a known key given twice takes its last value in the typed
+// view, and the problems and unknown keys found in the earlier value are not
+// reported, since that value is not in the view. Unlike encoding/json, an
+// object given twice is replaced, not merged with the earlier copy. An
+// unknown key given twice is kept twice.
 //
 // # Walking a payload
 //

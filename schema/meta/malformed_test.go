@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -39,6 +40,10 @@ func TestMalformed(t *testing.T) {
 		{"single quotes", `{'entry':[]}`, "looking for object key", ReasonNotJSON},
 		{"bad literal", `{"entry":[],"x":tru}`, "literal true", ReasonNotJSON},
 		{"nesting too deep", `{"entry":[],"x":` + deep + `}`, "nesting deeper than 10000 levels", ReasonTooDeep},
+		// A repeated value replaces the earlier one, which was only
+		// bracket-matched: it must still be validated.
+		{"bad earlier copy of a repeated value", `{"object":"whatsapp_business_account","entry":[{"id":"1","changes":[{"value":{"a":tru},"value":{"messaging_product":"whatsapp"},"field":"messages"}]}]}`, "literal true", ReasonNotJSON},
+		{"bad earlier copy of a value repeated after the field", `{"entry":[{"changes":[{"value":{"a":tru},"field":"messages","value":{}}]}]}`, "literal true", ReasonNotJSON},
 		{"nesting too deep in a deferred value", `{"entry":[{"changes":[{"value":` + deep + `,"field":"x"}]}]}`, "nesting deeper", ReasonTooDeep},
 	}
 	for _, tt := range tests {
@@ -86,5 +91,34 @@ func TestNotMalformed(t *testing.T) {
 				t.Errorf("Decode: got %v, want no error", err)
 			}
 		})
+	}
+}
+
+// TestDepthLimitKeyOrder checks that the nesting limit does not depend on
+// whether a change's "field" comes before its "value" (decoded in one pass)
+// or after it (decoded once the change is read), and that it falls where
+// encoding/json puts it. A value nested k levels deep inside "x" sits at
+// level 6+k: the top object, entry, the entry, changes, the change, the
+// value.
+func TestDepthLimitKeyOrder(t *testing.T) {
+	nest := func(k int) string { return strings.Repeat("[", k) + strings.Repeat("]", k) }
+	for _, k := range []int{maxDepth - 6, maxDepth - 6 + 1} {
+		for _, order := range []string{
+			`{"entry":[{"changes":[{"value":{"x":%s},"field":"zzz"}]}]}`,
+			`{"entry":[{"changes":[{"field":"zzz","value":{"x":%s}}]}]}`,
+			`{"entry":[{"changes":[{"value":{"x":%s},"field":"messages"}]}]}`,
+			`{"entry":[{"changes":[{"field":"messages","value":{"x":%s}}]}]}`,
+		} {
+			body := []byte(strings.Replace(order, "%s", nest(k), 1))
+			var v any
+			stdErr := json.Unmarshal(body, &v)
+			_, err := Decode(body)
+			if (err != nil) != (stdErr != nil) {
+				t.Errorf("k=%d %s: got error %v, encoding/json %v", k, strings.Replace(order, "%s", "NEST", 1), err, stdErr)
+			}
+			if err != nil && Reason(err) != ReasonTooDeep {
+				t.Errorf("k=%d %s: reason %q, want %q", k, strings.Replace(order, "%s", "NEST", 1), Reason(err), ReasonTooDeep)
+			}
+		}
 	}
 }

@@ -97,7 +97,7 @@ func (a *AccountAlert) decode(d *decoder) error {
 		case "entity_id":
 			return d.str(&a.EntityID)
 		case "alert_info":
-			return a.AlertInfo.decode(d)
+			return decodeIn(d, &a.AlertInfo)
 		default:
 			return d.extra(&a.Extra, k)
 		}

@@ -107,7 +107,7 @@ func (c *SharedContact) decode(d *decoder) error {
 	return d.object(func(k []byte) error {
 		switch string(k) {
 		case "name":
-			return c.Name.decode(d)
+			return decodeIn(d, &c.Name)
 		case "phones":
 			return decodeArray(d, &c.Phones)
 		case "emails":

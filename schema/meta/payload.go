@@ -18,11 +18,15 @@ type Payload struct {
 	// ProblemsDropped counts the bad items past the first MaxProblems,
 	// which Problems does not list.
 	ProblemsDropped int `json:"-"`
-	// Unknown lists every unknown key of the body with its path, in order.
-	// The same values are on the Extra of the struct they belong to. Keys
-	// inside a value that is kept raw as a whole (an unknown field, an Extra
-	// value) are not listed separately.
+	// Unknown lists every unknown key of the body with its path, in order,
+	// up to MaxUnknown. The same values are on the Extra of the struct they
+	// belong to. Keys inside a value that is kept raw as a whole (an unknown
+	// field, an Extra value) are not listed separately.
 	Unknown []UnknownKey `json:"-"`
+	// UnknownDropped counts the unknown keys past the first MaxUnknown,
+	// which are kept nowhere but in the bytes of the body (and of their
+	// item's Raw): not in Unknown, nor on any Extra or item Unknown.
+	UnknownDropped int `json:"-"`
 }
 
 // Entry is one entry[] item.
@@ -125,7 +129,7 @@ func Decode(body []byte) (*Payload, error) {
 		}
 		return nil, err
 	}
-	p.Problems, p.ProblemsDropped, p.Unknown = d.problems, d.dropped, d.unknown
+	p.Problems, p.ProblemsDropped, p.Unknown, p.UnknownDropped = d.problems, d.dropped, d.unknown, d.unknownDropped
 	return p, nil
 }
 
@@ -236,19 +240,31 @@ func (c *Change) decode(d *decoder) error {
 	haveField, decoded := false, false
 	decodedAs := ""
 	valStart, valEnd := -1, -1
+	// inPass is what the value decoded in one pass added to the records.
+	var inPass span
 	err := d.object(func(k []byte) error {
 		switch string(k) {
 		case "field":
 			haveField = true
 			return d.enum(&c.Field)
 		case "value":
+			if valStart >= 0 && !decoded {
+				// A repeated value replaces one that was only
+				// bracket-matched; validate that one now, or a body
+				// that is not JSON would pass.
+				if err := d.validateAt(valStart, valEnd); err != nil {
+					return err
+				}
+			}
 			valStart = d.wsPos()
 			if haveField {
 				// The field is known already: decode in one pass.
 				decoded, decodedAs = true, c.Field
+				inPass = d.mark(k)
 				if err := c.decodeValue(d); err != nil {
 					return err
 				}
+				d.since(&inPass)
 			} else {
 				// Meta sends "value" before "field" (every captured body
 				// does), so the value can only be routed once the change is
@@ -276,6 +292,12 @@ func (c *Change) decode(d *decoder) error {
 		return d.missing("value", "object")
 	}
 	if !decoded || decodedAs != c.Field {
+		if decoded {
+			// "field" was given again after the value was decoded as the
+			// earlier one: the problems and unknown keys of that decode
+			// go with it.
+			d.cut(inPass)
+		}
 		if err := c.decodeValueAt(d, valStart, valEnd); err != nil {
 			return err
 		}
@@ -298,17 +320,36 @@ func (d *decoder) missing(key, want string) error {
 	return err
 }
 
+// validateAt validates the value that spans [start, end) of the body, which
+// skipFast passed over, and returns d.pos to where it was.
+func (d *decoder) validateAt(start, end int) error {
+	resume := d.pos
+	d.pos = start
+	if err := d.skipValue(); err != nil {
+		return err
+	}
+	if d.pos != end {
+		return d.syntax("malformed value")
+	}
+	d.pos = resume
+	return nil
+}
+
 // decodeValueAt decodes the value that spans [start, end) of the body after
 // the change was read, and returns d.pos to where it was. The typed decode
 // validates the bytes that skipFast only matched; if it ends anywhere but
-// end, the value was not valid JSON.
+// end, the value was not valid JSON. The change's object has closed by now,
+// so its level is counted again here: the nesting limit then falls at the
+// same place whether "field" comes before "value" or after it.
 func (c *Change) decodeValueAt(d *decoder, start, end int) error {
 	resume := d.pos
 	d.pos = start
 	d.push(valueKey)
+	d.depth++
 	if err := c.decodeValue(d); err != nil {
 		return err
 	}
+	d.depth--
 	d.pop()
 	if d.pos != end {
 		return d.syntax("malformed value")

@@ -147,7 +147,7 @@ func (c *Conversation) decode(d *decoder) error {
 		case "expiration_timestamp":
 			return d.int(&c.ExpirationTimestamp)
 		case "origin":
-			return c.Origin.decode(d)
+			return decodeIn(d, &c.Origin)
 		default:
 			return d.extra(&c.Extra, k)
 		}
@@ -235,7 +235,7 @@ func (e *Error) decode(d *decoder) error {
 		case "message":
 			return d.str(&e.Message)
 		case "error_data":
-			return e.ErrorData.decode(d)
+			return decodeIn(d, &e.ErrorData)
 		case "href":
 			return d.str(&e.Href)
 		default:

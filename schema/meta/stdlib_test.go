@@ -56,12 +56,32 @@ var notForEncodingJSON = map[string]string{
 	"status_variants.json": "flexible strings and an alias key",
 }
 
+// duplicateKeyBodies repeat keys where the decoder means to agree with
+// encoding/json: the last copy of a key wins, for strings, numbers, lists of
+// items, a change's value and field, and the entry list. (Where it differs
+// on purpose, an object given twice, see TestDuplicateKeysUnlikeEncodingJSON.)
+var duplicateKeyBodies = map[string]string{
+	"status keys": string(envelope(statusesChange(
+		`{"id":"wamid.B","id":"wamid.A","status":"sent","status":"delivered","timestamp":"1","timestamp":2,"recipient_id":"1","recipient_id":"2"}`))),
+	"statuses": string(envelope(`{"value":{"statuses":[{"id":"wamid.B","status":"read"}],"messaging_product":"x","statuses":[{"id":"wamid.A","status":"sent"}],"messaging_product":"whatsapp"},"field":"messages"}`)),
+	"status errors": string(envelope(statusesChange(
+		`{"id":"wamid.A","status":"failed","errors":[{"code":1,"title":"a"}],"errors":[{"code":131026,"title":"b"}]}`))),
+	"value before field": string(envelope(`{"value":{"statuses":[{"id":"wamid.B"}]},"value":{"statuses":[{"id":"wamid.A"}]},"field":"messages"}`)),
+	"value after field":  string(envelope(`{"field":"messages","value":{"statuses":[{"id":"wamid.B"}]},"value":{"statuses":[{"id":"wamid.A"}]}}`)),
+	"field after value":  string(envelope(`{"field":"calls","value":{"statuses":[{"id":"wamid.A","status":"sent"}]},"field":"messages"}`)),
+	"field again":        string(envelope(`{"field":"messages","value":{"statuses":[{"id":"wamid.A"}]},"field":"zzz"}`)),
+	"entry and changes":  `{"entry":[{"id":"1"}],"entry":[{"id":"2","changes":[{"value":{},"field":"x"}],"id":"3","changes":[{"value":{"statuses":[{"id":"wamid.A"}]},"field":"messages"}]}]}`,
+}
+
 func TestAgreesWithEncodingJSON(t *testing.T) {
 	bodies := loadFixtures(t)
 	for name, body := range loadTestdata(t) {
 		if _, skip := notForEncodingJSON[name]; !skip {
 			bodies["testdata/"+name] = body
 		}
+	}
+	for name, body := range duplicateKeyBodies {
+		bodies["duplicate keys: "+name] = []byte(body)
 	}
 	for name, body := range bodies {
 		p, err := Decode(body)
