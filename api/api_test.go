@@ -132,6 +132,18 @@ func TestReportsMatchTruth(t *testing.T) {
 		}
 	})
 
+	// Every origin stage 1 writes can be asked for (history, call and echo
+	// were refused as unknown values).
+	t.Run("failures by any origin", func(t *testing.T) {
+		var f api.Failures
+		query(t, app, "/api/v1/failures?"+rangeParams("group_by=origin&origin=status,value,inbound,history,call,echo,send_result"), &f)
+		var all api.Failures
+		query(t, app, "/api/v1/failures?"+rangeParams("group_by=origin"), &all)
+		if f.Total != all.Total || f.Total == 0 {
+			t.Errorf("every origin listed: %d failures; without the filter: %d", f.Total, all.Total)
+		}
+	})
+
 	t.Run("failures over time", func(t *testing.T) {
 		var f api.Failures
 		query(t, app, "/api/v1/failures?"+rangeParams("group_by=code&step=1m&campaign=camp-0&origin=status"), &f)

@@ -139,8 +139,8 @@ var dimensions = []dimension{
 	},
 	{
 		Name: "origin", Column: "origin", GroupBy: true, Filters: inFailures,
-		Param: param{Name: "origin", Kind: kindEnums, Doc: "where the error was reported: in a failed status, at the value level of a webhook, in an inbound message, or in a send result",
-			Enum: []string{schema.OriginStatus, schema.OriginValue, schema.OriginInbound, schema.OriginSendResult},
+		Param: param{Name: "origin", Kind: kindEnums, Doc: "where the error was reported: in a failed status, at the value level of a webhook, in an inbound message, in a history sync, in a call, in a message echo (sent from the Business app), or in a send result",
+			Enum: []string{schema.OriginStatus, schema.OriginValue, schema.OriginInbound, schema.OriginHistory, schema.OriginCall, schema.OriginEcho, schema.OriginSendResult},
 			set:  func(q *Query, vs []string) error { q.Origins = vs; return nil }},
 		where: func(w *where, col string, q Query) { w.in(col, q.Origins) },
 		scan:  stringField(func(r *FailureRow, v *string) { r.Origin = *v }),

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/wahook/wahook/schema"
@@ -86,6 +88,11 @@ const (
 // holds the unknown keys of a body's envelope as a JSON object {path: value}.
 const FieldUnknownKeys = "_unknown_keys"
 
+// FieldUnexpectedLists is the Field of the management rows (kind other,
+// event UNEXPECTED_LISTS) that name the lists a change's field does not
+// read; the change's field is their subject name.
+const FieldUnexpectedLists = "_unexpected_lists"
+
 // Origins of error rows.
 const (
 	originStatus     = schema.OriginStatus
@@ -93,6 +100,7 @@ const (
 	originInbound    = schema.OriginInbound
 	originHistory    = schema.OriginHistory
 	originCall       = schema.OriginCall
+	originEcho       = schema.OriginEcho
 	originSendResult = schema.OriginSendResult
 )
 
@@ -280,9 +288,57 @@ func (b *run) change(env meta.Envelope) {
 			}
 			b.mgmt(env, schema.KindNumber, env.EntryTime(), "", r)
 		}
+		b.strayLists(env, v)
 		return
 	}
 	b.management(env)
+}
+
+// strayLists adds a row (event UNEXPECTED_LISTS) for the lists of a
+// messaging value that its field does not read: statuses under
+// smb_message_echoes, calls under messages. Known to the decoder, they
+// were neither rows nor unknown keys, and went nowhere. The row names each
+// list with its length (reason, as "statuses:1,calls:2"); what they hold
+// is not stored (they may carry users' text and numbers): RAW keeps the
+// body, for a replay once a version reads them. Contacts (profile names)
+// are never kept, under any field.
+func (b *run) strayLists(env meta.Envelope, v *meta.MessagingValue) {
+	f := env.Field()
+	var buf []byte
+	add := func(name string, n int, reads ...string) {
+		if n == 0 || slices.Contains(reads, f) {
+			return
+		}
+		if len(buf) > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, name...)
+		buf = append(buf, ':')
+		buf = strconv.AppendInt(buf, int64(n), 10)
+	}
+	add("statuses", len(v.Statuses)+len(v.CallStatuses), meta.FieldMessages, meta.FieldCalls)
+	add("messages", len(v.Messages), meta.FieldMessages, meta.FieldHistory)
+	add("calls", len(v.Calls), meta.FieldCalls)
+	add("user_preferences", len(v.UserPreferences), meta.FieldUserPreferences)
+	add("message_echoes", len(v.MessageEchoes), meta.FieldSMBMessageEchoes)
+	add("history", len(v.History), meta.FieldHistory)
+	add("state_sync", len(v.StateSync), meta.FieldSMBAppStateSync)
+	add("automatic_events", len(v.AutomaticEvents), meta.FieldAutomaticEvents)
+	if v.PhoneNumberSettings != nil {
+		add("phone_number_settings", 1, meta.FieldAccountSettingsUpdate)
+	}
+	if len(buf) == 0 {
+		return
+	}
+	// The id is what the value is: its digest tells two such values apart.
+	// The row has a field of its own (the change's is its subject name):
+	// under the change's, an echo's field would count it as an outbound
+	// message, in stage 2 and in /api/v1/throughput.
+	if _, ok := b.mgmt(env, schema.KindOther, env.EntryTime(), "stray_lists "+rawSum(env.Change.Value), schema.ManagementRow{
+		Event: "UNEXPECTED_LISTS", SubjectName: f, Reason: string(buf),
+	}); ok {
+		b.rows.Management[len(b.rows.Management)-1].Field = FieldUnexpectedLists
+	}
 }
 
 func extra(x meta.Extras) string {

@@ -54,13 +54,18 @@ func (b *run) preferences(env meta.Envelope, v *meta.MessagingValue) {
 
 // echoes adds a row per message the business sent from the Business app
 // (coexistence): outbound traffic of the number, not inbound (docs/meta-webhooks.md
-// 9.13, 11.2 rule 7). Only what it is, never its content or recipient.
+// 9.13, 11.2 rule 7). Only what it is, never its content or recipient. Its
+// errors are error rows of origin echo (they were only codes in the row's
+// reason, missing from the failure analytics).
 func (b *run) echoes(env meta.Envelope, v *meta.MessagingValue) {
 	for i := range v.MessageEchoes {
 		m := &v.MessageEchoes[i]
-		b.mgmt(env, schema.KindOther, int64(m.Timestamp), "echo", schema.ManagementRow{
+		owner, ok := b.mgmt(env, schema.KindOther, int64(m.Timestamp), "echo", schema.ManagementRow{
 			Event: m.Type, SubjectID: m.ID, Reason: schema.CodesPart(codes(m.Errors)),
 		})
+		if ok {
+			b.addErrors(owner, originEcho, b.at(int64(m.Timestamp)), env.WABAID(), env.PhoneNumberID(), m.ID, "", "", m.Errors)
+		}
 	}
 }
 
@@ -93,12 +98,26 @@ func (b *run) history(env meta.Envelope, v *meta.MessagingValue) {
 			continue
 		}
 		b.addErrors(owner, originHistory, b.at(last), env.WABAID(), env.PhoneNumberID(), "", "", "", h.Errors)
+		// The errors of the chunk's messages (a media download that
+		// failed) are the chunk's too, after its own, each with its
+		// message's id and time.
+		next := len(h.Errors)
+		for j := range h.Threads {
+			for k := range h.Threads[j].Messages {
+				m := &h.Threads[j].Messages[k]
+				b.addErrorsFrom(next, owner, originHistory, b.at(int64(m.Timestamp)), env.WABAID(), env.PhoneNumberID(), m.ID, "", "", m.Errors)
+				next += len(m.Errors)
+			}
+		}
 	}
 	for i := range v.Messages {
 		m := &v.Messages[i]
-		b.mgmt(env, schema.KindOther, int64(m.Timestamp), "history_message", schema.ManagementRow{
+		owner, ok := b.mgmt(env, schema.KindOther, int64(m.Timestamp), "history_message", schema.ManagementRow{
 			Event: m.Type, SubjectID: m.ID, Reason: schema.CodesPart(codes(m.Errors)),
 		})
+		if ok {
+			b.addErrors(owner, originHistory, b.at(int64(m.Timestamp)), env.WABAID(), env.PhoneNumberID(), m.ID, "", "", m.Errors)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+	"strings"
 
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/meta"
@@ -46,6 +47,10 @@ func (b *run) mgmt(env meta.Envelope, k schema.Kind, at int64, tag string, r sch
 	if !b.fresh(r.EventID) {
 		return r.EventID, false
 	}
+	// The id is what the value is, as sent; the copy stored (and
+	// published) has end users' numbers as keyed hashes: a known field's
+	// value can carry keys not known yet.
+	r.Raw = b.private(r.Raw)
 	b.rows.Management = append(b.rows.Management, r)
 	return r.EventID, true
 }
@@ -132,6 +137,216 @@ func (b *run) management(env meta.Envelope) {
 		}
 		add(schema.KindOther, r)
 	}
+}
+
+// numberKeys are the keys under which Meta's values name end users by
+// phone number: a group's participants (wa_id, input), who acted
+// (initiated_by), a message's ends (from, to, recipient_id,
+// recipient_participant_id).
+var numberKeys = map[string]struct{}{
+	"wa_id": {}, "wa_ids": {}, "input": {}, "initiated_by": {}, "from": {}, "to": {},
+	"recipient_id": {}, "recipient_participant_id": {}, "participants": {}, "phone": {},
+}
+
+// numberKey reports whether k names an end user's number: one of
+// numberKeys, or a path (an unknown key's, "forwarded_to.wa_id",
+// "participants[2]") whose last key is.
+func numberKey(k string) bool {
+	if i := strings.LastIndexByte(k, '.'); i >= 0 {
+		k = k[i+1:]
+	}
+	if i := strings.IndexByte(k, '['); i >= 0 {
+		k = k[:i]
+	}
+	_, ok := numberKeys[k]
+	return ok
+}
+
+// private returns s, JSON kept as received (a management event's raw
+// value, unknown keys, a status's or a message's extra), with the end
+// users' numbers in it as keyed hashes.
+func (b *run) private(s string) string {
+	if s == "" {
+		return s
+	}
+	if h, changed := b.hashNumbers([]byte(s)); changed {
+		return h
+	}
+	return s
+}
+
+// hashNumbers returns raw (a value kept raw: group_* fields, fields not
+// known yet, unknown keys) with the phone numbers under numberKeys, or in a
+// list under one, replaced by their keyed hashes, and whether it replaced
+// any. Only a string that reads as a phone number (phoneDigits) is
+// replaced, by the hash of its digits: the same number hashes the same
+// wherever it is stored. A value that is not valid JSON is returned as it
+// is (the decoder stores none such).
+func (b *run) hashNumbers(raw []byte) (string, bool) {
+	// A key spelled with escapes ("w\u0061_id") is found by the decode.
+	found := bytes.Contains(raw, []byte(`\u`))
+	for k := range numberKeys {
+		if found {
+			break
+		}
+		found = bytes.Contains(raw, []byte(k))
+	}
+	if !found {
+		return "", false
+	}
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	if d.Decode(&v) != nil {
+		return "", false
+	}
+	changed := false
+	// hashAll replaces the numbers in e, a value under a number key: a
+	// string or a JSON number that reads as one, or those in a list (of
+	// lists) of them.
+	var hashAll func(e any) any
+	hashAll = func(e any) any {
+		switch x := e.(type) {
+		case string:
+			if digits, ok := phoneDigits(x); ok {
+				changed = true
+				return b.hash(digits)
+			}
+		case json.Number:
+			// Only a whole number: a decimal or an exponent is a quantity.
+			if digits, ok := phoneDigits(string(x)); ok && allDigits(string(x)) {
+				changed = true
+				return b.hash(digits)
+			}
+		case []any:
+			for i := range x {
+				x[i] = hashAll(x[i])
+			}
+		}
+		return e
+	}
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				if numberKey(k) {
+					x[k] = hashAll(e)
+				}
+				walk(x[k])
+			}
+		case []any:
+			for _, e := range x {
+				walk(e)
+			}
+		}
+	}
+	walk(v)
+	if !changed {
+		return "", false
+	}
+	var out bytes.Buffer
+	e := json.NewEncoder(&out)
+	e.SetEscapeHTML(false)
+	if e.Encode(v) != nil {
+		return "", false
+	}
+	return string(bytes.TrimSuffix(out.Bytes(), []byte("\n"))), true
+}
+
+// phoneDigits returns the digits of s when s reads as a phone number in
+// international form: 7 to 15 digits (E.164) after a dialling prefix (00,
+// 011, 0011) if any, with an optional leading "+" and spaces, dashes,
+// brackets or dots (two or more) between them. Not taken for one: a date (2026-01-31, 20260131, 31.01.2026,
+// 2026.01.31, 31-01-2026) or a Unix time in seconds or milliseconds, which
+// Meta's values carry under "from" and "to" too.
+func phoneDigits(s string) (string, bool) {
+	if isoDate(s) || dottedDate(s) || dashedDate(s) {
+		return "", false
+	}
+	// Dots: a number written so has two or more (+44.7700.900453); one is a
+	// decimal, and four groups of up to three digits an IPv4 address.
+	if dots := strings.Count(s, "."); dots == 1 || dots == 3 && ipv4(s) {
+		return "", false
+	}
+	var d []byte
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= '0' && c <= '9':
+			d = append(d, c)
+		case c == '+' && i == 0, c == ' ', c == '-', c == '(', c == ')', c == '.':
+		default:
+			return "", false
+		}
+	}
+	if len(d) == len(s) && (unixTime(s) || compactDate(s)) {
+		return "", false
+	}
+	n := string(d)
+	for _, prefix := range []string{"0011", "011", "00"} {
+		if strings.HasPrefix(n, prefix) {
+			n = n[len(prefix):]
+			break
+		}
+	}
+	if len(n) < 7 || len(n) > 15 {
+		return "", false
+	}
+	return n, true
+}
+
+// dashedDate reports whether s is a date DD-MM-YYYY or MM-DD-YYYY.
+func dashedDate(s string) bool {
+	return len(s) == 10 && s[2] == '-' && s[5] == '-' && allDigits(s[:2]) && allDigits(s[3:5]) && allDigits(s[6:])
+}
+
+// dottedDate reports whether s is a date written with dots: D.M.YYYY or
+// YYYY.M.D, with one or two digits of day and month.
+func dottedDate(s string) bool {
+	p := strings.Split(s, ".")
+	if len(p) != 3 || !allDigits(p[0]) || !allDigits(p[1]) || !allDigits(p[2]) {
+		return false
+	}
+	short := func(x string) bool { return len(x) == 1 || len(x) == 2 }
+	return short(p[0]) && short(p[1]) && len(p[2]) == 4 || len(p[0]) == 4 && short(p[1]) && short(p[2])
+}
+
+// ipv4 reports whether s is four dot-separated groups of one to three
+// digits.
+func ipv4(s string) bool {
+	p := strings.Split(s, ".")
+	if len(p) != 4 {
+		return false
+	}
+	for _, x := range p {
+		if len(x) == 0 || len(x) > 3 || !allDigits(x) {
+			return false
+		}
+	}
+	return true
+}
+
+func allDigits(s string) bool { return s != "" && strings.Trim(s, "0123456789") == "" }
+
+// unixTime reports whether s, all digits, reads as a Unix time in seconds
+// or milliseconds (2001 to 2033): ten or thirteen digits from 1. No
+// international number has that form (a country code 1 takes ten digits
+// more).
+func unixTime(s string) bool { return (len(s) == 10 || len(s) == 13) && s[0] == '1' }
+
+// compactDate reports whether s, all digits, reads as a date YYYYMMDD of
+// 1900 to 2099.
+func compactDate(s string) bool {
+	if len(s) != 8 || !(s[:2] == "19" || s[:2] == "20") {
+		return false
+	}
+	m, d := (s[4]-'0')*10+s[5]-'0', (s[6]-'0')*10+s[7]-'0'
+	return m >= 1 && m <= 12 && d >= 1 && d <= 31
+}
+
+// isoDate reports whether s starts as a date, YYYY-MM-DD.
+func isoDate(s string) bool {
+	return len(s) >= 10 && s[4] == '-' && s[7] == '-' && allDigits(s[:4]) && allDigits(s[5:7]) && allDigits(s[8:10])
 }
 
 // sniffDisplayNumber returns the top-level display_phone_number of a value

@@ -30,7 +30,7 @@ func (b *run) statuses() {
 			ErrorCodes:         codes(s.Errors),
 			PricingBillable:    -1,
 			Campaign:           s.BizOpaqueCallbackData,
-			Extra:              extra(s.Unknown),
+			Extra:              b.private(extra(s.Unknown)),
 		}
 		recipient, group, participant, user := statusParties(s)
 		r.RecipientHash, r.ParticipantHash, r.RecipientUserHash = b.hash(recipient), b.hash(participant), b.hash(user)
@@ -89,13 +89,19 @@ func statusParties(s *meta.Status) (recipient string, group bool, participant, u
 // addErrors adds the error rows of one owner event: its id, one row per
 // error with the error's index (a uint16: errors past 65,535 are left out).
 func (b *run) addErrors(owner, origin string, at time.Time, waba, number, msgID, recipient, campaign string, errs []meta.Error) {
+	b.addErrorsFrom(0, owner, origin, at, waba, number, msgID, recipient, campaign, errs)
+}
+
+// addErrorsFrom is addErrors for an owner whose errors come from several
+// lists: the first of errs gets index first.
+func (b *run) addErrorsFrom(first int, owner, origin string, at time.Time, waba, number, msgID, recipient, campaign string, errs []meta.Error) {
 	for i := range errs {
-		if i > math.MaxUint16 {
+		if first+i > math.MaxUint16 {
 			return
 		}
 		e := &errs[i]
 		b.rows.Errors = append(b.rows.Errors, schema.ErrorRow{
-			Source: b.src, EventID: owner, Index: uint16(i), Origin: origin, EventTime: at,
+			Source: b.src, EventID: owner, Index: uint16(first + i), Origin: origin, EventTime: at,
 			WabaID: waba, PhoneNumberID: number, MessageID: msgID, RecipientHash: recipient,
 			Code: code(e.Code), Title: e.Title, Message: e.Message, Details: e.ErrorData.Details, Href: e.Href,
 			Campaign: campaign,
@@ -121,7 +127,7 @@ func (b *run) inbound() {
 			FromUserHash:       b.hash(m.FromUserID),
 			GroupID:            m.GroupID,
 			ErrorCodes:         codes(m.Errors),
-			Extra:              inboundExtra(m),
+			Extra:              b.private(inboundExtra(m)),
 		}
 		if c := m.Context; c != nil {
 			r.ContextMessageID = c.ID
@@ -178,17 +184,25 @@ func inboundExtra(m *meta.Message) string {
 }
 
 // valueErrors adds the value-level errors of a change (docs/meta-webhooks.md 6.2).
-// They belong to no message and carry no time, so their owner id is what
-// the change is (rule 6 for management events): field, WABA, number,
-// entry.time and the value itself. The same value inside another POST has
-// the same id; two identical values cannot be told apart.
+// They belong to no message and carry no time of their own, so their owner
+// id is what the change is (rule 6 for management events): field, WABA,
+// number, entry.time and the value itself. A messages webhook has no
+// entry.time, and the same error (a number's 130429, again and again)
+// comes as the same value: there the minute the body was received stands
+// in for the time. Each minute a number hits it counts, as its event_time
+// says; a copy of the body received again within the minute (a retry that
+// got past the endpoint's duplicate index) counts once.
 func (b *run) valueErrors(env meta.Envelope, v *meta.MessagingValue) {
 	if len(v.Errors) == 0 {
 		return
 	}
 	t := env.EntryTime()
+	when := strconv.FormatInt(t, 10)
+	if t <= 0 {
+		when = "received " + strconv.FormatInt(b.fallback.Unix()/60*60, 10)
+	}
 	owner := schema.EventID(schema.KindOther, "value_errors", env.Field(), env.WABAID(), env.PhoneNumberID(),
-		strconv.FormatInt(t, 10), rawSum(env.Change.Value))
+		when, rawSum(env.Change.Value))
 	if !b.fresh(owner) {
 		return
 	}

@@ -3,6 +3,7 @@ package processor
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/meta"
@@ -18,7 +19,7 @@ import (
 // carried.
 func (b *run) unknownKeys() {
 	p := b.p
-	if len(p.Unknown) == 0 {
+	if len(p.Unknown) == 0 && p.UnknownDropped == 0 {
 		return
 	}
 	keep := map[*byte]struct{}{}
@@ -64,7 +65,7 @@ func (b *run) unknownKeys() {
 			}
 		}
 	}
-	if len(keep) == 0 {
+	if len(keep) == 0 && p.UnknownDropped == 0 {
 		return
 	}
 	var buf bytes.Buffer
@@ -87,7 +88,12 @@ func (b *run) unknownKeys() {
 	buf.WriteByte('}')
 	r := schema.ManagementRow{
 		Source: b.src, EventID: schema.EventID(schema.KindOther, FieldUnknownKeys, b.bodyID()), Kind: schema.KindOther,
-		Field: FieldUnknownKeys, EventTime: b.fallback, Raw: buf.String(),
+		Field: FieldUnknownKeys, EventTime: b.fallback, Raw: b.private(buf.String()),
+	}
+	if p.UnknownDropped > 0 {
+		// Past meta.MaxUnknown the keys are counted, not kept: the row says
+		// how many, and RAW keeps the body.
+		r.Reason = fmt.Sprintf("%d more unknown keys after the first %d, not kept (the body is in RAW)", p.UnknownDropped, meta.MaxUnknown)
 	}
 	if len(p.Entries) == 1 {
 		r.WabaID = p.Entries[0].ID

@@ -126,6 +126,48 @@ func TestStage1NumberLearnedLate(t *testing.T) {
 	}
 }
 
+// TestStage1HeldAppliedBesideBadBody: the body that teaches a number
+// shares its batch with a body the store refuses. The held event it
+// applied was dropped with the failed batch: its body, written again in
+// halves, did not learn the number again, so the event waited for the
+// sweep (30 s), and was counted applied twice. Now the failed batch gives
+// it to the next one: it is stored with its id and released at once, and
+// counted once.
+func TestStage1HeldAppliedBesideBadBody(t *testing.T) {
+	p := newPipeline(t, schematest.ClickHouse(t))
+	p.cfg.MaxDeliver = 3
+	p.cfg.FlushInterval = time.Second // the two bodies in one batch
+	p.faults = func(inner processor.Writer) processor.Writer {
+		return &refuse{Writer: inner, bad: "wamid.poison"}
+	}
+	p.start()
+	p.publish("default", readFixture(t, "quality_throughput_upgrade.json"))
+	p.drained(30 * time.Second)
+	if n := p.heldKeys(); n != 1 {
+		t.Fatalf("held events: %d, want 1", n)
+	}
+	var id string
+	if err := p.db.Conn.QueryRow(context.Background(), fmt.Sprintf(
+		"SELECT event_id FROM %s.management_events WHERE event = 'THROUGHPUT_UPGRADE'", p.db.Database)).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+
+	p.publish("default", readFixture(t, "status_sent_pmp_marketing.json"))
+	p.publish("default", statusBody("107655290331184", "15557810001", "wamid.poison", 1781514300))
+	testutil.Eventually(t, 10*time.Second, "the upgrade stored with its number and released, well before the sweep", func() (bool, string) {
+		with, _ := p.upgradeRows(id)
+		held := p.heldKeys()
+		return with == 1 && held == 0, fmt.Sprintf("%d rows with its number, %d held", with, held)
+	})
+	p.drained(30 * time.Second)
+	if n := p.count("SELECT count() FROM {db}.dead_letters FINAL"); n != 1 {
+		t.Errorf("dead letters: %d, want the refused body's", n)
+	}
+	if n := p.metric(0, "wahook_processor_number_events_applied_total"); n != 1 {
+		t.Errorf("applied metric: %v, want 1", n)
+	}
+}
+
 // TestStage1SweepsHeldEvents: an event held for a number that another
 // instance learned, and that crashed before applying it, is applied by the
 // sweep of the next stage 1 to start. The display number is written with

@@ -207,9 +207,12 @@ func (p *eventPublisher) send(ctx context.Context, rows *schema.Rows, from *rowM
 	// Errors of a number that belong to no status, message or send result
 	// (value.errors[], history[].errors[]): stage 2 applies them like a
 	// failed status's, so that a value-level 131048 stops the number too.
+	// Those of a past message a history sync carries (message id set) are
+	// not traffic of now, and would stop a number for a message of months
+	// ago: they are in ClickHouse only, as echoes' are.
 	for ; from.errors < len(rows.Errors); from.errors++ {
 		r := &rows.Errors[from.errors]
-		if r.Origin != schema.OriginValue && r.Origin != schema.OriginHistory {
+		if !publishedError(r) {
 			continue
 		}
 		var b []byte
@@ -490,4 +493,10 @@ func cutValue(v reflect.Value, max int) {
 			}
 		}
 	}
+}
+
+// publishedError reports whether an error row travels on EVENTS on its
+// own: a value-level error, or a history chunk's own (no message id).
+func publishedError(r *schema.ErrorRow) bool {
+	return r.Origin == schema.OriginValue || (r.Origin == schema.OriginHistory && r.MessageID == "")
 }

@@ -3,8 +3,10 @@ package processor
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -109,7 +111,7 @@ func TestPublishEvents(t *testing.T) {
 		add(rows.Management[i].PhoneNumberID, rows.Management[i].Kind, rows.Management[i].EventID, &rows.Management[i])
 	}
 	for i := range rows.Errors {
-		if r := &rows.Errors[i]; r.Origin == schema.OriginValue || r.Origin == schema.OriginHistory {
+		if r := &rows.Errors[i]; publishedError(r) {
 			add(r.PhoneNumberID, schema.KindError, schema.ErrorEventID(r), r)
 		}
 	}
@@ -283,5 +285,44 @@ func TestReplyError(t *testing.T) {
 		if err == nil || isOutage(err) != c.outage {
 			t.Errorf("%s: %v, outage %v; want outage %v", c.name, err, isOutage(err), c.outage)
 		}
+	}
+}
+
+// TestHistoryMessageErrorsStayOffEvents: the errors of messages a history
+// sync carries (past messages, some of months ago) are not published for
+// stage 2, which applied a 131048 of one like a failed status of now and
+// stopped the number; the chunk's own error still is.
+func TestHistoryMessageErrorsStayOffEvents(t *testing.T) {
+	nc, js := publishEnv(t, true)
+	body := []byte(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","changes":[` +
+		`{"field":"history","value":{"messaging_product":"whatsapp","metadata":{"display_phone_number":"15557810001","phone_number_id":"107655290331184"},` +
+		`"messages":[{"from":"447700900456","id":"wamid.H1","timestamp":"1781515001","type":"image","errors":[{"code":131048,"title":"Spam rate limit hit"}]}],` +
+		`"history":[{"metadata":{"phase":0,"chunk_order":1,"progress":10},"errors":[{"code":2593109,"title":"History sync error"}],"threads":[{"id":"447700900456","messages":[` +
+		`{"from":"447700900456","id":"wamid.T2","timestamp":"1781515003","type":"image","errors":[{"code":131048,"title":"Spam rate limit hit"}]}]}]}]}}]}]}`)
+	rows := normalizeBody(NewNormalizer(schema.NewHasher(normKey)), body, normSource(1))
+	if len(rows.Errors) != 3 {
+		t.Fatalf("%d error rows, want 3 (the chunk's, two messages')", len(rows.Errors))
+	}
+	p := newEventPublisher(nc, 16)
+	defer p.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.publish(ctx, &rows); err != nil {
+		t.Fatal(err)
+	}
+	var codes []string
+	for _, m := range storedEvents(t, js) {
+		if strings.HasSuffix(m.Subject, "."+string(schema.KindError)) {
+			var e struct {
+				Row schema.ErrorRow `json:"row"`
+			}
+			if err := json.Unmarshal(m.Data, &e); err != nil {
+				t.Fatal(err)
+			}
+			codes = append(codes, fmt.Sprintf("%d %q", e.Row.Code, e.Row.MessageID))
+		}
+	}
+	if want := []string{`2593109 ""`}; !reflect.DeepEqual(codes, want) {
+		t.Errorf("error events %v, want only the chunk's %v", codes, want)
 	}
 }

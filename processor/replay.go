@@ -17,6 +17,8 @@ import (
 
 // ReplayResult counts what a replay fed through stage 1 again.
 type ReplayResult struct {
+	// Rows is the rows stored other than dead letters; DeadLetters counts
+	// every dead letter, of a decode or of retries exhausted.
 	Bodies, Rows, DeadLetters int
 	// Batches is the writes that stored rows: batches of BatchRows rows or
 	// BatchBytes body bytes at most, about, and the halves and dead
@@ -371,7 +373,7 @@ func (r *replayer) store(bodies []replayBody, rows *schema.Rows, work *numberWor
 	for {
 		err := r.try(rows, work)
 		if err == nil {
-			r.res.Rows += rows.Len()
+			r.res.Rows += rows.Len() - len(rows.DeadLetters)
 			r.res.DeadLetters += len(rows.DeadLetters)
 			r.res.Batches++
 			return nil

@@ -27,7 +27,11 @@ import (
 //     stores them again under the same event id, after the copy without
 //     the id (the management table keeps the last copy of an event), and
 //     EVENTS gets them on the number's subject, so stage 2 applies them.
-//     Their keys are released once that batch is stored.
+//     Their keys are released once that batch is stored. A batch that is
+//     not stored (an outage, or a bad body it is split around) gives them
+//     back to the next batch (requeueHeld): its bodies, read again, do not
+//     learn the number again, and the sweep would apply them only up to 30 s
+//     later.
 
 // pendingSweep is how often stage 1 looks for held events whose number is
 // known by now.
@@ -41,11 +45,11 @@ var errNumbers = errors.New("number buckets")
 
 // numberWork is what a batch does about display numbers once it is stored.
 type numberWork struct {
-	hold    []int    // indexes in rows.Management of events to hold
-	release []string // keys of held events the batch applies
+	hold    []int       // indexes in rows.Management of events to hold
+	applied []HeldEvent // held events the batch applies, released once stored
 }
 
-func (w *numberWork) reset() { w.hold, w.release = w.hold[:0], w.release[:0] }
+func (w *numberWork) reset() { clear(w.applied); w.hold, w.applied = w.hold[:0], w.applied[:0] }
 
 // resolve learns the pairs of rows.Numbers[p0:] and resolves the display
 // numbers of rows.Management[m0:]; it adds the events held for a number
@@ -91,13 +95,30 @@ func (s *Stage1) resolve(ctx context.Context, rows *schema.Rows, m0, p0 int, w *
 }
 
 // addHeld adds held events, with their ids, to rows, to be released once
-// stored.
+// stored. An event the batch applies already (given back by a failed
+// batch, and found by the sweep too) is not added twice.
 func (s *Stage1) addHeld(rows *schema.Rows, w *numberWork, held []HeldEvent) {
+next:
 	for _, h := range held {
+		for _, a := range w.applied {
+			if a.Key == h.Key {
+				continue next
+			}
+		}
 		rows.Management = append(rows.Management, h.Row)
-		w.release = append(w.release, h.Key)
+		w.applied = append(w.applied, h)
 	}
-	s.metrics.numbersApplied.Add(float64(len(held)))
+}
+
+// requeueHeld gives the held events a batch that was not stored had
+// applied to the next batch.
+func (s *Stage1) requeueHeld(w *numberWork) {
+	if len(w.applied) == 0 {
+		return
+	}
+	s.applyMu.Lock()
+	s.applyQ = append(s.applyQ, w.applied...)
+	s.applyMu.Unlock()
 }
 
 // settleNumbers runs once the rows are stored: it holds the events whose
@@ -126,11 +147,20 @@ func (s *Stage1) settleNumbers(ctx context.Context, rows *schema.Rows, w *number
 			s.applyMu.Unlock()
 		}
 	}
-	if err := s.numbers.Release(ctx, w.release); err != nil {
-		// They are applied again by a sweep: stored again under the same
-		// ids, harmlessly.
-		s.log.Warn("applied events not released", zap.Error(err))
+	if len(w.applied) == 0 {
+		return nil
 	}
+	keys := make([]string, len(w.applied))
+	for i, h := range w.applied {
+		keys[i] = h.Key
+	}
+	if err := s.numbers.Release(ctx, keys); err != nil {
+		// They are applied again by a sweep: stored again under the same
+		// ids, harmlessly, and counted then.
+		s.log.Warn("applied events not released", zap.Error(err))
+		return nil
+	}
+	s.metrics.numbersApplied.Add(float64(len(keys)))
 	return nil
 }
 

@@ -459,6 +459,7 @@ func (s *Stage1) flush(runCtx context.Context, b *batch) {
 		if !errors.Is(err, errNumbers) && !isOutage(err) && s.healthy(ctx) {
 			s.log.Warn("batch not stored while both stores answer: writing its bodies one by one",
 				zap.Int("batch_bodies", len(b.msgs)), zap.Error(err))
+			s.requeueHeld(&b.numbers)
 			s.isolate(runCtx, b.msgs, err)
 			b.reset()
 			return
@@ -470,6 +471,7 @@ func (s *Stage1) flush(runCtx context.Context, b *batch) {
 		}
 		s.log.Warn("batch not stored, will retry", zap.Int("batch_bodies", len(b.msgs)), zap.Int("batch_rows", b.rows.Len()),
 			zap.Duration("retry_in", delay), zap.Error(err))
+		s.requeueHeld(&b.numbers)
 		b.reset()
 		sleep(runCtx, delay)
 		return
@@ -485,6 +487,7 @@ func (s *Stage1) flush(runCtx context.Context, b *batch) {
 		}
 		s.log.Warn("batch stored, its events of numbers not learned yet not held: will retry", zap.Int("batch_bodies", len(b.msgs)),
 			zap.Duration("retry_in", delay), zap.Error(err))
+		s.requeueHeld(&b.numbers)
 		b.reset()
 		sleep(runCtx, delay)
 		return
@@ -585,6 +588,9 @@ func (s *Stage1) writeGroup(runCtx context.Context, msgs []jetstream.Msg) error 
 	}
 	if err == nil {
 		err = s.settleNumbers(ctx, &b.rows, &b.numbers)
+	}
+	if err != nil {
+		s.requeueHeld(&b.numbers)
 	}
 	switch {
 	case err == nil:

@@ -662,9 +662,11 @@ func TestStage1ReadOnlyClickHouse(t *testing.T) {
 func TestStage1HungClickHouse(t *testing.T) {
 	srv := schematest.StartClickHouse(t)
 	p := newPipeline(t, srv.Database(t))
-	// A write may hang 10 s (AckWait/2) and a batch grow 5 s (AckWait/4)
-	// before the reader waits for the writer.
-	p.cfg.AckWait = 20 * time.Second
+	// A write may hang 20 s (AckWait/2) and a batch grow 10 s (AckWait/4)
+	// before the reader waits for the writer: what the test does while the
+	// server is frozen (120 publishes, each waiting for its ack, and the
+	// flush intervals) must fit in the 10 s on a busy machine.
+	p.cfg.AckWait = 40 * time.Second
 	p.start()
 	body := func(i int) []byte {
 		return []byte(fmt.Sprintf(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","changes":[{"field":"messages","value":{"messaging_product":"whatsapp","metadata":{"display_phone_number":"15557810001","phone_number_id":"107655290331184"},"statuses":[{"id":"wamid.hung-%d","status":"delivered","timestamp":"%d","recipient_id":"4915155500734"}]}}]}]}`, i, 1781514312+i))
@@ -696,7 +698,7 @@ func TestStage1HungClickHouse(t *testing.T) {
 	for i := per; i < 2*per; i++ {
 		p.publish("default", body(i))
 	}
-	waitEvents(2*per, 3*time.Second)
+	waitEvents(2*per, p.cfg.AckWait/4-time.Since(frozen))
 	// The batch falling due (FlushInterval after its first body) is what
 	// is tested: nothing outside stage 1 shows it, so the test lets the
 	// interval pass, here and below.
@@ -707,11 +709,11 @@ func TestStage1HungClickHouse(t *testing.T) {
 	}
 	time.Sleep(3 * p.cfg.FlushInterval)
 	// C: read and published all the same, long before the write's
-	// deadline (10 s) would free a blocked reader.
+	// deadline (20 s) would free a blocked reader.
 	for i := 3 * per; i < 4*per; i++ {
 		p.publish("default", body(i))
 	}
-	waitEvents(4*per, 3*time.Second)
+	waitEvents(4*per, p.cfg.AckWait/4-time.Since(frozen))
 	if d := time.Since(frozen); d > p.cfg.AckWait/4 {
 		t.Fatalf("the test took %v while frozen, past the batch's age limit: it proves nothing", d)
 	}

@@ -14,6 +14,11 @@ const view = () => $("#view");
 window.wahookRequests = [];
 let charts = [];
 let liveAbort = null;
+// routeAbort ends the requests of the page being drawn when another
+// navigation starts, and routeGen tells a superseded render: a slow answer
+// must never draw over the page shown now.
+let routeAbort = new AbortController();
+let routeGen = 0;
 
 function esc(s) {
   return String(s == null ? "" : s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
@@ -25,10 +30,13 @@ function badge(v) { return v ? `<span class="badge v-${esc(v)}">${esc(v)}</span>
 
 class AuthError extends Error {}
 
-async function api(path) {
+// api asks the API for path with the signed-in token, as part of the page
+// being drawn (its requests end when another navigation starts) unless
+// signal says otherwise.
+async function api(path, signal) {
   const token = sessionStorage.getItem(TOKEN_KEY);
   window.wahookRequests.push(path);
-  const r = await fetch(path, { headers: { Authorization: "Bearer " + token } });
+  const r = await fetch(path, { headers: { Authorization: "Bearer " + token }, signal: signal || routeAbort.signal });
   if (r.status === 401) { throw new AuthError("token refused"); }
   const body = await r.json().catch(() => ({}));
   if (!r.ok) {
@@ -49,6 +57,7 @@ function range() {
   if (p === "custom") {
     const f = Date.parse($("#range-from").value + "Z"), t = Date.parse($("#range-to").value + "Z");
     if (f && t && f < t) return { from: f / 1000, to: t / 1000 };
+    throw new Error("Choose a custom range whose start is before its end (UTC).");
   }
   const span = { "1h": 3600, "6h": 21600, "24h": 86400, "7d": 604800, "30d": 2592000 }[p] || 86400;
   const to = Math.floor(now / 60) * 60 + 60;
@@ -72,6 +81,9 @@ function hashParams() {
 // ---- charts ----
 
 function clearCharts() { charts.forEach((c) => c.destroy()); charts = []; }
+// The charts' times are UTC, as the range's inputs, the API's buckets and
+// the tables' stamps.
+const utcDate = (ts) => uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC");
 function chartWidth(el) { return Math.max(320, el.clientWidth - 4); }
 
 // stacked draws series stacked (each the sum of it and those below it),
@@ -96,7 +108,7 @@ function stacked(el, title, xs, series, opts) {
   }
   const u = new uPlot({
     title, width: chartWidth(el), height: opts.height || 260,
-    series: sers, scales: { x: { time: true } },
+    series: sers, scales: { x: { time: true } }, tzDate: utcDate,
     axes: [{}, { label: opts.yLabel || "", size: 60 }],
     cursor: { drag: { x: true, y: false } },
   }, data, el);
@@ -153,6 +165,10 @@ const VIEWS = {
 
 async function route() {
   if (liveAbort) { liveAbort.abort(); liveAbort = null; }
+  routeAbort.abort();
+  routeAbort = new AbortController();
+  const gen = ++routeGen;
+  showLinkRange();
   clearCharts();
   const { path } = hashParams();
   const name = path.split("/")[0] || "failures";
@@ -163,11 +179,15 @@ async function route() {
   const t0 = performance.now();
   try {
     await fn(path.split("/").slice(1).join("/"));
+    if (gen !== routeGen) return;
     document.body.dataset.loadMs = String(Math.round(performance.now() - t0));
     // From the navigation's start, for the timing test (api/ui_timing_test.go).
     document.body.dataset.loadedAt = String(Math.round(performance.now()));
     document.body.dataset.loaded = name;
   } catch (e) {
+    // A render another navigation superseded (its requests aborted, or its
+    // page's elements gone) says nothing about the page shown now.
+    if (gen !== routeGen) return;
     if (e instanceof AuthError) return logout("The token was refused.");
     view().insertAdjacentHTML("beforeend", `<p class="error" id="view-error">${esc(e.status === 404 ? "Not found." : e.message)}</p>`);
     document.body.dataset.loaded = name + ":error";
@@ -188,7 +208,7 @@ function setFilters(view, f) {
   const s = p.toString();
   location.hash = view + (s ? "?" + s : "");
 }
-const ORIGINS = { "": "", webhook: "status,value,inbound", send_result: "send_result" };
+const ORIGINS = { "": "", webhook: "status,value,inbound,history,call,echo", send_result: "send_result" };
 
 async function renderFailures() {
   const f = filterState();
@@ -286,7 +306,7 @@ async function renderFailures() {
 }
 
 async function pacingSignals() {
-  try { return (await api("/api/v1/pacing")).signals; } catch (e) { if (e instanceof AuthError) throw e; return null; }
+  try { return (await api("/api/v1/pacing")).signals; } catch (e) { if (e instanceof AuthError || e.name === "AbortError") throw e; return null; }
 }
 
 async function renderNumbers() {
@@ -409,7 +429,7 @@ async function renderDeadLetters() {
   const r = range();
   const d = await api("/api/v1/dead-letters?" + qs({ from: r.from, to: r.to, limit: 50 }));
   view().innerHTML = `<h1>Dead letters</h1>
-  <div class="card"><span class="stat">Dead letters<b id="dead-count" data-value="${d.count}">${fmt(d.count)}</b></span><span class="stat">Bodies<b>${fmt(d.bodies)}</b></span><p class="muted">Bodies and items stage 1 could not decode. Bodies are never shown here; they stay in ClickHouse for replay.</p></div>
+  <div class="card"><span class="stat">Dead letters<b id="dead-count" data-value="${d.count}">${fmt(d.count)}</b></span><span class="stat">Bodies<b>${fmt(d.bodies)}</b></span><p class="muted">Bodies and items stage 1 could not decode. Bodies are never shown here; they stay in ClickHouse to be looked at, and RAW keeps each for its max age (7 days by default), the time to fix the decoder and replay it.</p></div>
   <div class="row"><div class="card"><h2>By reason</h2><div id="dead-chart" class="chart"></div><table id="dead-reasons"><thead><tr><th>reason</th><th class="num">count</th><th>last seen</th></tr></thead><tbody>${
     d.by_reason.map((x) => `<tr><td>${esc(x.reason)}</td><td class="num" data-value="${x.count}">${fmt(x.count)}</td><td>${esc(x.last_seen)}</td></tr>`).join("") || `<tr><td colspan="3" class="muted">None in this range.</td></tr>`}</tbody></table></div>
   <div class="card"><h2>Most recent</h2><table id="dead-recent"><thead><tr><th>received</th><th>app</th><th>reason</th><th>item</th><th>error</th></tr></thead><tbody>${
@@ -474,6 +494,7 @@ async function renderLive() {
   };
   const pause = (ms) => new Promise((resolve) => { const t = setTimeout(resolve, ms); ctrl.signal.addEventListener("abort", () => { clearTimeout(t); resolve(); }, { once: true }); });
   const resp = await open();
+  if (ctrl.signal.aborted) return;
   if (resp.status === 401) throw new AuthError("token refused");
   // 404 and the like: this API has no live signals (no NATS); 429 and 503
   // are for now, and are tried again below.
@@ -511,6 +532,10 @@ async function renderLive() {
 function logout(msg) {
   sessionStorage.removeItem(TOKEN_KEY);
   if (liveAbort) { liveAbort.abort(); liveAbort = null; }
+  // A page still loading must not draw under the login form.
+  routeAbort.abort();
+  routeAbort = new AbortController();
+  routeGen++;
   clearCharts();
   view().innerHTML = "";
   $("#nav").hidden = true; $("#range").hidden = true; $("#login").hidden = false;
@@ -524,13 +549,45 @@ async function start() {
   await route();
 }
 
+// showLinkRange shows a link's range (from/to in the location) in the range
+// controls, as a custom range, when it is not the one shown already: a
+// route that keeps it (a filter applied) leaves the inputs as the user
+// left them.
+let shownLinkRange = "";
+function showLinkRange() {
+  const hp = hashParams().params;
+  const f = Number(hp.get("from")), t = Number(hp.get("to"));
+  const key = f && t ? f + "-" + t : "";
+  if (key === shownLinkRange) return;
+  shownLinkRange = key;
+  if (!key) return;
+  const local = (sec) => new Date(sec * 1000).toISOString().slice(0, 16);
+  $("#range-preset").value = "custom";
+  $("#range-custom").hidden = false;
+  $("#range-from").value = local(f);
+  $("#range-to").value = local(t);
+}
+
+// dropLinkRange removes a link's range from the location, which routes
+// again (true); false when there was none.
+function dropLinkRange() {
+  const { path, params } = hashParams();
+  if (!params.has("from") && !params.has("to")) return false;
+  params.delete("from"); params.delete("to");
+  const s = params.toString();
+  location.hash = path + (s ? "?" + s : "");
+  return true;
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   $("#login-form").addEventListener("submit", async (e) => {
     e.preventDefault();
     const token = $("#login-token").value.trim();
     sessionStorage.setItem(TOKEN_KEY, token);
     try {
-      await api("/api/v1/error-codes");
+      // The token's check is no page's: a navigation meanwhile (the back
+      // button) must not abort it and sign out a valid token.
+      await api("/api/v1/error-codes", new AbortController().signal);
       $("#login-token").value = "";
       await start();
     } catch (err) {
@@ -538,11 +595,13 @@ document.addEventListener("DOMContentLoaded", () => {
     }
   });
   $("#logout").onclick = () => logout();
+  // A range chosen here replaces a link's (from/to in the location): it
+  // was kept, and the select said one range while the page showed another.
   $("#range-preset").onchange = () => {
     $("#range-custom").hidden = $("#range-preset").value !== "custom";
-    if ($("#range-preset").value !== "custom") route();
+    if ($("#range-preset").value !== "custom" && !dropLinkRange()) route();
   };
-  $("#range-apply").onclick = () => route();
+  $("#range-apply").onclick = () => { if (!dropLinkRange()) route(); };
   window.addEventListener("hashchange", () => { if (sessionStorage.getItem(TOKEN_KEY)) route(); });
   start();
 });
