@@ -229,7 +229,7 @@ func (a *apiServer) part() part {
 }
 
 // runAPI runs the query API alone against ClickHouse.
-func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	f := newFlags("api", stderr)
 	var (
 		ao   apiOptions
@@ -261,7 +261,7 @@ func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
 	p := &parts{log: log}
-	defer p.stop()
+	defer p.stopInto(&err)
 	if no.urls != "" {
 		if err := no.validate(); err != nil {
 			return err

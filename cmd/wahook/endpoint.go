@@ -67,8 +67,14 @@ func (o *ingestOptions) registerPublisher(f *flags) {
 // max_payload cannot carry (a body and its headers); nil while not
 // connected.
 func checkMaxPayload(nc *nats.Conn, bodyLimit int) error {
-	if mp := nc.MaxPayload(); mp > 0 && int64(bodyLimit)+4096 > mp {
-		return fmt.Errorf("--body-limit %d does not fit the NATS max_payload of %d bytes: raise max_payload on the servers or lower --body-limit", bodyLimit, mp)
+	return payloadFits(bodyLimit, nc.MaxPayload(), "raise max_payload on the servers or lower --body-limit")
+}
+
+// payloadFits reports a --body-limit that a max_payload of mp (0: not
+// known) cannot carry with its headers.
+func payloadFits(bodyLimit int, mp int64, fix string) error {
+	if mp > 0 && int64(bodyLimit)+4096 > mp {
+		return fmt.Errorf("--body-limit %d does not fit the NATS max_payload of %d bytes: %s", bodyLimit, mp, fix)
 	}
 	return nil
 }

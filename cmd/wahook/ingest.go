@@ -7,7 +7,7 @@ import (
 )
 
 // runIngest runs only the webhook endpoint, against external NATS.
-func runIngest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runIngest(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	f := newFlags("ingest", stderr)
 	var (
 		io_  ingestOptions
@@ -44,7 +44,7 @@ func runIngest(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
 	p := &parts{log: log}
-	defer p.stop()
+	defer p.stopInto(&err)
 	if pp, err := rto.start(log); err != nil {
 		return err
 	} else if pp != nil {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"go.uber.org/zap"
@@ -67,18 +69,33 @@ func (p *parts) wait(ctx context.Context) error {
 }
 
 // stop stops every part in the reverse order of their start, each step
-// logged with its duration.
-func (p *parts) stop() {
+// logged with its duration. A step that fails does not keep the next ones
+// from running; the error names every failed step.
+func (p *parts) stop() error {
+	var errs []error
 	for i := len(p.list) - 1; i >= 0; i-- {
 		pt := p.list[i]
 		start := time.Now()
 		if err := pt.stop(); err != nil {
 			p.log.Error("shutdown step failed", zap.String("step", pt.name), zap.Error(err), zap.Duration("took", time.Since(start)))
+			errs = append(errs, fmt.Errorf("shutdown step %q failed: %w", pt.name, err))
 			continue
 		}
 		p.log.Info("shutdown step done", zap.String("step", pt.name), zap.Duration("took", time.Since(start)))
 	}
 	p.list = nil
+	return errors.Join(errs...)
+}
+
+// stopInto stops the parts (deferred by a command) and, when the command
+// itself ended well, makes a failed step its error: a stop that did not
+// finish (a last batch not written, a drain cut short) exits non-zero, so
+// that whoever restarts the service sees it. A command that already
+// failed keeps its own error; the steps are in the log.
+func (p *parts) stopInto(err *error) {
+	if e := p.stop(); e != nil && *err == nil {
+		*err = e
+	}
 }
 
 // task is a goroutine whose end can be waited for any number of times.
@@ -112,5 +129,15 @@ func stageTask(name string, run func(ctx context.Context, done chan<- error)) pa
 		run(ctx, done)
 		return <-done
 	})
-	return part{name: name, done: t.done, err: t.wait, stop: func() error { cancel(); return t.wait() }}
+	// A stage stopped before it was set up (waiting for ClickHouse, for the
+	// migrations lease) ends with the cancellation: that is its stop, not a
+	// failure of it.
+	stop := func() error {
+		cancel()
+		if err := t.wait(); err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+		return nil
+	}
+	return part{name: name, done: t.done, err: t.wait, stop: stop}
 }

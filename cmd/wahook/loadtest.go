@@ -111,6 +111,15 @@ func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return err
 		}
 	}
+	if s.Interrupted {
+		// Partial figures are printed, marked, and the command fails: the
+		// checks would read a run cut short, and a script must not take
+		// the figures for a whole run.
+		if err := writeSummary(stdout, s, asJSON); err != nil {
+			return err
+		}
+		return fmt.Errorf("interrupted after %.1fs of %v: the figures are partial, the checks were not run", s.DurationS, c.Duration)
+	}
 	if pacingNATS != "" {
 		// First: the signals' windows are the last minute.
 		if s.Pacing, err = checkPacingSignals(ctx, pacingNATS, res.Ledger, check.Timeout); err != nil {
@@ -140,12 +149,7 @@ func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return fmt.Errorf("end-to-end check: %w", err)
 		}
 	}
-	if asJSON {
-		err = s.WriteJSON(stdout)
-	} else {
-		s.WriteText(stdout)
-	}
-	if err != nil {
+	if err := writeSummary(stdout, s, asJSON); err != nil {
 		return err
 	}
 	if capacityOut != "" {
@@ -157,13 +161,25 @@ func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return err
 		}
 	}
-	if s.Pacing != nil && !s.Pacing.OK() {
-		return fmt.Errorf("pacing check failed: %d of %d numbers' signals differ from the ledger", s.Pacing.Numbers-s.Pacing.Exact, s.Pacing.Numbers)
+	if p := s.Pacing; p != nil && !p.OK() {
+		if p.Exact != p.Numbers {
+			return fmt.Errorf("pacing check failed: %d of %d numbers' signals differ from the ledger", p.Numbers-p.Exact, p.Numbers)
+		}
+		return fmt.Errorf("pacing check inconclusive: %s", p.Inconclusive)
 	}
 	if s.Check != nil && !s.Check.OK() {
 		return fmt.Errorf("end-to-end check failed: lost %d, duplicates %d, failure distribution matches: %v",
 			s.Check.Lost, s.Check.Duplicates, s.Check.FailuresMatch)
 	}
+	return nil
+}
+
+// writeSummary writes s as JSON or for people.
+func writeSummary(w io.Writer, s loadtest.Summary, asJSON bool) error {
+	if asJSON {
+		return s.WriteJSON(w)
+	}
+	s.WriteText(w)
 	return nil
 }
 

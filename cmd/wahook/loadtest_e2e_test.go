@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/wahook/wahook/loadtest"
 	"github.com/wahook/wahook/schema/schematest"
@@ -44,16 +46,30 @@ func TestLoadtestServeEndToEnd(t *testing.T) {
 
 	chart := filepath.Join(t.TempDir(), "latency.svg")
 	capacity := filepath.Join(t.TempDir(), "capacity.json")
+	// A machine too busy to send the load on time (a CI runner's other
+	// packages) leaves the pacing check inconclusive: the signals' windows
+	// end more than 10 s after the run's last event. Only that is run
+	// again, with a new run id; a wrong signal fails at once.
 	var out, errOut bytes.Buffer
-	code := run(ctx, []string{"loadtest", "--url", "http://" + listen + "/webhook", "--app-secret", "loadtest-e2e-secret",
-		"--numbers", "8", "--coexistence", "2", "--upgraded", "4", "--outbound-mps", "60", "--reply-rate", "0.3",
-		"--failure-mix", "131049=2%,130429=0.5%,131026=1%", "--retry-share", "0.03", "--repeat-share", "0.02",
-		"--statuses-per-post", "3", "--quality-every", "1s", "--upgrade-every", "1s", "--duration", "4s", "--connections", "16",
-		"--check-clickhouse-dsn", ch.DSN, "--check-timeout", "60s", "--check-quiet", "10s", "--check-pacing-nats-url", "nats://" + natsListen,
-		"--chart", chart, "--capacity-out", capacity, "--json"}, &out, &errOut)
+	var code int
 	var s loadtest.Summary
-	if err := json.Unmarshal(out.Bytes(), &s); err != nil {
-		t.Fatalf("loadtest exited %d: %v\n%s\n%s\nserve:\n%s", code, err, out.String(), errOut.String(), logs.String())
+	for attempt := 1; ; attempt++ {
+		out.Reset()
+		errOut.Reset()
+		s = loadtest.Summary{}
+		code = run(ctx, []string{"loadtest", "--url", "http://" + listen + "/webhook", "--app-secret", "loadtest-e2e-secret",
+			"--numbers", "8", "--coexistence", "2", "--upgraded", "4", "--outbound-mps", "60", "--reply-rate", "0.3",
+			"--failure-mix", "131049=2%,130429=0.5%,131026=1%", "--retry-share", "0.03", "--repeat-share", "0.02",
+			"--statuses-per-post", "3", "--quality-every", "1s", "--upgrade-every", "1s", "--duration", "4s", "--connections", "16",
+			"--check-clickhouse-dsn", ch.DSN, "--check-timeout", "60s", "--check-quiet", "10s", "--check-pacing-nats-url", "nats://" + natsListen,
+			"--chart", chart, "--capacity-out", capacity, "--json"}, &out, &errOut)
+		if err := json.Unmarshal(out.Bytes(), &s); err != nil {
+			t.Fatalf("loadtest exited %d: %v\n%s\n%s\nserve:\n%s", code, err, out.String(), errOut.String(), logs.String())
+		}
+		if p := s.Pacing; attempt == 3 || code == 0 || p == nil || p.Inconclusive == "" || p.Exact != p.Numbers {
+			break
+		}
+		t.Logf("run %d: pacing check inconclusive (%s); sent %d, send lag p99 %.0f ms: running again", attempt, s.Pacing.Inconclusive, s.Sent, s.SendLagP99Ms)
 	}
 	c, tr := s.Check, s.Traffic
 	if code != 0 || c == nil || tr == nil {
@@ -133,5 +149,29 @@ func TestLoadtestPacingCheckNeedsModel(t *testing.T) {
 		"--check-pacing-nats-url", "nats://127.0.0.1:1", "--check")
 	if code != 2 || !strings.Contains(errOut, "needs the traffic model") {
 		t.Fatalf("--check-pacing-nats-url without --numbers: code %d, %q; want 2 naming --numbers", code, errOut)
+	}
+}
+
+// TestLoadtestInterrupted: a run stopped by a signal before its duration
+// prints what it measured, marked as partial, and exits 1, so a script
+// does not take it for a whole run (it exited 0).
+func TestLoadtestInterrupted(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go loadtest.ServeBaseline(ln)
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond) // the signal
+	defer cancel()
+	var o, e bytes.Buffer
+	code := run(ctx, []string{"loadtest", "--url", "http://" + ln.Addr().String() + "/webhook", "--app-secret", "s",
+		"--duration", "1m", "--connections", "2", "--metrics-url", "-", "--json"}, &o, &e)
+	var s loadtest.Summary
+	if err := json.Unmarshal(o.Bytes(), &s); err != nil {
+		t.Fatalf("code %d, stdout %q: %v", code, o.String(), err)
+	}
+	if code != 1 || !s.Interrupted || s.OK == 0 || s.DurationS > 30 || !strings.Contains(e.String(), "interrupted after") {
+		t.Errorf("code %d, interrupted %v, %d answered 200 in %.1fs, stderr %q; want 1, a partial run marked so", code, s.Interrupted, s.OK, s.DurationS, e.String())
 	}
 }

@@ -93,6 +93,15 @@ func TestCheckAndEnvironment(t *testing.T) {
 	if code, _, errOut := runCmd(t, "serve", "--check", "--jetstream-sync", "sometimes"); code != 2 || !strings.Contains(errOut, "jetstream-sync") {
 		t.Fatalf("bad sync: code %d, %q", code, errOut)
 	}
+	// A body limit the embedded server cannot carry fails the check (it
+	// passed, and serve then refused to start once NATS was up); with
+	// external servers it is checked against theirs once connected.
+	if code, _, errOut := runCmd(t, "serve", "--check", "--body-limit", "16777216"); code != 2 || !strings.Contains(errOut, "max_payload of 8388608") {
+		t.Fatalf("body limit over the embedded max_payload: code %d, %q", code, errOut)
+	}
+	if code, out, errOut := runCmd(t, "serve", "--check", "--body-limit", "16777216", "--nats-url", "nats://127.0.0.1:1"); code != 0 {
+		t.Fatalf("body limit with external NATS: code %d, %q %q", code, out, errOut)
+	}
 }
 
 func TestConfigDumpRedactsSecrets(t *testing.T) {

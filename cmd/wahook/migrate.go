@@ -83,7 +83,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err == nil {
 			break
 		}
-		if !transientJetStream(err) || !sleepCtx(cctx, wait) {
+		if !transientOrMoving(err) || !sleepCtx(cctx, wait) {
 			return err
 		}
 		log.Warn("provisioning the streams and buckets, retrying", zap.Error(err), zap.Duration("in", wait))

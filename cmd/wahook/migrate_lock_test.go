@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,6 +33,19 @@ func leaseJetStream(t *testing.T) jetstream.JetStream {
 	return js
 }
 
+// holdMigrationsLease takes the migrations lease as another process would.
+func holdMigrationsLease(ctx context.Context, t *testing.T, js jetstream.JetStream) *funnel.Lease {
+	t.Helper()
+	other, err := funnel.NewLease(ctx, js, migrationsLeaseKey, "another process", 30*time.Second, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held, err := other.Hold(ctx); !held || err != nil {
+		t.Fatalf("the other process's hold: %v %v", held, err)
+	}
+	return other
+}
+
 // TestMigrationsWaitForTheLease: a process applies the ClickHouse
 // migrations only while it holds the migrations lease, so it waits for
 // another holder to finish, and gives the lease up when done.
@@ -39,13 +54,7 @@ func TestMigrationsWaitForTheLease(t *testing.T) {
 	js := leaseJetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	other, err := funnel.NewLease(ctx, js, migrationsLeaseKey, "another process", 30*time.Second, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if held, err := other.Hold(ctx); !held || err != nil {
-		t.Fatalf("the other process's hold: %v %v", held, err)
-	}
+	other := holdMigrationsLease(ctx, t, js)
 
 	f := newFlags("process", os.Stderr)
 	var o processOptions
@@ -93,6 +102,22 @@ func TestMigrationsWaitForTheLease(t *testing.T) {
 	// It gave the lease up: the other process takes it at once.
 	if held, err := other.Hold(ctx); !held || err != nil {
 		t.Fatalf("the lease after the migration: held %v, %v", held, err)
+	}
+}
+
+// TestMigrationLeaseHeldElsewhere: a wait for the lease that ends while
+// another process holds it says so, and is not taken for NATS being away
+// (stage 1 logged "nats not ready" through a long migration elsewhere).
+func TestMigrationLeaseHeldElsewhere(t *testing.T) {
+	js := leaseJetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	holdMigrationsLease(ctx, t, js)
+	wctx, wcancel := context.WithTimeout(ctx, time.Second)
+	defer wcancel()
+	_, _, err := natsLock(migrationLock(js, 1, zaptest.NewLogger(t)))(wctx)
+	if !errors.Is(err, errMigratingElsewhere) || errors.As(err, new(natsError)) || !strings.Contains(err.Error(), "another process is migrating clickhouse") {
+		t.Fatalf("wait ended with %v (NATS error: %v); want another process migrating, not NATS", err, errors.As(err, new(natsError)))
 	}
 }
 

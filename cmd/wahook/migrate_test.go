@@ -41,18 +41,28 @@ func TestTransientJetStream(t *testing.T) {
 // bucket is made when missing, so it is one whose replicas are changing.
 func TestLeaseTransient(t *testing.T) {
 	notFound := fmt.Errorf("kv wahook_leases: %w", &jetstream.APIError{Code: 404, ErrorCode: 10059, Description: "stream not found"})
-	if !leaseTransient(notFound) || transientJetStream(notFound) {
-		t.Errorf("%v: lease transient %v, transient %v; want true, false", notFound, leaseTransient(notFound), transientJetStream(notFound))
+	if !transientOrMoving(notFound) || transientJetStream(notFound) {
+		t.Errorf("%v: lease transient %v, transient %v; want true, false", notFound, transientOrMoving(notFound), transientJetStream(notFound))
+	}
+	// So does migrate's provisioning of the streams and buckets: a bucket
+	// just made answered its status with stream not found while a node
+	// rejoined.
+	status := fmt.Errorf("provision bucket wahook_pair_cooldown: %w", &jetstream.APIError{Code: 404, ErrorCode: 10059, Description: "stream not found"})
+	if !transientOrMoving(status) {
+		t.Errorf("%v: migrate's provisioning does not try it again", status)
+	}
+	if refused := fmt.Errorf("provision stream WAHOOK_EVENTS: %w", &jetstream.APIError{Code: 400, ErrorCode: 10052}); transientOrMoving(refused) {
+		t.Errorf("%v: migrate's provisioning tries it again", refused)
 	}
 	for _, err := range []error{
 		fmt.Errorf("kv: %w", context.DeadlineExceeded),
 		&jetstream.APIError{Code: 503, ErrorCode: 10008},
 	} {
-		if !leaseTransient(err) {
+		if !transientOrMoving(err) {
 			t.Errorf("%v: not tried again", err)
 		}
 	}
-	if refused := (&jetstream.APIError{Code: 400, ErrorCode: 10052}); leaseTransient(refused) {
+	if refused := (&jetstream.APIError{Code: 400, ErrorCode: 10052}); transientOrMoving(refused) {
 		t.Errorf("%v: tried again", refused)
 	}
 }

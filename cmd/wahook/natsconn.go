@@ -68,6 +68,11 @@ func lockDataDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
+// embeddedMaxPayload is the embedded server's max_payload: Meta sends
+// bodies of up to 3 MB, and --body-limit is checked against it before
+// anything starts.
+const embeddedMaxPayload = 8 << 20
+
 // startEmbedded starts the embedded nats-server with JetStream. An address
 // it cannot listen on is reported at once, as is an error the server calls
 // fatal (it logs such an error and goes on, never ready); ctx's end stops the
@@ -85,7 +90,7 @@ func startEmbedded(ctx context.Context, o embeddedOptions, log *zap.Logger) (*em
 		SyncAlways:             syncAlways,
 		JetStreamMaxStore:      o.maxStore,
 		NoSigs:                 true,
-		MaxPayload:             8 << 20, // Meta sends bodies of up to 3 MB.
+		MaxPayload:             embeddedMaxPayload,
 		DisableJetStreamBanner: true,
 	}
 	if o.listen == "" {

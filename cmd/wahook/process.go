@@ -10,7 +10,7 @@ import (
 // runProcess runs the processor alone, against external NATS: stage 1
 // (several instances share the work through one durable consumer) and
 // stage 2 (unless --no-pacing).
-func runProcess(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runProcess(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	f := newFlags("process", stderr)
 	var (
 		no      natsOptions
@@ -62,7 +62,7 @@ func runProcess(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
 	p := &parts{log: log}
-	defer p.stop()
+	defer p.stopInto(&err)
 	if pp, err := rto.start(log); err != nil {
 		return err
 	} else if pp != nil {

@@ -145,23 +145,29 @@ func TestProcessEndsWithoutJetStream(t *testing.T) {
 		t.Fatal("nats-server not ready")
 	}
 	ch := schematest.ClickHouse(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var logs syncBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"process", "--nats-url", srv.ClientURL(), "--clickhouse-dsn", ch.DSN, "--migrate=false",
-			"--data-dir", t.TempDir(), "--listen", freeAddr(t), "--phone-hash-key", "k", "--no-pacing", "--funnel-interval", "0",
-			"--log-format", "console"}, io.Discard, &logs)
-	}()
-	select {
-	case code := <-done:
-		if code == 0 || !strings.Contains(logs.String(), "no responders") {
-			t.Fatalf("process on a NATS without JetStream: exit %d, want 1 naming the requests no one answers:\n%s", code, logs.String())
-		}
-	case <-time.After(15 * time.Second):
-		cancel()
-		<-done
-		t.Fatalf("process still waits 15 s into a NATS without JetStream:\n%s", logs.String())
+	// With migrations too: their lease is the first request to JetStream,
+	// and the process waited for it for ever.
+	for _, migrate := range []string{"false", "true"} {
+		t.Run("migrate="+migrate, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var logs syncBuffer
+			done := make(chan int, 1)
+			go func() {
+				done <- run(ctx, []string{"process", "--nats-url", srv.ClientURL(), "--clickhouse-dsn", ch.DSN, "--migrate=" + migrate,
+					"--data-dir", t.TempDir(), "--listen", freeAddr(t), "--phone-hash-key", "k", "--no-pacing", "--funnel-interval", "0",
+					"--log-format", "console"}, io.Discard, &logs)
+			}()
+			select {
+			case code := <-done:
+				if code == 0 || !strings.Contains(logs.String(), "no responders") {
+					t.Fatalf("process on a NATS without JetStream: exit %d, want 1 naming the requests no one answers:\n%s", code, logs.String())
+				}
+			case <-time.After(15 * time.Second):
+				cancel()
+				<-done
+				t.Fatalf("process still waits 15 s into a NATS without JetStream:\n%s", logs.String())
+			}
+		})
 	}
 }

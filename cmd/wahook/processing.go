@@ -30,10 +30,12 @@ type processOptions struct {
 	dsn       string
 	chCluster string // --clickhouse-cluster: create the schema ON CLUSTER with replicated tables
 	hashKey   string
-	cfg       processor.Config
-	events    processor.EventsConfig
-	migrate   bool
-	disabled  bool
+	// hashKeyChange makes hashKey the database's (--phone-hash-key-change).
+	hashKeyChange bool
+	cfg           processor.Config
+	events        processor.EventsConfig
+	migrate       bool
+	disabled      bool
 	// storeContent switches content storage on: the text of inbound
 	// messages goes into inbound_messages.content and their EVENTS.
 	storeContent bool
@@ -42,6 +44,23 @@ type processOptions struct {
 }
 
 func (o *processOptions) register(f *flags, withSwitch bool) {
+	o.registerStage1(f, withSwitch, false)
+	f.Section("funnel resolver", func() {
+		f.DurationVar(&o.funnel.Interval, "funnel-interval", o.funnel.Interval, "how often the funnel resolver brings the delivery funnel up to date (one instance at a time resolves, under a lease in "+schema.BucketLeases+"; 0: this instance never does)")
+		f.DurationVar(&o.funnel.MaxWait, "funnel-max-wait", o.funnel.MaxWait, "longest wait after a pass before the next, or --funnel-interval if longer (0: 1m): passes are otherwise spaced by nine times their length, so that under a burst the funnel lags rather than stage 1's inserts; this bounds the funnel's lag and a pass's size under a sustained load")
+		f.IntVar(&o.funnel.MemoryMessages, "funnel-memory", o.funnel.MemoryMessages, "messages whose funnel rows the resolver remembers while it holds the lease, so that it does not read them back from ClickHouse (about 75 bytes each: their keys and strings are kept hashed)")
+	})
+}
+
+// registerReplay defines what wahook replay takes of the processor's flags:
+// those of stage 1's writes, without the consumer's (--flush-interval,
+// --stall-after) and the funnel's, which a replay does not use (it took them
+// and ignored them).
+func (o *processOptions) registerReplay(f *flags) { o.registerStage1(f, false, true) }
+
+// registerStage1 defines ClickHouse, stage 1 and EVENTS flags: with
+// withSwitch --no-process, and without the consumer's flags for a replay.
+func (o *processOptions) registerStage1(f *flags, withSwitch, replay bool) {
 	o.cfg = processor.DefaultConfig()
 	o.funnel = funnel.DefaultConfig()
 	o.registerClickHouse(f)
@@ -52,22 +71,22 @@ func (o *processOptions) register(f *flags, withSwitch bool) {
 		if withSwitch {
 			f.BoolVar(&o.disabled, "no-process", false, "run without stage 1 (webhooks are stored; nothing is written to ClickHouse)")
 		}
-		f.StringVar(&o.hashKey, "phone-hash-key", "", "key of the keyed hash that stands for end users' numbers; the same on every instance (secret; empty: <data-dir>/phone-hash-key, which serve makes on first start)")
+		f.StringVar(&o.hashKey, "phone-hash-key", "", "key of the keyed hash that stands for end users' numbers; the same on every instance (secret; empty: <data-dir>/phone-hash-key, which serve makes on first start); a key other than the one the database recorded is refused")
 		f.Secret("phone-hash-key")
+		f.BoolVar(&o.hashKeyChange, "phone-hash-key-change", false, "make --phone-hash-key the database's key, replacing the one it recorded (hashes made before stay as they were: statuses stored before may count twice)")
 		f.IntVar(&o.cfg.BatchRows, "batch-rows", o.cfg.BatchRows, "rows per ClickHouse insert at most")
-		f.DurationVar(&o.cfg.FlushInterval, "flush-interval", o.cfg.FlushInterval, "how long a batch gathers rows before it is written (longer while the previous write runs)")
+		if !replay {
+			f.DurationVar(&o.cfg.FlushInterval, "flush-interval", o.cfg.FlushInterval, "how long a batch gathers rows before it is written (longer while the previous write runs)")
+		}
 		f.DurationVar(&o.cfg.AckWait, "ack-wait", o.cfg.AckWait, "how long JetStream waits for stage 1's ack before redelivering; a batch's ClickHouse write gets half of it (a replay's too), a failed batch's parts written again a quarter")
-		f.DurationVar(&o.cfg.StallAfter, "stall-after", o.cfg.StallAfter, "how long stage 1 waits for a body while its consumer holds bodies and no pull request waits for them before it reads the consumer again (a pull request lost with a NATS node is never answered)")
+		if !replay {
+			f.DurationVar(&o.cfg.StallAfter, "stall-after", o.cfg.StallAfter, "how long stage 1 waits for a body while its consumer holds bodies and no pull request waits for them before it reads the consumer again (a pull request lost with a NATS node is never answered)")
+		}
 		f.IntVar(&o.cfg.MaxDeliver, "max-deliver", o.cfg.MaxDeliver, "failures of a RAW body on its own while ClickHouse and NATS answer before it becomes a dead letter (retries_exhausted) and is acked; failures during an outage, and the deliveries they cost, never count")
 		f.BoolVar(&o.storeContent, "store-content", false, "store the text of inbound messages (text, captions, reply titles, reactions, locations) in inbound_messages.content and their WAHOOK_EVENTS; off: the text is kept nowhere")
 		f.BoolVar(&o.cfg.PublishEvents, "publish-events", o.cfg.PublishEvents, "publish every normalized event on WAHOOK_EVENTS")
 	})
 	o.registerEvents(f)
-	f.Section("funnel resolver", func() {
-		f.DurationVar(&o.funnel.Interval, "funnel-interval", o.funnel.Interval, "how often the funnel resolver brings the delivery funnel up to date (one instance at a time resolves, under a lease in "+schema.BucketLeases+"; 0: this instance never does)")
-		f.DurationVar(&o.funnel.MaxWait, "funnel-max-wait", o.funnel.MaxWait, "longest wait after a pass before the next, or --funnel-interval if longer (0: 1m): passes are otherwise spaced by nine times their length, so that under a burst the funnel lags rather than stage 1's inserts; this bounds the funnel's lag and a pass's size under a sustained load")
-		f.IntVar(&o.funnel.MemoryMessages, "funnel-memory", o.funnel.MemoryMessages, "messages whose funnel rows the resolver remembers while it holds the lease, so that it does not read them back from ClickHouse (about 75 bytes each: their keys and strings are kept hashed)")
-	})
 }
 
 // registerMigrate defines what wahook migrate takes of the processor's
@@ -178,12 +197,14 @@ func phoneHashKey(configured, dataDir string, create bool) ([]byte, error) {
 // which one process at a time applies the ClickHouse migrations.
 const migrationsLeaseKey = "migrations"
 
-// leaseTransient reports whether NewLease's err is worth another try:
-// transientJetStream's errors, and the leases bucket's stream not found.
-// NewLease makes the bucket when it is missing, so a stream not found comes
-// from a bucket in the middle of a change (another wahook migrate moving it
-// to more replicas: a CI run's TestClusterMigrate failed on one).
-func leaseTransient(err error) bool {
+// transientOrMoving reports whether err, from a step that makes its stream
+// or bucket when it is missing (NewLease, migrate's provisioning), is worth
+// another try: transientJetStream's errors, and a stream not found, which
+// then comes from one in the middle of a change (another wahook migrate
+// moving the leases bucket to more replicas; the pair cool-down bucket's
+// status read right after it was made, while a NATS node rejoined: CI runs'
+// TestClusterMigrate failed on both).
+func transientOrMoving(err error) bool {
 	return transientJetStream(err) || errors.Is(err, jetstream.ErrStreamNotFound)
 }
 
@@ -209,7 +230,7 @@ func migrationLock(js jetstream.JetStream, replicas int, log *zap.Logger) migrat
 			if lease != nil {
 				break
 			}
-			if !leaseTransient(last) {
+			if !transientOrMoving(last) || jetStreamOff(ctx, js, last) {
 				return nil, nil, last
 			}
 			if !sleepCtx(ctx, 250*time.Millisecond) {
@@ -241,7 +262,7 @@ func migrationLock(js jetstream.JetStream, replicas int, log *zap.Logger) migrat
 				if last != nil {
 					return nil, nil, fmt.Errorf("%w (last: %w)", ctx.Err(), last)
 				}
-				return nil, nil, ctx.Err()
+				return nil, nil, fmt.Errorf("%w: %w", errMigratingElsewhere, ctx.Err())
 			}
 		}
 		held, lost := context.WithCancel(ctx)
@@ -278,6 +299,10 @@ func migrationLock(js jetstream.JetStream, replicas int, log *zap.Logger) migrat
 	}
 }
 
+// errMigratingElsewhere is a wait for the migrations lease that ended
+// while another process held it, NATS answering throughout.
+var errMigratingElsewhere = errors.New("another process is migrating clickhouse (it holds the migrations lease " + schema.BucketLeases + "/" + migrationsLeaseKey + ")")
+
 // natsError marks an error of NATS met on the way to ClickHouse (the
 // migrations lease), for the log to name NATS, not ClickHouse.
 type natsError struct{ error }
@@ -288,8 +313,11 @@ func (e natsError) Unwrap() error { return e.error }
 func natsLock(lock migrations.Lock) migrations.Lock {
 	return func(ctx context.Context) (context.Context, func(), error) {
 		held, release, err := lock(ctx)
-		if err != nil {
+		if err != nil && !errors.Is(err, errMigratingElsewhere) {
 			return nil, nil, natsError{err}
+		}
+		if err != nil {
+			return nil, nil, err
 		}
 		return held, release, nil
 	}
@@ -312,15 +340,23 @@ func natsAway(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, err er
 	if !nc.IsConnected() {
 		return true
 	}
-	if errors.Is(err, nats.ErrNoResponders) {
-		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, aerr := js.AccountInfo(actx)
-		cancel()
-		if errors.Is(aerr, jetstream.ErrJetStreamNotEnabled) || errors.Is(aerr, jetstream.ErrJetStreamNotEnabledForAccount) {
-			return false
-		}
+	if jetStreamOff(ctx, js, err) {
+		return false
 	}
 	return errors.Is(err, nats.ErrReconnectBufExceeded) || transientJetStream(err)
+}
+
+// jetStreamOff reports whether err, a request that found no responder,
+// came from a server with JetStream off (asked for the account), not from
+// a cluster electing a leader.
+func jetStreamOff(ctx context.Context, js jetstream.JetStream, err error) bool {
+	if !errors.Is(err, nats.ErrNoResponders) {
+		return false
+	}
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	_, aerr := js.AccountInfo(actx)
+	cancel()
+	return errors.Is(aerr, jetstream.ErrJetStreamNotEnabled) || errors.Is(aerr, jetstream.ErrJetStreamNotEnabledForAccount)
 }
 
 // leaseRequestTimeout bounds one request of the migrations lock to
@@ -372,6 +408,10 @@ func setupStage1(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *process
 	if err != nil {
 		return nil, err
 	}
+	keyFrom := "the key given by --phone-hash-key or WAHOOK_PHONE_HASH_KEY"
+	if o.hashKey == "" {
+		keyFrom = "the key of " + filepath.Join(dataDir, "phone-hash-key")
+	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second), jetstream.WithPublishAsyncMaxPending(20000))
 	if err != nil {
 		return nil, err
@@ -386,9 +426,21 @@ func setupStage1(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *process
 		if err == nil {
 			break
 		}
-		if errors.As(err, new(natsError)) {
+		switch {
+		case errors.Is(err, errMigratingElsewhere):
+			log.Info("stage 1 waits for another process to finish migrating clickhouse; webhooks are kept in RAW meanwhile", zap.Error(err))
+			wait = time.Second // NATS and ClickHouse answer: no backoff
+		case errors.As(err, new(natsError)):
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if !natsAway(ctx, nc, js, err) {
+				// Not away: refusing for good (JetStream off, the
+				// connection closed), so that the process ends naming it.
+				return nil, err
+			}
 			log.Warn("nats not ready: stage 1 waits for the migrations lease", zap.Error(err), zap.Duration("retry_in", wait))
-		} else {
+		default:
 			log.Warn("clickhouse not ready; webhooks are kept in RAW meanwhile", zap.Error(err), zap.Duration("retry_in", wait))
 		}
 		sleepCtx(ctx, wait)
@@ -426,6 +478,32 @@ func setupStage1(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *process
 			return nil, err
 		}
 		log.Warn("nats not ready: stage 1 waits to provision "+schema.StreamEvents+" and its numbers bucket", zap.Error(err), zap.Duration("retry_in", wait))
+		sleepCtx(ctx, wait)
+		wait = min(2*wait, 30*time.Second)
+	}
+	// The phone hash key against the database's, once NATS (its lease)
+	// answers: a key of another ends the process; a wait for the lease or
+	// a failed question is tried again.
+	wait = time.Second
+	for {
+		kctx, kcancel := context.WithTimeout(ctx, 30*time.Second)
+		err = checkHashKey(kctx, conn, db, key, keyFrom, o.hashKeyChange, natsLock(migrationLock(js, replicas, log)), log)
+		kcancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			conn.Close()
+			return nil, ctx.Err()
+		}
+		if errors.Is(err, errOtherHashKey) || errors.As(err, new(natsError)) && !natsAway(ctx, nc, js, err) {
+			conn.Close()
+			return nil, err
+		}
+		if errors.Is(err, errMigratingElsewhere) {
+			wait = time.Second // NATS and ClickHouse answer: no backoff
+		}
+		log.Warn("stage 1 waits to check the phone hash key against the database's", zap.Error(err), zap.Duration("retry_in", wait))
 		sleepCtx(ctx, wait)
 		wait = min(2*wait, 30*time.Second)
 	}

@@ -6,7 +6,10 @@ import (
 	"io"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/wahook/wahook/processor"
+	"github.com/wahook/wahook/schema"
 )
 
 // runReplay feeds RAW history through stage 1 again; deterministic event ids
@@ -22,7 +25,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	)
 	no.register(f, "NATS server URLs (empty: the embedded store under --data-dir, which no running serve may hold)")
 	eo.register(f)
-	po.register(f, false)
+	po.registerReplay(f)
 	logo.register(f)
 	f.StringVar(&since, "since", "", "replay bodies received since this time: RFC 3339 (2026-12-01T00:00:00Z) or a duration back from now (24h)")
 	if err := f.Parse(args); err != nil {
@@ -32,9 +35,15 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		f.WriteDump(stdout)
 		return nil
 	}
-	from, err := parseSince(since, time.Now())
+	now := time.Now()
+	from, err := parseSince(since, now)
 	if err != nil {
 		return err
+	}
+	// A time to come replays nothing: a typo, not a request (a minute's
+	// leeway for clocks that differ).
+	if from.After(now.Add(time.Minute)) {
+		return fmt.Errorf("%w: --since %s is in the future (now %s): nothing would be replayed", errUsage, from.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 	}
 	if err := po.validate(); err != nil {
 		return err
@@ -54,13 +63,27 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer deps.conn.Close()
+	// RAW keeps bodies for --raw-max-age: a --since before its first body
+	// cannot be replayed from, and the summary says where it starts.
+	rawFrom := from
+	if st, err := deps.js.Stream(ctx, schema.StreamRaw); err == nil {
+		if first := st.CachedInfo().State.FirstTime; first.After(from) {
+			rawFrom = first
+			log.Warn("RAW holds no body received before its first, later than --since: those are gone (--raw-max-age)",
+				zap.Time("since", from), zap.Time("raw_first", first))
+		}
+	}
 	start := time.Now()
 	res, err := processor.Replay(ctx, po.cfg, deps.js, deps.writer, deps.norm, deps.numbers, from, log)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "replayed %d bodies (RAW sequences %d-%d) since %s: %d rows, %d dead letters, in %s\n",
-		res.Bodies, res.FirstSeq, res.LastSeq, from.Format(time.RFC3339), res.Rows, res.DeadLetters, time.Since(start).Round(time.Millisecond))
+	held := ""
+	if rawFrom != from {
+		held = fmt.Sprintf(" (RAW holds bodies since %s only)", rawFrom.UTC().Format(time.RFC3339))
+	}
+	fmt.Fprintf(stdout, "replayed %d bodies (RAW sequences %d-%d) since %s%s: %d rows, %d dead letters, in %s\n",
+		res.Bodies, res.FirstSeq, res.LastSeq, from.Format(time.RFC3339), held, res.Rows, res.DeadLetters, time.Since(start).Round(time.Millisecond))
 	return nil
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -12,7 +13,7 @@ import (
 // runServe runs the whole system in one process: an embedded nats-server
 // with JetStream (unless --nats-url names external servers), the webhook
 // endpoint, stage 1, stage 2 and, with an API token, the query API.
-func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	f := newFlags("serve", stderr)
 	var (
 		io_  ingestOptions
@@ -65,6 +66,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	rto.embedded = no.urls == ""
+	if rto.embedded {
+		if err := payloadFits(io_.cfg.BodyLimit, embeddedMaxPayload, "the embedded server carries no more; lower --body-limit, or run NATS servers with a larger max_payload (--nats-url)"); err != nil {
+			return fmt.Errorf("%w: %w", errUsage, err)
+		}
+	}
 	log, err := commandLogger(f, logo, stdout, stderr)
 	if log == nil || err != nil {
 		return err
@@ -76,7 +82,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// endpoint stops taking webhooks first and stage 2 counts stage 1's
 	// last batch.
 	p := &parts{log: log}
-	defer p.stop()
+	defer p.stopInto(&err)
 	if pp, err := rto.start(log); err != nil {
 		return err
 	} else if pp != nil {

@@ -7,16 +7,20 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/fetch"
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
@@ -227,7 +231,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()),
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.NoFirstRun, chromedp.WindowSize(1400, 1000))
+		chromedp.Flag("disable-sync", true), chromedp.NoFirstRun, chromedp.WindowSize(1400, 1000),
+		// Far from UTC: the page's times must not follow the browser's zone.
+		chromedp.Env("TZ=Asia/Tokyo"))
 	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
 	defer acancel()
 	bctx, bcancel := chromedp.NewContext(actx)
@@ -267,6 +273,20 @@ func TestDashboardInBrowser(t *testing.T) {
 			if ev.Response.Status >= 400 {
 				refused++
 			}
+		}
+	})
+	// While slowRequests is set, the browser holds each request the Fetch
+	// domain intercepts (fetch.Enable's patterns) 2 s before it goes out.
+	var slowRequests atomic.Bool
+	chromedp.ListenTarget(bctx, func(ev any) {
+		if ev, ok := ev.(*fetch.EventRequestPaused); ok {
+			go func() {
+				if slowRequests.Load() {
+					time.Sleep(2 * time.Second)
+				}
+				c := chromedp.FromContext(bctx)
+				_ = fetch.ContinueRequest(ev.RequestID).Do(cdp.WithExecutor(bctx, c.Target))
+			}()
 		}
 	})
 	// expected runs a step whose errors in the console are the point of it
@@ -365,11 +385,38 @@ func TestDashboardInBrowser(t *testing.T) {
 	})
 	do("nav hidden", chromedp.WaitNotVisible("#nav", chromedp.ByQuery))
 
-	// With the admin token: failures.
-	do("sign in", chromedp.SetValue("#login-token", uiAdminToken, chromedp.ByQuery), chromedp.Click("#login-form button", chromedp.ByQuery))
+	// With the admin token: failures. The token's check is slow, and the
+	// location changes meanwhile (the back button): the navigation aborted
+	// the check and signed the valid token out.
+	slowRequests.Store(true)
+	do("sign in", fetch.Enable().WithPatterns([]*fetch.RequestPattern{{URLPattern: "*/api/v1/error-codes*"}}),
+		chromedp.SetValue("#login-token", uiAdminToken, chromedp.ByQuery), chromedp.Click("#login-form button", chromedp.ByQuery),
+		chromedp.Sleep(300*time.Millisecond), chromedp.Evaluate(`location.hash = "#failures?signing=in"`, nil))
+	loaded("failures")
+	slowRequests.Store(false)
+	var loginHidden string
+	do("signed in", fetch.Disable(), chromedp.Sleep(2500*time.Millisecond),
+		chromedp.Evaluate(`String(document.getElementById("login").hidden)`, &loginHidden))
+	if loginHidden != "true" {
+		var msg string
+		chromedp.Run(bctx, chromedp.Text("#login-error", &msg, chromedp.ByQuery))
+		t.Fatalf("a navigation while the token was checked signed it out: %q", msg)
+	}
 	loaded("failures")
 	do("chart drawn", chromedp.WaitVisible("#failures-chart canvas", chromedp.ByQuery), chromedp.WaitVisible("#classes-chart canvas", chromedp.ByQuery))
 	shot("01-failures")
+	// The chart's times are UTC (the browser runs in Asia/Tokyo): its first
+	// bucket's time in the legend is the bucket's UTC time.
+	var legend struct {
+		X    float64
+		Text string
+	}
+	do("chart time", chromedp.Evaluate(`(() => { const u = charts[0]; const x = u.data[0][0];
+		u.setCursor({ left: u.valToPos(x, "x"), top: 10 });
+		return { x, text: document.querySelector("#failures-chart .u-legend .u-series:first-child .u-value").textContent }; })()`, &legend))
+	if at := time.Unix(int64(legend.X), 0).UTC(); !strings.Contains(legend.Text, at.Format("2006-01-02")) || !strings.Contains(legend.Text, at.Format("3:04")) {
+		t.Errorf("the chart's first bucket, %s, reads %q: not UTC", at.Format(time.RFC3339), legend.Text)
+	}
 	checkShown := func(sel, prefix, field, token string, contains ...string) {
 		t.Helper()
 		p := lastRequest(prefix, contains...)
@@ -415,6 +462,69 @@ func TestDashboardInBrowser(t *testing.T) {
 	checkShown("#funnel-sent", "/api/v1/funnel?", "rows.0.sent", uiAdminToken, "by=total")
 	checkShown("#funnel-read", "/api/v1/funnel?", "rows.0.read", uiAdminToken, "by=total")
 	shot("05-funnel")
+
+	// A page whose answers come after the user moved on does not draw over
+	// the page shown then: it drew the funnel over the dead letters.
+	slowRequests.Store(true)
+	do("slow funnel", fetch.Enable().WithPatterns([]*fetch.RequestPattern{{URLPattern: "*/api/v1/funnel*"}}),
+		chromedp.Evaluate(`location.hash = "#funnel?slow=1"`, nil), chromedp.Sleep(300*time.Millisecond),
+		chromedp.Evaluate(`location.hash = "#dead-letters"`, nil))
+	loaded("dead-letters")
+	var heading, state string
+	do("after the funnel's answers", chromedp.Sleep(2500*time.Millisecond),
+		chromedp.Text("#view h1", &heading, chromedp.ByQuery), chromedp.Evaluate(`document.body.dataset.loaded`, &state))
+	if heading != "Dead letters" || state != "dead-letters" {
+		t.Errorf("the dead letters page, once the funnel's late answers came: heading %q, state %q", heading, state)
+	}
+	slowRequests.Store(false)
+	do("funnel at its pace", fetch.Disable())
+
+	// A link's range shows as the custom range; a range chosen then
+	// replaces it (the select said "last hour", the page kept the link's).
+	linkTo := (time.Now().Unix()/3600 + 1) * 3600
+	do("funnel link", chromedp.Navigate(fmt.Sprintf("%s/#funnel?from=%d&to=%d", apiBase, linkTo-2*86400, linkTo)))
+	loaded("funnel")
+	var preset, fromInput string
+	do("range shown", chromedp.Value("#range-preset", &preset, chromedp.ByQuery), chromedp.Value("#range-from", &fromInput, chromedp.ByQuery))
+	if want := time.Unix(linkTo-2*86400, 0).UTC().Format("2006-01-02T15:04"); preset != "custom" || fromInput != want {
+		t.Errorf("a link's range shows as %q from %q, want custom from %s", preset, fromInput, want)
+	}
+	// A filter applied on a link's page keeps the link's range, and leaves
+	// the custom range the user was typing as it was.
+	do("failures link", chromedp.Navigate(fmt.Sprintf("%s/#failures?from=%d&to=%d", apiBase, linkTo-2*86400, linkTo)))
+	loaded("failures")
+	do("type a start, then filter", chromedp.SetValue("#range-from", "2026-06-01T00:00", chromedp.ByQuery),
+		chromedp.SetValue(`#failure-filters select[name=origin]`, "webhook", chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelector("#failure-filters select[name=origin]").dispatchEvent(new Event("change"))`, nil),
+		chromedp.Poll(`location.hash.includes("origin=webhook")`, nil, chromedp.WithPollingTimeout(5*time.Second)))
+	loaded("failures")
+	do("typed start", chromedp.Value("#range-from", &fromInput, chromedp.ByQuery))
+	if fromInput != "2026-06-01T00:00" {
+		t.Errorf("the start typed before applying a filter reads %q", fromInput)
+	}
+	do("back to the funnel link", chromedp.Navigate(fmt.Sprintf("%s/#funnel?from=%d&to=%d", apiBase, linkTo-2*86400, linkTo)))
+	loaded("funnel")
+	do("last hour", chromedp.SetValue("#range-preset", "1h", chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelector("#range-preset").dispatchEvent(new Event("change"))`, nil),
+		chromedp.Poll(`!location.hash.includes("from=")`, nil, chromedp.WithPollingTimeout(5*time.Second)))
+	loaded("funnel")
+	q, _ := url.ParseQuery(strings.TrimPrefix(lastRequest("/api/v1/funnel?", "by=total"), "/api/v1/funnel?"))
+	if from, _ := strconv.ParseInt(q.Get("from"), 10, 64); from == 0 || mustInt(q.Get("to"))-from != 3600 {
+		t.Errorf("after choosing the last hour the funnel asks for %s", lastRequest("/api/v1/funnel?", "by=total"))
+	}
+	// A custom range that ends before it starts is refused, not queried as
+	// the last 24 hours.
+	do("impossible range", chromedp.SetValue("#range-preset", "custom", chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelector("#range-preset").dispatchEvent(new Event("change"))`, nil),
+		chromedp.SetValue("#range-from", "2026-03-02T00:00", chromedp.ByQuery), chromedp.SetValue("#range-to", "2026-03-01T00:00", chromedp.ByQuery),
+		chromedp.Click("#range-apply", chromedp.ByQuery),
+		chromedp.Poll(`document.body.dataset.loaded === "funnel:error"`, nil, chromedp.WithPollingTimeout(5*time.Second)),
+		chromedp.Text("#view-error", &heading, chromedp.ByQuery))
+	if !strings.Contains(heading, "start is before its end") {
+		t.Errorf("an impossible custom range says %q", heading)
+	}
+	do("back to a day", chromedp.SetValue("#range-preset", "24h", chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelector("#range-preset").dispatchEvent(new Event("change"))`, nil))
 
 	// Dead letters (none in the fixtures: the count is the API's 0).
 	do("dead letters", chromedp.Navigate(apiBase+"/#dead-letters"))
@@ -463,7 +573,20 @@ func TestDashboardInBrowser(t *testing.T) {
 	shot("07-live")
 
 	// A tenant's token: B's WABA only.
-	do("log out", chromedp.Click("#logout", chromedp.ByQuery), waitLoaded("login"))
+	// Logging out while a page loads: the page's late answers do not draw
+	// under the login form (they did, and marked the page loaded).
+	slowRequests.Store(true)
+	var view string
+	do("log out while the funnel loads", fetch.Enable().WithPatterns([]*fetch.RequestPattern{{URLPattern: "*/api/v1/funnel*"}}),
+		chromedp.Evaluate(`location.hash = "#funnel?slow=2"`, nil), chromedp.Sleep(300*time.Millisecond),
+		chromedp.Click("#logout", chromedp.ByQuery), chromedp.Sleep(2500*time.Millisecond),
+		chromedp.Evaluate(`document.body.dataset.loaded`, &state), chromedp.Evaluate(`document.getElementById("view").textContent`, &view),
+		chromedp.Evaluate(`String(document.getElementById("login").hidden)`, &loginHidden))
+	if state != "login" || strings.TrimSpace(view) != "" || loginHidden != "false" {
+		t.Errorf("after logging out while the funnel loaded: state %q, login hidden %s, view %.80q", state, loginHidden, view)
+	}
+	slowRequests.Store(false)
+	do("funnel at its pace again", fetch.Disable())
 	do("tenant sign in", chromedp.Navigate(apiBase+"/#numbers"), waitLoaded("login"),
 		chromedp.SetValue("#login-token", uiTenantToken, chromedp.ByQuery), chromedp.Click("#login-form button", chromedp.ByQuery))
 	loaded("numbers")
@@ -532,6 +655,12 @@ func TestDashboardInBrowser(t *testing.T) {
 	t.Logf("load times (route start to charts drawn):\n%s", strings.Join(names, "\n"))
 	bcancel()
 	acancel()
+}
+
+// mustInt is s as an integer, 0 when it is none.
+func mustInt(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
 }
 
 // jsonPath reads a dotted path (rows.0.sent) of decoded JSON.

@@ -293,7 +293,17 @@ start_wahook() {
 	mkdir -p "$wd"
 	local secret=${WAHOOK_APP_SECRET:-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')}
 	local token=${WAHOOK_API_TOKEN:-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')}
-	local hashkey=${WAHOOK_PHONE_HASH_KEY:-$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')}
+	# The key made once is kept under DIR: ClickHouse keeps the digest of
+	# the key its hashes were made with, and refuses another after a down
+	# and up of the same DIR.
+	local hashkey=${WAHOOK_PHONE_HASH_KEY:-}
+	if [[ -z $hashkey && -s $wd/phone-hash-key ]]; then
+		hashkey=$(<"$wd/phone-hash-key")
+	fi
+	if [[ -z $hashkey ]]; then
+		hashkey=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+		(umask 077 && printf '%s\n' "$hashkey" >"$wd/phone-hash-key")
+	fi
 	local common=(--nats-url "$urls" --log-level "${WAHOOK_LOG_LEVEL:-warn}")
 	local streams=(--raw-replicas 3)
 	"$bin" migrate "${common[@]}" "${streams[@]}" --events-replicas 3 --clickhouse-dsn "$dsn" \
@@ -458,6 +468,7 @@ write_env() {
 		echo "ZOOKEEPER_PID=$(<"$dir/zookeeper/pid")"
 		echo "ZOOKEEPER_PORT=$(<"$dir/zookeeper/port")"
 	} >"$dir/cluster.env"
+	chmod 600 "$dir/cluster.env" # it gets the app secret, the API token and the phone hash key
 }
 
 # each_process DIR: lines "NAME PIDFILE PATTERN" for every process up may have started.

@@ -77,15 +77,6 @@ func startClickHouseProcess(argv []string, dir string) (*chProcess, time.Duratio
 	return nil, 0, err
 }
 
-func freeTCPPort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // writeConfig writes config.xml and users.xml in the form 18.16 reads (root
 // element <yandex>, which current releases still accept; 18.16 refuses to
 // start without mark_cache_size). Only the native port is opened: no HTTP, no

@@ -2,7 +2,6 @@ package schematest
 
 import (
 	"fmt"
-	"net"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -83,16 +82,17 @@ func (j *JetStream) Shutdown() {
 	j.srv = nil
 }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago, below
+// the kernel's ephemeral range (see lowestTestPort).
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeTCPPort()
 	if err != nil {
-		t.Fatalf("free port: %v", err)
+		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, below
+// the kernel's ephemeral range, and not handed out before in this process.
 func FreePort(t testing.TB) int { t.Helper(); return freePort(t) }

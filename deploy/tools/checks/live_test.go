@@ -118,6 +118,10 @@ func sign(body []byte) string {
 	return "sha256=" + hex.EncodeToString(m.Sum(nil))
 }
 
+// livePhoneHashKey is the one key of serve and process: the database
+// refuses a second.
+const livePhoneHashKey = "deploy-checks-phone-hash-key"
+
 // TestLive runs `wahook serve` on a real clickhouse-server with the
 // migrated schema, sends it Meta-shaped traffic with `wahook loadtest` (plus a
 // bad signature, an undecodable body and API requests over their limit),
@@ -137,7 +141,7 @@ func TestLive(t *testing.T) {
 	serve := startProcess(t, bin, []string{"serve",
 		"--data-dir", t.TempDir(), "--listen", listen, "--api-listen", apiListen, "--nats-listen", natsListen,
 		"--clickhouse-dsn", db.DSN, "--funnel-interval", "1s", "--api-limit-global", "20/1m", "--log-format", "console",
-	}, cleanEnv([]string{"WAHOOK_APP_SECRET=" + liveSecret, "WAHOOK_API_TOKEN=" + liveToken}))
+	}, cleanEnv([]string{"WAHOOK_APP_SECRET=" + liveSecret, "WAHOOK_API_TOKEN=" + liveToken, "WAHOOK_PHONE_HASH_KEY=" + livePhoneHashKey}))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	testutil.EventuallyErr(t, 90*time.Second, "wahook serve ready", func() error {
@@ -164,7 +168,7 @@ func TestLive(t *testing.T) {
 	apiAloneListen := fmt.Sprintf("127.0.0.1:%d", schematest.FreePort(t))
 	startProcess(t, bin, []string{"process", "--listen", processListen, "--data-dir", t.TempDir(),
 		"--nats-url", "nats://" + natsListen, "--clickhouse-dsn", db.DSN, "--funnel-interval", "0", "--no-pacing", "--log-format", "console",
-	}, cleanEnv([]string{"WAHOOK_PHONE_HASH_KEY=deploy-checks-phone-hash-key"}))
+	}, cleanEnv([]string{"WAHOOK_PHONE_HASH_KEY=" + livePhoneHashKey}))
 	startProcess(t, bin, []string{"api", "--api-listen", apiAloneListen, "--clickhouse-dsn", db.DSN, "--log-format", "console"},
 		cleanEnv([]string{"WAHOOK_API_TOKEN=" + liveToken}))
 	for name, addr := range map[string]string{"process": processListen, "api": apiAloneListen} {

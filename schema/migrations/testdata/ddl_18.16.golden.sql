@@ -535,3 +535,18 @@ DROP TABLE IF EXISTS wahook.message_lifecycle_merge;
 SELECT throwIf((SELECT count() FROM system.tables
                 WHERE database = 'wahook' AND name = 'message_lifecycle' AND engine = 'Merge') != 1);
 
+-- 0013_settings.sql
+-- settings: facts about the data in this database that every process must
+-- agree with, one row per name (the last set wins). phone_hash_key_check is
+-- a keyed digest of a fixed text under --phone-hash-key: a process whose key
+-- gives another digest would store hashes that match none of the stored
+-- ones, and statuses stored before would count twice (cmd/wahook).
+CREATE TABLE IF NOT EXISTS wahook.settings
+(
+    name   String,
+    value  String,
+    set_at DateTime
+)
+ENGINE = ReplacingMergeTree(set_at)
+ORDER BY name;
+
