@@ -37,8 +37,12 @@ type PacingResult struct {
 	WaitS         float64 `json:"wait_s"`
 	// Inconclusive says why the signals, though equal to the ledger's
 	// count, checked nothing: no number had traffic, or the drain ended
-	// so late that the signals' 10 s windows hold none of the run.
+	// so late that the signals' 60 s windows hold none of the run.
 	Inconclusive string `json:"inconclusive,omitempty"`
+	// Partial says which rates held none of the run and so compared
+	// nothing (the drain ended more than 10 s after the run's last event,
+	// on a busy machine): the 60 s rates still did.
+	Partial string `json:"partial,omitempty"`
 }
 
 // OK reports whether every number's signal matched, and the match checked
@@ -91,9 +95,15 @@ func CheckPacing(ctx context.Context, l *Ledger, cfg PacingCheckConfig) (*Pacing
 			}
 		}
 		last := schema.PacingLastSecond(sig.UpdatedAt)
-		if last-9 > totals.LastSecond && r.Inconclusive == "" {
-			r.Inconclusive = fmt.Sprintf("the signals' windows end at %s, more than 10 s after the run's last event (%s): their 1 s and 10 s rates hold none of it; the service drained too late to check",
-				time.Unix(last, 0).UTC().Format(time.RFC3339), time.Unix(totals.LastSecond, 0).UTC().Format(time.RFC3339))
+		switch end, lastEvent := time.Unix(last, 0).UTC().Format(time.RFC3339), time.Unix(totals.LastSecond, 0).UTC().Format(time.RFC3339); {
+		case last-59 > totals.LastSecond && r.Inconclusive == "":
+			r.Inconclusive = fmt.Sprintf("the signals' windows end at %s, more than 60 s after the run's last event (%s): their rates hold none of it; the service drained too late to check",
+				end, lastEvent)
+		case last-9 > totals.LastSecond && r.Partial == "":
+			// The 60 s rates still hold the run's last minute, on both
+			// sides: compared exactly all the same.
+			r.Partial = fmt.Sprintf("the signals' windows end at %s, more than 10 s after the run's last event (%s): their 1 s and 10 s rates hold none of it, the 60 s rates were compared",
+				end, lastEvent)
 		}
 		if want := l.Observed(i, last); sig.Observed != want {
 			r.Differences = append(r.Differences, fmt.Sprintf("%s, windows ending %s: got %+v, want %+v",

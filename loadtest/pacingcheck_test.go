@@ -104,6 +104,33 @@ func TestPacingCheck(t *testing.T) {
 		t.Errorf("a signal one message off: %+v", r)
 	}
 
+	// Drained 30 s after the last event (a busy machine): the 1 s and 10 s
+	// windows hold none of the run, the 60 s ones do, and are compared.
+	mid := time.Unix(l.Totals().LastSecond+30, 0)
+	midLast := schema.PacingLastSecond(mid.Add(schema.PacingSettle + 1500*time.Millisecond))
+	cfg.Now = func() time.Time { return mid }
+	for i, n := range l.Numbers() {
+		signals[n.PhoneNumberID] = l.Observed(i, midLast)
+	}
+	cfg.Signal = func(_ context.Context, id string) (schema.PacingSignal, error) {
+		return schema.PacingSignal{PhoneNumberID: id, UpdatedAt: mid.Add(schema.PacingSettle + 1500*time.Millisecond), Observed: signals[id]}, nil
+	}
+	if r, err = CheckPacing(context.Background(), l, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if !r.OK() || r.Exact != 2 || !strings.Contains(r.Partial, "the 60 s rates were compared") || signals[id0].S60 == 0 {
+		t.Errorf("signals read 30 s after the run: %+v, want OK on the 60 s rates", r)
+	}
+	o = signals[id0]
+	o.S60 += 1.0 / 60
+	signals[id0] = o
+	if r, err = CheckPacing(context.Background(), l, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if r.OK() || r.Exact != 1 {
+		t.Errorf("a signal one message off in its minute, read 30 s after the run: %+v, want named", r)
+	}
+
 	// Drained 70 s after the last event: every signal's windows, and the
 	// ledger's of the same seconds, are empty. Equal, they checked
 	// nothing; the check passed a stage 2 that counted nothing.

@@ -23,12 +23,16 @@ type Summary struct {
 	Statuses    map[string]int `json:"statuses"`
 	Retried     uint64         `json:"retried"`
 	GaveUp      uint64         `json:"gave_up"`
-	RatePerS    float64        `json:"rate_per_s"`
+	RatePerS    float64        `json:"rate_per_s"` // answers of any status
+	OKPerS      float64        `json:"ok_per_s"`   // 200 answers
 	P50Ms       float64        `json:"p50_ms"`
 	P90Ms       float64        `json:"p90_ms"`
 	P99Ms       float64        `json:"p99_ms"`
 	P999Ms      float64        `json:"p999_ms"`
 	MaxMs       float64        `json:"max_ms"`
+	// Interrupted: the run was stopped before its duration, the figures
+	// are partial.
+	Interrupted bool `json:"interrupted,omitempty"`
 	// SendLagP50Ms and SendLagP99Ms are Result.SendLag's (open loop and
 	// traffic runs).
 	SendLagP50Ms float64 `json:"send_lag_p50_ms,omitempty"`
@@ -86,7 +90,7 @@ func (r *Result) Summary() Summary {
 	s := Summary{
 		URL: r.Config.URL, Mode: "closed-loop", Connections: r.Config.Connections,
 		DurationS: r.Elapsed.Seconds(), Sent: r.Sent, OK: r.OK(), Errors: r.Errors,
-		Statuses: map[string]int{}, Retried: r.Retried, GaveUp: r.GaveUp, RatePerS: r.Rate(),
+		Statuses: map[string]int{}, Retried: r.Retried, GaveUp: r.GaveUp, RatePerS: r.Rate(), OKPerS: r.OKRate(), Interrupted: r.Interrupted,
 		P50Ms: ms(r.Percentile(50)), P90Ms: ms(r.Percentile(90)), P99Ms: ms(r.Percentile(99)),
 		P999Ms: ms(r.Percentile(99.9)), MaxMs: float64(r.Latency.Max()) / 1000,
 		Over250ms: r.ShareOver(250 * time.Millisecond), Over1s: r.ShareOver(time.Second),
@@ -126,11 +130,8 @@ func (r *Result) Summary() Summary {
 	}
 	if r.ServerCPU > 0 {
 		s.ServerCPUS = r.ServerCPU
-		var answered uint64
-		for _, n := range r.Statuses {
-			answered += n
-		}
-		s.RequestsPerCPUS = float64(answered) / r.ServerCPU
+		// 200s only: a refusal costs the service less than a store.
+		s.RequestsPerCPUS = float64(r.OK()) / r.ServerCPU
 		if s.Traffic != nil {
 			s.EventsPerCPUS = float64(s.Traffic.Acked.Events) / r.ServerCPU
 		}
@@ -151,8 +152,11 @@ func (s Summary) WriteText(w io.Writer) {
 	if s.TargetRate > 0 {
 		fmt.Fprintf(w, ", target %.0f req/s", s.TargetRate)
 	}
-	fmt.Fprintf(w, "\n  sent %d in %.1fs, answered %.0f req/s, no answer %d, retried %d, gave up %d\n",
-		s.Sent, s.DurationS, s.RatePerS, s.Errors, s.Retried, s.GaveUp)
+	if s.Interrupted {
+		fmt.Fprintf(w, "\n  INTERRUPTED after %.1fs: the figures below are partial", s.DurationS)
+	}
+	fmt.Fprintf(w, "\n  sent %d in %.1fs, answered %.0f req/s (200: %.0f req/s), no answer %d, retried %d, gave up %d\n",
+		s.Sent, s.DurationS, s.RatePerS, s.OKPerS, s.Errors, s.Retried, s.GaveUp)
 	fmt.Fprintf(w, "  answers: %s\n", sortedCounts(s.Statuses))
 	fmt.Fprintf(w, "  latency p50 %.2f ms, p90 %.2f, p99 %.2f, p99.9 %.2f, max %.2f\n", s.P50Ms, s.P90Ms, s.P99Ms, s.P999Ms, s.MaxMs)
 	if s.SendLagP99Ms > 0 {
@@ -166,7 +170,7 @@ func (s Summary) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "  over 250 ms %.3f%%, over 1 s %.3f%%: %s Meta's bar (median < 250 ms, < 1%% over 1 s, all 200)\n",
 		100*s.Over250ms, 100*s.Over1s, verdict)
 	if s.ServerCPUS > 0 {
-		fmt.Fprintf(w, "  service CPU %.2f s: %.0f requests per CPU second", s.ServerCPUS, s.RequestsPerCPUS)
+		fmt.Fprintf(w, "  service CPU %.2f s: %.0f requests answered 200 per CPU second", s.ServerCPUS, s.RequestsPerCPUS)
 		if s.EventsPerCPUS > 0 {
 			fmt.Fprintf(w, ", %.0f events per CPU second", s.EventsPerCPUS)
 		}
@@ -200,6 +204,11 @@ func (s Summary) WriteText(w io.Writer) {
 			p.Exact, p.Numbers, p.WaitS, p.PostedUnacked)
 		for _, d := range p.Differences {
 			fmt.Fprintf(w, "  %s\n", d)
+		}
+		for _, note := range []string{p.Partial, p.Inconclusive} {
+			if note != "" {
+				fmt.Fprintf(w, "  %s\n", note)
+			}
 		}
 	}
 	if c := s.Check; c != nil {

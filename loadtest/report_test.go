@@ -112,7 +112,7 @@ func TestReportTextAndJSON(t *testing.T) {
 	var text bytes.Buffer
 	s := r.Summary()
 	s.WriteText(&text)
-	for _, want := range []string{"answers: 200=3 503=2", "retried 2", "FAILS Meta's bar", "10 requests per CPU second"} {
+	for _, want := range []string{"answers: 200=3 503=2", "retried 2", "FAILS Meta's bar", "6 requests answered 200 per CPU second"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("text lacks %q:\n%s", want, text.String())
 		}
@@ -125,7 +125,7 @@ func TestReportTextAndJSON(t *testing.T) {
 	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms", "share_over_250ms", "share_over_1s", "meets_meta_slo", "statuses", "rate_per_s"} {
+	for _, k := range []string{"p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms", "share_over_250ms", "share_over_1s", "meets_meta_slo", "statuses", "rate_per_s", "ok_per_s"} {
 		if _, ok := back[k]; !ok {
 			t.Errorf("JSON lacks %s", k)
 		}

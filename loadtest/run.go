@@ -141,9 +141,24 @@ type Result struct {
 	// ServerCPU is the CPU time the service used during the run, in
 	// seconds, from its /metrics; negative when unknown.
 	ServerCPU float64
+	// Interrupted is set when the run ended before its duration because
+	// its context was cancelled (the command got SIGINT or SIGTERM): the
+	// figures cover only Elapsed.
+	Interrupted bool
 }
 
-// Rate is the achieved rate of answered requests per second.
+// OKRate is the achieved rate of 200 answers per second: the rate to
+// compare between runs, since a service that refuses (503 while JetStream
+// is away) answers faster than one that stores.
+func (r *Result) OKRate() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.OK()) / r.Elapsed.Seconds()
+}
+
+// Rate is the achieved rate of answered requests per second, whatever the
+// answer.
 func (r *Result) Rate() float64 {
 	if r.Elapsed <= 0 {
 		return 0
@@ -378,6 +393,9 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	}
 	wg.Wait()
 	res.Elapsed = time.Since(res.Started)
+	// A signal after the duration, while the last answers drain, cut
+	// nothing short.
+	res.Interrupted = ctx.Err() != nil && res.Elapsed < c.Duration
 	for _, client := range clients {
 		client.CloseIdleConnections()
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -115,5 +116,59 @@ func TestPaceTick(t *testing.T) {
 	c.URL, c.Secret, c.Rate = "http://127.0.0.1:1/webhook", []byte("s"), 2e6
 	if err := c.Validate(); err == nil {
 		t.Error("a rate of 2M/s validated")
+	}
+}
+
+// TestRunOKRate: the rate of 200s leaves out the other answers, which
+// rate_per_s counts; a run cut short by its context says so.
+func TestRunOKRate(t *testing.T) {
+	var n atomic.Int64
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1)%2 == 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+	c := DefaultConfig()
+	c.URL, c.Secret, c.Duration, c.Connections, c.Attempts, c.MetricsURL = "http://"+ln.Addr().String()+"/webhook", []byte("s"), 300*time.Millisecond, 2, 1, "-"
+	res, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := res.Summary()
+	if s.Interrupted {
+		t.Error("a run that lasted its duration is marked interrupted")
+	}
+	ok, other := res.Statuses[200], res.Statuses[503]
+	if ok == 0 || other == 0 { // every other answer a 503: both, however slow the machine
+		t.Fatalf("answers %v: want both 200s and 503s", res.Statuses)
+	}
+	if want := float64(ok) / res.Elapsed.Seconds(); s.OKPerS != want {
+		t.Errorf("ok_per_s %v, want %v (200s alone)", s.OKPerS, want)
+	}
+	if want := float64(ok+other) / res.Elapsed.Seconds(); s.RatePerS != want {
+		t.Errorf("rate_per_s %v, want %v (every answer)", s.RatePerS, want)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	c.Duration = time.Minute
+	res, err = Run(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = res.Summary()
+	var text, js bytes.Buffer
+	s.WriteText(&text)
+	if err := s.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	if !s.Interrupted || res.Elapsed > 10*time.Second || !strings.Contains(text.String(), "INTERRUPTED") || !strings.Contains(js.String(), `"interrupted": true`) {
+		t.Errorf("a run cancelled after 200ms of 1m: interrupted %v, elapsed %v\n%s\n%s", s.Interrupted, res.Elapsed, text.String(), js.String())
 	}
 }
