@@ -426,9 +426,11 @@ func TestBatchPublisherExpiresAfterIdle(t *testing.T) {
 func TestBatchPublisherLetsGoOfTimedOutBody(t *testing.T) {
 	nc := connectJetStream(t, "timedout-body-test")
 	newScriptedStream(t, nc, func(int, uint64, bool, uint64) string { return "" }) // no ack ever
-	// The batch is swept 2*ackTimeout after its message at the earliest:
-	// half a second after the answer, for a slow machine.
-	const ackTimeout = 500 * time.Millisecond
+	// The batch is swept 2*ackTimeout after its message at the earliest;
+	// the request's own deadline is 500 ms, so the check below has 3.5 s
+	// after the answer on a slow machine (half a second with an
+	// ackTimeout of 500 ms).
+	const ackTimeout = 2 * time.Second
 	pub, err := ingest.NewBatchPublisher(nc, 64, ackTimeout, ingest.DefaultBatchOptions())
 	if err != nil {
 		t.Fatal(err)
@@ -436,7 +438,7 @@ func TestBatchPublisherLetsGoOfTimedOutBody(t *testing.T) {
 	defer pub.Close()
 	big := bytes.Repeat([]byte("x"), 900<<10)
 	now := time.Now()
-	if _, err := pub.Publish(schema.DefaultApp, schema.RawMsgID(big), big, now, now.Add(ackTimeout)); !errors.Is(err, ingest.ErrAckTimeout) {
+	if _, err := pub.Publish(schema.DefaultApp, schema.RawMsgID(big), big, now, now.Add(500*time.Millisecond)); !errors.Is(err, ingest.ErrAckTimeout) {
 		t.Fatalf("got %v, want ErrAckTimeout", err)
 	}
 	msgs, held := ingest.AnsweredBodies(pub)

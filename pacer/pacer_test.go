@@ -241,8 +241,10 @@ func TestStopPauseCooldown(t *testing.T) {
 		t.Errorf("stop: %v; signal stop_until %v reason %q", err, sig.StopUntil, sig.Reason)
 	}
 
-	// pause: a 131057 58 s ago opens a window that ends in about 2 s.
-	at := time.Now().UTC().Add(-58 * time.Second)
+	// pause: a 131057 55 s ago opens a window that ends in 4 to 5 s (its
+	// time is kept in whole seconds): time for stage 2, the signal and the
+	// pacer on a busy machine before the Wait that must find it paused.
+	at := time.Now().UTC().Add(-55 * time.Second)
 	e.failure(paused, "15550000003", 131057, at)
 	sig = e.waitSignal(paused, "pause", func(s schema.PacingSignal) bool { return s.Advice == schema.AdvicePause })
 	e.eventually("the pacer has the pause", func() (bool, string) {
@@ -353,7 +355,7 @@ func (h *countHandler) WithGroup(string) slog.Handler      { return h }
 func TestLocalPairRule(t *testing.T) {
 	cfg := pacer.DefaultConfig()
 	cfg.NoReport, cfg.CooldownNoWait = true, true
-	cfg.PairBurst, cfg.PairInterval = 3, 300*time.Millisecond
+	cfg.PairBurst, cfg.PairInterval = 3, time.Second // long enough that a slow burst is not refilled
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	p, err := pacer.New(context.Background(), nil, cfg)
 	if err != nil {
@@ -368,8 +370,8 @@ func TestLocalPairRule(t *testing.T) {
 	}
 	err = p.Wait(context.Background(), id, "15550000008")
 	var ce *pacer.CooldownError
-	if !errors.As(err, &ce) || !ce.Local || time.Until(ce.Until) <= 0 || time.Until(ce.Until) > 300*time.Millisecond {
-		t.Fatalf("the 4th send: %v; want a local cool-down of up to 300ms", err)
+	if !errors.As(err, &ce) || !ce.Local || time.Until(ce.Until) <= 0 || time.Until(ce.Until) > time.Second {
+		t.Fatalf("the 4th send: %v; want a local cool-down of up to 1s", err)
 	}
 	if err := p.Wait(context.Background(), id, "15550000009"); err != nil {
 		t.Errorf("another recipient: %v", err)
@@ -554,14 +556,20 @@ func slowPacer(t *testing.T, edit func(*pacer.Config)) *pacer.Pacer {
 // came, into the maintenance window.
 func TestPauseDuringTokenWait(t *testing.T) {
 	const id = "100000000000071"
-	p := slowPacer(t, nil)
+	// A token every 4 s: the pause, 200 ms in, has 3.8 s to come before
+	// the queued Wait's token even on a starved machine.
+	// (Share, not FallbackShare: the fallback rate has a floor of 1 mps.)
+	p := slowPacer(t, func(c *pacer.Config) { c.Share = 0.25 })
 	if err := p.Wait(context.Background(), id, ""); err != nil {
 		t.Fatal(err) // the bucket's one token
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
+	if r, _ := p.Rate(id); r != 0.25 {
+		t.Fatalf("rate %v, want 0.25 mps", r)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- p.Wait(ctx, id, "") }() // its token comes in about 1 s
+	go func() { done <- p.Wait(ctx, id, "") }() // its token comes in about 4 s, 2 s before the deadline
 	time.Sleep(200 * time.Millisecond)
 	if d := p.Outcome(pacer.Result{SendResult: schema.SendResult{PhoneNumberID: id, ErrorCode: 131057}}); d.After < 30*time.Second {
 		t.Fatalf("131057: %+v; want a pause of about a minute", d)
@@ -627,16 +635,19 @@ func TestRateRiseReleasesQueuedWaits(t *testing.T) {
 	if took := times[queued-1].Sub(times[1]); took > time.Duration(float64(queued)/r*float64(time.Second))+3*time.Second {
 		t.Errorf("the queued Waits took %v after the rate rose to %v mps", took, r)
 	}
-	// Never more than a quarter second's worth at the new rate in any
-	// quarter second, with the bucket's depth and a margin.
-	limit := int(r/4) + max(1, int(r/10)) + 3
+	// Never more than a second's worth at the new rate in any second, with
+	// the bucket's depth and a fifth for the timestamps, which are taken
+	// after each Wait returns and bunch when the machine is starved (a
+	// quarter-second window saw 38 against a limit of 31 in CI). All 200 at
+	// once, the defect this guards against, is twice the limit.
+	limit := int(r) + max(1, int(r/10)) + int(r/5) + 3
 	for i := range times {
 		j := i
-		for j < len(times) && times[j].Sub(times[i]) < 250*time.Millisecond {
+		for j < len(times) && times[j].Sub(times[i]) < time.Second {
 			j++
 		}
 		if j-i > limit {
-			t.Fatalf("%d sends in 250 ms from %v at %v mps; want at most %d", j-i, times[i].Format("15:04:05.000"), r, limit)
+			t.Fatalf("%d sends in 1 s from %v at %v mps; want at most %d", j-i, times[i].Format("15:04:05.000"), r, limit)
 		}
 	}
 }
@@ -823,13 +834,16 @@ func TestLowRateFrequentSignals(t *testing.T) {
 			}
 		}()
 	}
-	// 4 s of signals every 200 ms, between 4.0 and 4.1 mps.
-	start := sent.Load()
+	// 4 s of signals every 200 ms, between 4.0 and 4.1 mps. The sends are
+	// counted against the time that really passed: a KV put on a busy
+	// machine takes tens of milliseconds, and 20 of them stretch the 4 s.
+	start, t0 := sent.Load(), time.Now()
 	for i := range 20 {
 		signal(4 + 0.1*float64(i%2))
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(time.Until(t0.Add(time.Duration(i+1) * 200 * time.Millisecond)))
 	}
-	if n := sent.Load() - start; n < 12 || n > 22 {
-		t.Errorf("%d sends in 4 s at about 4 mps with the signal changing every 200 ms; want about 16", n)
+	n, took := sent.Load()-start, time.Since(t0)
+	if want := 4.05 * took.Seconds(); float64(n) < 0.75*want-1 || float64(n) > want+3 {
+		t.Errorf("%d sends in %v at about 4 mps with the signal changing every 200 ms; want about %.0f", n, took.Round(time.Millisecond), want)
 	}
 }

@@ -190,12 +190,15 @@ func TestTier(t *testing.T) {
 		c.Delays = simulate.Delays{Sent: time.Millisecond, Delivered: time.Millisecond, Read: time.Millisecond, Reply: time.Millisecond, Failed: time.Millisecond}
 	})
 	// Tier 1: one send, its reply comes at once and takes the next second's
-	// token, so a send 1.2 s later is refused; 2.3 s later it goes.
+	// token, so a send 1.2 s later is refused; 2.1 s later it goes. The
+	// send reaches the simulator between t0 and t1: the refusal is timed
+	// from t0 (refused until 2 s after it), the send that goes from t1.
 	one := s.Stats().Numbers[0].PhoneNumberID
 	t0 = time.Now()
 	if a := send(t, s, one, "15550100001", ""); a.code() != 0 {
 		t.Fatal(a.Error)
 	}
+	t1 := time.Now()
 	testutil.Poll(time.Second, func() bool { return s.Stats().Numbers[0].Inbound != 0 })
 	if s.Stats().Numbers[0].Inbound != 1 {
 		t.Fatal("no reply")
@@ -205,50 +208,69 @@ func TestTier(t *testing.T) {
 	if a := send(t, s, one, "15550100002", ""); a.code() != 130429 {
 		t.Errorf("1.2 s after a send and its reply at 1 mps: %+v; want 130429 (inbound counts)", a.Error)
 	}
-	time.Sleep(time.Until(t0.Add(2300 * time.Millisecond)))
+	time.Sleep(time.Until(t1.Add(2100 * time.Millisecond)))
 	if a := send(t, s, one, "15550100003", ""); a.code() != 0 {
-		t.Errorf("2.3 s after: %+v", a.Error)
+		t.Errorf("2.1 s after: %+v", a.Error)
 	}
 }
 
 // TestPairRule: 45 messages to one recipient at once, the 46th 131056;
 // then one per interval; other recipients unaffected.
+//
+// The pair bucket fills from the first send, which reaches the simulator
+// between t0 and t1: the 46th is refused before t0+interval, a send goes
+// from t1+interval, and the one right after it is refused before
+// t0+2*interval. The sends are timed from the first, not from each other:
+// a slow burst (over 280 ms under -race in CI, against an interval of
+// 300 ms then) let the bucket refill a second token before the last send.
 func TestPairRule(t *testing.T) {
-	s := start(t, func(c *simulate.Config) { c.PairInterval = 300 * time.Millisecond })
+	const interval = time.Second
+	s := start(t, func(c *simulate.Config) { c.PairInterval = interval })
 	id := s.Stats().Numbers[0].PhoneNumberID
-	for i := range 45 {
+	t0 := time.Now()
+	if a := send(t, s, id, "15550100100", ""); a.code() != 0 {
+		t.Fatalf("send 1 of the burst: %+v", a.Error)
+	}
+	t1 := time.Now()
+	for i := 1; i < 45; i++ {
 		if a := send(t, s, id, "15550100100", ""); a.code() != 0 {
 			t.Fatalf("send %d of the burst: %+v", i+1, a.Error)
 		}
 	}
 	if a := send(t, s, id, "15550100100", ""); a.code() != 131056 || a.HTTP != http.StatusTooManyRequests {
-		t.Fatalf("the 46th: %d %+v", a.HTTP, a.Error)
+		t.Fatalf("the 46th, %v after the first send (refused until %v): %d %+v", time.Since(t0), interval, a.HTTP, a.Error)
 	}
 	if a := send(t, s, id, "15550100101", ""); a.code() != 0 {
 		t.Fatalf("another recipient: %+v", a.Error)
 	}
-	time.Sleep(320 * time.Millisecond) // past the pair interval: the time window is the subject
+	// Past the interval from the first send: the time window is the subject.
+	time.Sleep(time.Until(t1.Add(interval + 20*time.Millisecond)))
 	if a := send(t, s, id, "15550100100", ""); a.code() != 0 {
 		t.Fatalf("after the interval: %+v", a.Error)
 	}
 	if a := send(t, s, id, "15550100100", ""); a.code() != 131056 {
-		t.Fatalf("right after: %+v", a.Error)
+		t.Fatalf("right after, %v after the first send (refused until %v): %+v", time.Since(t0), 2*interval, a.Error)
 	}
 }
 
-// TestMaintenance: a configured window answers 131057, then sends go.
+// TestMaintenance: a configured window answers 131057, then sends go. The
+// window opens when the simulator starts, between t0 and t1, and the sends
+// are timed from those.
 func TestMaintenance(t *testing.T) {
+	const window = time.Second
+	t0 := time.Now()
 	s := start(t, func(c *simulate.Config) {
-		c.Maintenance = []simulate.Window{{PhoneNumberID: c.Numbers[0].PhoneNumberID, Duration: 400 * time.Millisecond}}
+		c.Maintenance = []simulate.Window{{PhoneNumberID: c.Numbers[0].PhoneNumberID, Duration: window}}
 	})
+	t1 := time.Now()
 	n := s.Stats().Numbers
 	if a := send(t, s, n[0].PhoneNumberID, "15550100200", ""); a.code() != 131057 {
-		t.Fatalf("in the window: %+v", a.Error)
+		t.Fatalf("in the window, %v after the start (open for %v): %+v", time.Since(t0), window, a.Error)
 	}
 	if a := send(t, s, n[1].PhoneNumberID, "15550100200", ""); a.code() != 0 {
 		t.Fatalf("another number: %+v", a.Error)
 	}
-	time.Sleep(450 * time.Millisecond) // past the window: the time window is the subject
+	time.Sleep(time.Until(t1.Add(window + 20*time.Millisecond))) // past the window: the time window is the subject
 	if a := send(t, s, n[0].PhoneNumberID, "15550100200", ""); a.code() != 0 {
 		t.Fatalf("after the window: %+v", a.Error)
 	}

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +30,7 @@ func TestNATSClusterFromConfig(t *testing.T) {
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", clusterPorts[i]))
 	}
 	var servers []*server.Server
+	var logs []*problemLog
 	for i := range nodes {
 		t.Setenv("NATS_SERVER_NAME", fmt.Sprintf("nats-%d", i+1))
 		t.Setenv("NATS_CLUSTER_NAME", "wahook")
@@ -43,18 +45,20 @@ func TestNATSClusterFromConfig(t *testing.T) {
 		if err != nil {
 			t.Fatalf("node %d: %v", i+1, err)
 		}
-		opts.NoSigs, opts.NoLog = true, true
+		opts.NoSigs = true
 		s, err := server.NewServer(opts)
 		if err != nil {
 			t.Fatalf("node %d: %v", i+1, err)
 		}
+		logs = append(logs, &problemLog{})
+		s.SetLogger(logs[i], false, false)
 		go s.Start()
 		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 		servers = append(servers, s)
 	}
 	for i, s := range servers {
 		if !s.ReadyForConnections(20 * time.Second) {
-			t.Fatalf("node %d not ready", i+1)
+			t.Fatalf("node %d not ready within 20s; its warnings and errors: %s", i+1, logs[i])
 		}
 		if got := s.Name(); got != fmt.Sprintf("nats-%d", i+1) {
 			t.Errorf("node %d is named %q", i+1, got)
@@ -80,3 +84,32 @@ func TestNATSClusterFromConfig(t *testing.T) {
 		t.Fatalf("publish to the replicated stream: %v", err)
 	}
 }
+
+// problemLog keeps a nats-server's warnings and errors, for a failure's
+// message (a listener that cannot bind is only logged).
+type problemLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *problemLog) keep(level, format string, v ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, level+" "+fmt.Sprintf(format, v...))
+}
+
+func (l *problemLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.lines) == 0 {
+		return "none"
+	}
+	return strings.Join(l.lines, "; ")
+}
+
+func (l *problemLog) Noticef(string, ...any)         {}
+func (l *problemLog) Debugf(string, ...any)          {}
+func (l *problemLog) Tracef(string, ...any)          {}
+func (l *problemLog) Warnf(format string, v ...any)  { l.keep("[WRN]", format, v...) }
+func (l *problemLog) Errorf(format string, v ...any) { l.keep("[ERR]", format, v...) }
+func (l *problemLog) Fatalf(format string, v ...any) { l.keep("[FTL]", format, v...) }
