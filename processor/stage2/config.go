@@ -85,6 +85,13 @@ type Config struct {
 	// epochs of 64 s) do not count it again. A status later than that (a
 	// read hours after the send) would count it once more.
 	MessageMemory time.Duration
+	// MemoryWarmup bounds the time stage 2 spends at its start reading
+	// EVENTS back to fill its message memory with the messages counted
+	// before it started (warmMemory); 0 reads nothing, and a later status
+	// of a message sent before a restart counts that message again. A
+	// group member (Partitions) reads so for each partition it gains, at
+	// its start and at each handover (warmPartitions).
+	MemoryWarmup time.Duration
 	// Now is the clock of the signals (updated_at, the end of the windows,
 	// the expiry of cool-downs); time.Now unless a test sets it. Timers
 	// (coalescing, refreshes) use the real clock.
@@ -105,6 +112,7 @@ func DefaultConfig() Config {
 		Replicas:       1,
 		SignalTTL:      30 * 24 * time.Hour,
 		MessageMemory:  pacing.DefaultMessageMemory,
+		MemoryWarmup:   10 * time.Second,
 		Now:            time.Now,
 	}
 }
@@ -140,6 +148,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("stall after %s: use at least 1s", c.StallAfter)
 	case c.MessageMemory < 0:
 		return errors.New("message memory must not be negative")
+	case c.MemoryWarmup < 0:
+		return errors.New("memory warm-up must not be negative")
 	case c.AckWait < time.Second:
 		return errors.New("ack wait must be at least 1s")
 	case c.Coalesce > c.AckWait/4:

@@ -193,7 +193,6 @@ func (s *Stage2) runGroup(ctx context.Context) error {
 	}
 	defer own.stop()
 	s.own = own
-	s.m.partitions.Set(float64(own.count))
 	if len(s.nums) > 0 {
 		// Joining again, after its consumer failed: partitions may have
 		// moved meanwhile, and the numbers of those it lost must not be
@@ -204,6 +203,13 @@ func (s *Stage2) runGroup(ctx context.Context) error {
 				zap.Ints("partitions", own.list()), zap.Int("numbers_forgotten", forgot))
 		}
 	}
+
+	// The messages of the partitions owned, before any is delivered: the
+	// events wait in the queue meanwhile, not in AckWait. All of them, on
+	// joining again too: a partition may have moved away and back while
+	// this member was out, and reading known messages again is harmless.
+	s.warmPartitions(ctx, own.list(), s.cfg.MemoryWarmup)
+	s.m.partitions.Set(float64(own.count)) // once warmed
 
 	inbox := make(chan jetstream.Msg, inboxSize)
 	quit := make(chan struct{})

@@ -20,6 +20,10 @@ type metrics struct {
 	restarts     prometheus.Counter
 	evicted      prometheus.Counter
 	advice       *prometheus.GaugeVec
+	// warmups counts the message memory's read-backs by outcome; warmed
+	// the messages they remembered.
+	warmups *prometheus.CounterVec
+	warmed  prometheus.Counter
 }
 
 // adviceMoved moves a number from one advice to another in the advice
@@ -44,6 +48,14 @@ const (
 	resultIgnored   = "ignored"   // nothing for stage 2 (no number, a kind it does not use)
 	resultBad       = "bad"       // not an event it can decode
 	resultNotOwned  = "not_owned" // its number's partition is another instance's (Config.Partitions)
+)
+
+// The outcomes of a read-back of the message memory (warm).
+const (
+	warmComplete = "complete"    // everything taken within the memory was read
+	warmNewest   = "newest_only" // the budget could not read it all: the newest part was read
+	warmPartial  = "partial"     // the budget ran out, or EVENTS could not be read, part-way
+	warmFailed   = "failed"      // what was taken could not be told: nothing read
 )
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -81,12 +93,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		restarts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wahook_stage2_consumer_restarts_total", Help: "Times stage 2's consumer failed (a closed connection, a deleted consumer) or stalled (it held events and delivered none for --stage2-stall-after) and was read again, or its pull request missed two heartbeats (lost on its way) and was made again.",
 		}),
+		warmups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wahook_stage2_memory_warmups_total", Help: "Read-backs of the message memory from EVENTS at a start or a handover (--stage2-memory-warmup), by outcome (complete, newest_only, partial, failed); one with nothing taken to read is not counted.",
+		}, []string{"outcome"}),
+		warmed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wahook_stage2_memory_warmed_messages_total", Help: "Messages remembered by the message memory's read-backs: their later statuses do not count them again.",
+		}),
 		writeFails: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wahook_stage2_write_failures_total", Help: "KV writes that failed, by bucket.",
 		}, []string{"bucket"}),
 	}
 	for _, r := range []string{resultApplied, resultDuplicate, resultMoved, resultIgnored, resultBad, resultNotOwned} {
 		m.events.WithLabelValues(r)
+	}
+	for _, o := range []string{warmComplete, warmNewest, warmPartial, warmFailed} {
+		m.warmups.WithLabelValues(o)
 	}
 	for _, a := range []schema.Advice{schema.AdviceOK, schema.AdviceSlowDown, schema.AdvicePause, schema.AdviceStop} {
 		m.advice.WithLabelValues(string(a))
@@ -96,6 +117,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, b := range []string{schema.BucketPacing, schema.BucketPairCooldown} {
 		m.writeFails.WithLabelValues(b)
 	}
-	reg.MustRegister(m.events, m.signals, m.urgent, m.cooldowns, m.numbers, m.partitions, m.writeFails, m.clamped, m.seedFailures, m.restarts, m.evicted, m.advice)
+	reg.MustRegister(m.events, m.signals, m.urgent, m.cooldowns, m.numbers, m.partitions, m.writeFails, m.clamped, m.seedFailures, m.restarts, m.evicted, m.advice, m.warmups, m.warmed)
 	return m
 }

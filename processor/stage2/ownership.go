@@ -78,10 +78,10 @@ func (o *ownership) list() []int {
 }
 
 // update applies a change of the group's configuration; it reports
-// whether the member's partitions changed. A deleted configuration, or
-// one that cannot be read, owns nothing (pcgroups stops the consumer and
-// Run returns).
-func (o *ownership) update(e jetstream.KeyValueEntry) bool {
+// whether the member's partitions changed, and the ones it gained. A
+// deleted configuration, or one that cannot be read, owns nothing
+// (pcgroups stops the consumer and Run returns).
+func (o *ownership) update(e jetstream.KeyValueEntry) (changed bool, gained []int) {
 	owned := make([]bool, o.partitions)
 	var gc pcgroups.ElasticConsumerGroupConfig
 	if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &gc) == nil && gc.MaxMembers == uint(o.partitions) {
@@ -94,24 +94,30 @@ func (o *ownership) update(e jetstream.KeyValueEntry) bool {
 			}
 		}
 	}
-	changed, count := false, 0
+	count := 0
 	for p := range owned {
 		changed = changed || owned[p] != o.owned[p]
 		if owned[p] {
 			count++
+			if !o.owned[p] {
+				gained = append(gained, p)
+			}
 		}
 	}
 	o.owned, o.count = owned, count
-	return changed
+	return changed, gained
 }
 
 // partitionOf is the partition of the number id among n: the partition
 // the server's subject transform {{Partition(n,1)}} gives its subject
 // token, an FNV-1a hash (32 bits) modulo n (nats-server
 // subject_transform.go). A test checks it against the server.
-func partitionOf(id string, n int) int {
+func partitionOf(id string, n int) int { return partitionOfToken(schema.SubjectToken(id), n) }
+
+// partitionOfToken is partitionOf of a number's subject token.
+func partitionOfToken(token string, n int) int {
 	h := fnv.New32a()
-	_, _ = h.Write([]byte(schema.SubjectToken(id)))
+	_, _ = h.Write([]byte(token))
 	return int(h.Sum32() % uint32(n))
 }
 
@@ -121,8 +127,11 @@ func (s *Stage2) applyOwnership(ctx context.Context, e jetstream.KeyValueEntry, 
 	if !ok {
 		return fmt.Errorf("watch consumer group %s: the watcher stopped", s.cfg.Durable)
 	}
-	if e != nil && s.own.update(e) {
-		s.reown(ctx)
+	if e == nil {
+		return nil
+	}
+	if changed, gained := s.own.update(e); changed {
+		s.reown(ctx, gained)
 	}
 	return nil
 }
@@ -172,14 +181,18 @@ func (s *Stage2) forgetNotOwned(ctx context.Context, write bool) int {
 // owner seeds each number from its last signal when it first sees it
 // (Stage2.number). The new owner's windows start empty, as after a
 // restart, and fill within a minute. A number whose partition comes back
-// later is seeded from the KV again.
-func (s *Stage2) reown(ctx context.Context) {
+// later is seeded from the KV again. The message memory gets the messages
+// of the partitions gained, read back as at the start (warmPartitions),
+// while the events delivered meanwhile wait: within a third of their
+// AckWait.
+func (s *Stage2) reown(ctx context.Context, gained []int) {
 	forgot := s.forgetNotOwned(ctx, true)
-	s.m.partitions.Set(float64(s.own.count))
 	s.log.Info("partitions changed", zap.String("member", s.cfg.Member), zap.Ints("partitions", s.own.list()),
 		zap.Int("numbers_forgotten", forgot))
 	// The held numbers (stop, pause) of partitions this instance gained
 	// are seeded now, as those it owned at the start were: their holds end
 	// without another event, and the end must be written.
 	s.seedHeld(ctx)
+	s.warmPartitions(ctx, gained, min(s.cfg.MemoryWarmup, s.cfg.AckWait/3))
+	s.m.partitions.Set(float64(s.own.count)) // once warmed
 }

@@ -154,6 +154,7 @@ func (s *Stage2) Run(ctx context.Context) error {
 	}
 	s.log.Info("stage 2 started", zap.String("consumer", s.cfg.Durable), zap.Strings("subjects", s.cfg.FilterSubjects))
 	s.seedHeld(ctx)
+	s.warmMemory(ctx, cons)
 	// One failure of the consumer (a connection the server closed, a
 	// consumer deleted by hand) must not end stage 2, nor the process: it
 	// is logged, and the consumer is provisioned and read again.

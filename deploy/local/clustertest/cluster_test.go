@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -550,6 +551,45 @@ func runFault(t *testing.T, c *cluster, f fault) {
 	}
 }
 
+// memoryWarmed checks that the restarted process member p1 read its
+// partitions' message memory back from the three-node cluster (the work
+// queue's leader, EVENTS): messages remembered, no read-back failed.
+func memoryWarmed(t *testing.T, c *cluster) {
+	t.Helper()
+	port, err := os.ReadFile(filepath.Join(c.dir, "wahook", "process-1.port"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://127.0.0.1:" + strings.TrimSpace(string(port)) + "/metrics"
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	values := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, v, ok := strings.Cut(sc.Text(), " ")
+		if ok && strings.HasPrefix(name, "wahook_stage2_memory_") {
+			values[name], _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	warmed, failed := values["wahook_stage2_memory_warmed_messages_total"], values[`wahook_stage2_memory_warmups_total{outcome="failed"}`]
+	t.Logf("process p1 after its restart: %v messages read back into the message memory; read-backs %v", warmed, values)
+	if warmed == 0 || failed != 0 {
+		t.Errorf("process p1's message memory after its restart: %v messages read back, %v read-backs failed; want some, and none failed (%s)", warmed, failed, url)
+	}
+	// What the read-backs logged: how far each read, and why one stopped.
+	if b, err := os.ReadFile(filepath.Join(c.dir, "wahook", "process-1.log")); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "message memory") {
+				t.Logf("process-1.log: %s", l)
+			}
+		}
+	}
+}
+
 // sameRowsOnReplicas waits until both ClickHouse replicas hold the same
 // events of status_events and inbound_messages: replication caught up. It
 // compares distinct event ids, as the load tester's check and wahook's
@@ -702,7 +742,7 @@ func TestClusterFaults(t *testing.T) {
 		{name: "one wahook process killed", inject: func(t *testing.T, c *cluster, js jetstream.JetStream) func() {
 			c.kill(t, "wahook/process-1.pid")
 			return func() { c.restart(t, "restart-process", "1") }
-		}},
+		}, after: memoryWarmed},
 		{name: "one wahook ingest killed", inject: func(t *testing.T, c *cluster, js jetstream.JetStream) func() {
 			c.kill(t, "wahook/ingest-2.pid")
 			return nil

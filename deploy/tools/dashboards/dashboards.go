@@ -115,6 +115,12 @@ func Service() (dashboard.Dashboard, error) {
 			prom("max(wahook_funnel_lag_seconds)", "funnel lag (s)"),
 			prom("sum by (result) (rate(wahook_stage2_events_total["+rate+"]))", "stage 2 {{result}}/s"),
 			prom("sum(rate(wahook_stage2_signals_published_total["+rate+"]))", "pacing signals/s"))).
+		// A stage 2 start or handover reads the message memory back; one
+		// that failed or read part leaves the signal high for up to
+		// --stage2-message-memory.
+		WithPanel(series("Stage 2: message memory read back at starts and handovers", "short",
+			prom("sum by (outcome) (increase(wahook_stage2_memory_warmups_total["+rate+"]))", "read-backs {{outcome}}"),
+			prom("sum(increase(wahook_stage2_memory_warmed_messages_total["+rate+"]))", "messages remembered"))).
 		WithRow(dashboard.NewRowBuilder("Query API and memory")).
 		WithPanel(series("Query API by status, and 429s by limit", "reqps",
 			prom("sum by (status) (rate(wahook_api_requests_total["+rate+"]))", "{{status}}"),
