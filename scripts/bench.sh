@@ -139,7 +139,9 @@ load() { # url [rate [body bytes]]
 	"$WAHOOK_BIN" loadtest --url "$1" --app-secret "$SECRET" --duration "$DURATION" --connections "$CONNECTIONS" --rate "${2:-0}" \
 		--body-bytes "${3:-900}" --attempts 1 --json
 }
-field() { python3 -c "import json,sys; print(json.load(open('$1'))['$2'])"; }
+# okrate file: the 200s a second of a loadtest report (every answer, from a
+# binary older than ok_per_s).
+okrate() { python3 -c "import json; d = json.load(open('$1')); print(d.get('ok_per_s', d['rate_per_s']))"; }
 # pipeline_serve db [flags]: wahook serve with stage 1 writing to database
 # db, in the background ($serve_pid); with the profiling endpoint and
 # query logging for the breakdown.
@@ -237,7 +239,7 @@ for r in $(seq 1 "$ROUNDS"); do
 		curl -fsS "http://$WAHOOK/metrics" > "$out/metrics-half-$r-$name.before"
 		index=$(awk '/^wahook_ingest_dedupe_entries / {n = $2} /^wahook_ingest_dedupe_bytes / {b = $2}
 			END {printf "%d %.0f", n, b / 1048576}' "$out/metrics-half-$r-$name.before")
-		rate=$(python3 -c "print(int($(field "$out/wahook-$r-$name.json" rate_per_s)/2))")
+		rate=$(python3 -c "print(int($(okrate "$out/wahook-$r-$name.json")/2))")
 		accounted "$out/wahook-half-$r-$name.acct" "$serve_pid" -- load "http://$WAHOOK/webhook" "$rate" 901 > "$out/wahook-half-$r-$name.json"
 		curl -fsS "http://$WAHOOK/metrics" > "$out/metrics-half-$r-$name.after"
 		dups=$(awk '/^wahook_ingest_requests_total\{.*result="duplicate"/ {n += $2} END {print n + 0}' "$out/metrics-half-$r-$name.after")
@@ -263,7 +265,7 @@ for r in $(seq 1 "$ROUNDS"); do
 		kill -TERM "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
 	fi
 	if [ "$BREAKDOWN" = 1 ]; then
-		half=$(python3 -c "print(int($(field "$out/pipeline-$r.json" rate_per_s)/2))")
+		half=$(python3 -c "print(int($(okrate "$out/pipeline-$r.json")/2))")
 		for run in half noevents; do
 			rm -rf "$work/data"
 			if [ $run = half ]; then pipeline_serve "bench_${r}_$run"; else pipeline_serve "bench_${r}_$run" --publish-events=false; fi
@@ -276,7 +278,11 @@ for r in $(seq 1 "$ROUNDS"); do
 		python3 - "$out" "$r" "${v%%:*}" "$prss" "$HZ" <<'PY'
 import json, os, sys
 out, r, name, prss, hz = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
-j = lambda n: json.load(open(f"{out}/{n}.json"))
+def j(n):
+    d = json.load(open(f"{out}/{n}.json"))
+    if "rate_per_s" in d:  # a loadtest report
+        d.setdefault("ok_per_s", d["rate_per_s"])  # from a binary older than ok_per_s: every answer
+    return d
 b, w, h = j(f"bare-{r}"), j(f"wahook-{r}-{name}"), j(f"wahook-half-{r}-{name}")
 p = j(f"pipeline-{r}") if os.path.exists(f"{out}/pipeline-{r}.json") and prss != "-" else None
 rss, dups, sat_rss, index_ids, index_mib = open(f"{out}/ingest-{r}-{name}.txt").read().split()
@@ -308,7 +314,7 @@ def srv_quantile(q):
 # "- -" when this wahook has no such histogram (an older WAHOOK_BIN).
 srv = "- -" if 0.01 not in b1 else f"{srv_quantile(0.99) * 1000:.2f} {100 * (total - cum[les.index(0.01)]) / max(total, 1):.2f}"
 srv += f" {h.get('send_lag_p99_ms', 0):.2f}"
-pipe = f"{p['rate_per_s']:.0f} {p['rate_per_s'] / b['rate_per_s']:.2f} {prss}" if p else "- - -"
+pipe = f"{p['ok_per_s']:.0f} {p['ok_per_s'] / b['ok_per_s']:.2f} {prss}" if p else "- - -"
 def accounted(run, res):
     # CPU-µs per request answered of the load generator and of each process
     # accounted beside it, and the machine's idle share, in percent.
@@ -327,7 +333,7 @@ ap = accounted(f"pipeline-{r}", p) if p else None
 acct = (" ".join(f"{x:.1f}" for x in ab) if ab else "- - -") + " " + (" ".join(f"{x:.1f}" for x in ap) if ap else "- - - -")
 # For the summary after the rounds (null: not accounted).
 json.dump({"bare": ab, "pipeline": ap}, open(f"{out}/acct-{r}.json", "w"))
-print(f"{r} {b['rate_per_s']:.0f} {w['rate_per_s']:.0f} {w['rate_per_s'] / b['rate_per_s']:.2f} "
+print(f"{r} {b['ok_per_s']:.0f} {w['ok_per_s']:.0f} {w['ok_per_s'] / b['ok_per_s']:.2f} "
       f"{h['p50_ms']:.2f} {h['p99_ms']:.2f} {h['p999_ms']:.2f} {rss} {pipe} {non200} {name} "
       f"{others(f'wahook-{r}-{name}', w):.2f} {others(f'wahook-half-{r}-{name}', h):.2f} {dups} {sat_rss} {index_ids} {index_mib} {srv} {acct}")
 PY
@@ -336,18 +342,22 @@ done
 python3 - "$out" "$ROUNDS" "$PIPELINE" "${variants[@]%%:*}" <<'PY' || echo "bench: no summary" >&2
 import json, statistics, sys
 out, rounds, pipeline, names = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4:]
-j = lambda n: json.load(open(f"{out}/{n}.json"))
+def j(n):
+    d = json.load(open(f"{out}/{n}.json"))
+    if "rate_per_s" in d:  # a loadtest report
+        d.setdefault("ok_per_s", d["rate_per_s"])  # from a binary older than ok_per_s: every answer
+    return d
 def med(xs, fmt):
     return f"{fmt(statistics.median(xs))} ({fmt(min(xs))} to {fmt(max(xs))})"
 rs = range(1, rounds + 1)
-bare = [j(f"bare-{r}")["rate_per_s"] for r in rs]
+bare = [j(f"bare-{r}")["ok_per_s"] for r in rs]
 print(f"over {rounds} round(s), median (range):")
 print(f"  bare Fiber: {med(bare, lambda x: f'{x:,.0f}')} req/s")
 for name in names:
-    ing = [j(f"wahook-{r}-{name}")["rate_per_s"] / b for r, b in zip(rs, bare)]
+    ing = [j(f"wahook-{r}-{name}")["ok_per_s"] / b for r, b in zip(rs, bare)]
     print(f"  ingest ({name}) / bare Fiber: {med(ing, lambda x: f'{x:.2f}')}")
 if pipeline:
-    pipe = [j(f"pipeline-{r}")["rate_per_s"] for r in rs]
+    pipe = [j(f"pipeline-{r}")["ok_per_s"] for r in rs]
     print(f"  pipeline: {med(pipe, lambda x: f'{x:,.0f}')} req/s; / bare Fiber: {med([p / b for p, b in zip(pipe, bare)], lambda x: f'{x:.2f}')}")
 def accounted(loop):
     # Each round's figures of the loop, as its row gave them (acct-<round>.json).

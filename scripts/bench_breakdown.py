@@ -23,7 +23,7 @@ def run_costs(tag):
     serve_ticks, ch_ticks, hz = (int(x) for x in open(f"{out}/cost-{tag}.ticks").read().split())
     ok = max(load["ok"], 1)
     per = lambda cpu_s: cpu_s * 1e6 / ok
-    rows = {"webhooks answered 200": load["ok"], "webhooks/s": load["rate_per_s"]}
+    rows = {"webhooks answered 200": load["ok"], "webhooks/s": load.get("ok_per_s", load["rate_per_s"])}
     nats = 0.0
     for p in parts["parts"]:
         rows["wahook: " + p["part"]] = per(p["cpu_s"])

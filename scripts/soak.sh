@@ -87,7 +87,7 @@ if [ -z "$RATE" ]; then
 	"$WAHOOK_BIN" loadtest --url "http://$WAHOOK/webhook" --app-secret "$SECRET" --duration "$SAT_FOR" \
 		--connections "$CONNECTIONS" --body-bytes 901 --attempts 1 --json >"$out/soak-saturation.json"
 	stop_serve
-	sat=$(field "$out/soak-saturation.json" "['rate_per_s']")
+	sat=$(python3 -c "import json; d = json.load(open('$out/soak-saturation.json')); print(d.get('ok_per_s', d['rate_per_s']))")
 	RATE=$(python3 -c "print(round($sat * $FRACTION))")
 	echo "saturation ${sat} req/s over $SAT_FOR; soak at $RATE req/s ($FRACTION of it)"
 fi
