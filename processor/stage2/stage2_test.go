@@ -376,6 +376,18 @@ func testServerRestart(t *testing.T, edit func(*Config)) {
 // again, and the signals go on.
 func TestRunRecreatesDeletedConsumer(t *testing.T) {
 	h := start(t, sec(12), nil)
+	// Deleted once stage 2 reads it (a pull request of its waits): deleted
+	// while Run still sets it up (provisions it, reads its memory back),
+	// it is made again by the start-up's retry, which is not this test's
+	// subject, and no restart is counted (a CI run failed so).
+	h.eventually("stage 2 reading its consumer", func() (bool, string) {
+		c, err := h.js.Consumer(context.Background(), schema.StreamEvents, h.cfg.Durable)
+		if err != nil {
+			return false, err.Error()
+		}
+		n := c.CachedInfo().NumWaiting
+		return n > 0, fmt.Sprintf("%d pull requests waiting", n)
+	})
 	if err := h.js.DeleteConsumer(context.Background(), schema.StreamEvents, h.cfg.Durable); err != nil {
 		t.Fatal(err)
 	}
