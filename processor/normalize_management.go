@@ -169,7 +169,7 @@ func (b *run) private(s string) string {
 	if s == "" {
 		return s
 	}
-	if h, changed := b.hashNumbers([]byte(s)); changed {
+	if h, changed := b.hashNumbers(s); changed {
 		return h
 	}
 	return s
@@ -182,19 +182,19 @@ func (b *run) private(s string) string {
 // replaced, by the hash of its digits: the same number hashes the same
 // wherever it is stored. A value that is not valid JSON is returned as it
 // is (the decoder stores none such).
-func (b *run) hashNumbers(raw []byte) (string, bool) {
+func (b *run) hashNumbers(raw string) (string, bool) {
 	// A key spelled with escapes ("w\u0061_id") is found by the decode.
-	found := bytes.Contains(raw, []byte(`\u`))
+	found := strings.Contains(raw, `\u`)
 	for k := range numberKeys {
 		if found {
 			break
 		}
-		found = bytes.Contains(raw, []byte(k))
+		found = strings.Contains(raw, k)
 	}
 	if !found {
 		return "", false
 	}
-	d := json.NewDecoder(bytes.NewReader(raw))
+	d := json.NewDecoder(strings.NewReader(raw))
 	d.UseNumber()
 	var v any
 	if d.Decode(&v) != nil {

@@ -579,7 +579,7 @@ func keptValue(path string, v json.RawMessage) json.RawMessage {
 	if err != nil {
 		return v
 	}
-	h, changed := (&run{n: n}).hashNumbers(obj)
+	h, changed := (&run{n: n}).hashNumbers(string(obj))
 	if !changed {
 		return v
 	}

@@ -314,12 +314,9 @@ func natsLock(lock migrations.Lock) migrations.Lock {
 	return func(ctx context.Context) (context.Context, func(), error) {
 		held, release, err := lock(ctx)
 		if err != nil && !errors.Is(err, errMigratingElsewhere) {
-			return nil, nil, natsError{err}
+			err = natsError{err}
 		}
-		if err != nil {
-			return nil, nil, err
-		}
-		return held, release, nil
+		return held, release, err
 	}
 }
 
@@ -416,38 +413,29 @@ func setupStage1(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *process
 	if err != nil {
 		return nil, err
 	}
-	wait := time.Second
 	var conn driver.Conn
 	var db string
-	for {
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = untilDone(ctx, func(cctx context.Context) (err error) {
 		conn, db, err = openClickHouse(cctx, o, natsLock(migrationLock(js, replicas, log)), log)
-		cancel()
-		if err == nil {
-			break
-		}
+		return err
+	}, func(err error, wait time.Duration) bool {
 		switch {
 		case errors.Is(err, errMigratingElsewhere):
 			log.Info("stage 1 waits for another process to finish migrating clickhouse; webhooks are kept in RAW meanwhile", zap.Error(err))
-			wait = time.Second // NATS and ClickHouse answer: no backoff
 		case errors.As(err, new(natsError)):
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
 			if !natsAway(ctx, nc, js, err) {
 				// Not away: refusing for good (JetStream off, the
 				// connection closed), so that the process ends naming it.
-				return nil, err
+				return false
 			}
 			log.Warn("nats not ready: stage 1 waits for the migrations lease", zap.Error(err), zap.Duration("retry_in", wait))
 		default:
 			log.Warn("clickhouse not ready; webhooks are kept in RAW meanwhile", zap.Error(err), zap.Duration("retry_in", wait))
 		}
-		sleepCtx(ctx, wait)
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		wait = min(2*wait, 30*time.Second)
+		return true
+	})
+	if err != nil {
+		return nil, err
 	}
 	if o.storeContent {
 		log.Warn("content storage is on: the text of inbound messages is stored in ClickHouse (inbound_messages.content) and published on " +
@@ -457,55 +445,40 @@ func setupStage1(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *process
 	// stage 2 does: a process started before its NATS waits for it.
 	// Another error (JetStream off, a stream that cannot take the
 	// configuration) ends it, as before.
-	wait = time.Second
 	var numbers *processor.NumberMap
-	for {
-		ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err = processor.EnsureEventsStream(ectx, js, o.events, false)
-		if err == nil {
-			numbers, err = processor.NewNumberMap(ectx, js, replicas)
+	err = untilDone(ctx, func(ectx context.Context) error {
+		if err := processor.EnsureEventsStream(ectx, js, o.events, false); err != nil {
+			return err
 		}
-		cancel()
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			conn.Close()
-			return nil, ctx.Err()
-		}
+		var err error
+		numbers, err = processor.NewNumberMap(ectx, js, replicas)
+		return err
+	}, func(err error, wait time.Duration) bool {
 		if !natsAway(ctx, nc, js, err) {
-			conn.Close()
-			return nil, err
+			return false
 		}
 		log.Warn("nats not ready: stage 1 waits to provision "+schema.StreamEvents+" and its numbers bucket", zap.Error(err), zap.Duration("retry_in", wait))
-		sleepCtx(ctx, wait)
-		wait = min(2*wait, 30*time.Second)
+		return true
+	})
+	if err != nil {
+		conn.Close()
+		return nil, err
 	}
 	// The phone hash key against the database's, once NATS (its lease)
 	// answers: a key of another ends the process; a wait for the lease or
 	// a failed question is tried again.
-	wait = time.Second
-	for {
-		kctx, kcancel := context.WithTimeout(ctx, 30*time.Second)
-		err = checkHashKey(kctx, conn, db, key, keyFrom, o.hashKeyChange, natsLock(migrationLock(js, replicas, log)), log)
-		kcancel()
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			conn.Close()
-			return nil, ctx.Err()
-		}
+	err = untilDone(ctx, func(kctx context.Context) error {
+		return checkHashKey(kctx, conn, db, key, keyFrom, o.hashKeyChange, natsLock(migrationLock(js, replicas, log)), log)
+	}, func(err error, wait time.Duration) bool {
 		if errors.Is(err, errOtherHashKey) || errors.As(err, new(natsError)) && !natsAway(ctx, nc, js, err) {
-			conn.Close()
-			return nil, err
-		}
-		if errors.Is(err, errMigratingElsewhere) {
-			wait = time.Second // NATS and ClickHouse answer: no backoff
+			return false
 		}
 		log.Warn("stage 1 waits to check the phone hash key against the database's", zap.Error(err), zap.Duration("retry_in", wait))
-		sleepCtx(ctx, wait)
-		wait = min(2*wait, 30*time.Second)
+		return true
+	})
+	if err != nil {
+		conn.Close()
+		return nil, err
 	}
 	return &stage1Deps{
 		js:      js,
@@ -514,6 +487,36 @@ func setupStage1(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *process
 		norm:    processor.NewNormalizer(schema.NewHasher(key), processor.WithContent(o.storeContent)),
 		numbers: numbers,
 	}, nil
+}
+
+// untilDone runs step, each try within 30 s, until it succeeds or ctx ends
+// (then ctx's error). After a failure, retry gives up (false: the error is
+// returned) or logs why it waits and tries again, after 1 s doubling up to
+// 30 s, or 1 s again while another process migrates (everything answers:
+// no backoff).
+func untilDone(ctx context.Context, step func(context.Context) error, retry func(err error, wait time.Duration) bool) error {
+	wait := time.Second
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := step(sctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, errMigratingElsewhere) {
+			wait = time.Second
+		}
+		if !retry(err, wait) {
+			return err
+		}
+		if !sleepCtx(ctx, wait) {
+			return ctx.Err()
+		}
+		wait = min(2*wait, 30*time.Second)
+	}
 }
 
 // runStage1 sets stage 1 up and runs it until ctx ends; it reports on done.

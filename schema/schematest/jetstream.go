@@ -25,7 +25,7 @@ type JetStream struct {
 // storing under a temporary directory, and stops it when the test ends.
 func StartJetStream(t testing.TB) *JetStream {
 	t.Helper()
-	port := freePort(t)
+	port := FreePort(t)
 	js := &JetStream{t: t, opts: server.Options{
 		Host:      "127.0.0.1",
 		Port:      port,
@@ -82,9 +82,10 @@ func (j *JetStream) Shutdown() {
 	j.srv = nil
 }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago, below
-// the kernel's ephemeral range (see lowestTestPort).
-func freePort(t testing.TB) int {
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, below
+// the kernel's ephemeral range (see lowestTestPort), and not handed out
+// before in this process.
+func FreePort(t testing.TB) int {
 	t.Helper()
 	port, err := freeTCPPort()
 	if err != nil {
@@ -92,7 +93,3 @@ func freePort(t testing.TB) int {
 	}
 	return port
 }
-
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, below
-// the kernel's ephemeral range, and not handed out before in this process.
-func FreePort(t testing.TB) int { t.Helper(); return freePort(t) }
