@@ -32,14 +32,9 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
-	// Fails the tests if a goroutine outlives them; fasthttp keeps some of
-	// its own by design (see ingest's TestMain).
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
-	)
+	// Fails the tests if a goroutine outlives them, save the ones fasthttp
+	// and nats-server keep (testutil.Leftovers).
+	goleak.VerifyTestMain(m, testutil.Leftovers()...)
 }
 
 // startWahook runs "wahook args..." as a child process.

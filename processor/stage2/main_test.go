@@ -4,13 +4,10 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/wahook/wahook/internal/testutil"
 )
 
-// TestMain fails the package's tests if a goroutine outlives them. One of
-// nats-server's own is let go: the wait of a sourced stream (the consumer
-// group's) for its source consumer, which a server shut down mid-setup
-// leaves until its timeout (seconds) passes.
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*stream).trySetupSourceConsumer.func3"))
-}
+// TestMain fails the package's tests if a goroutine outlives them, save
+// the ones nats-server keeps (testutil.Leftovers).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testutil.Leftovers()...) }
