@@ -281,8 +281,8 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		now := time.Now()
 		p.mu.Lock()
+		now := time.Now()
 		n := p.number(phoneNumberID)
 		if !n.used {
 			n.used = true
@@ -354,15 +354,15 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 		// and Wait starts over; so does a new bucket (refresh makes one
 		// for each new rate): a caller queued at a low rate does not keep
 		// its late turn, nor one at a high rate its early one.
-		now = time.Now()
 		p.mu.Lock()
+		now = time.Now()
 		lim := n.lim
 		tok := lim.ReserveN(now, 1)
 		changed = p.changed
 		p.mu.Unlock()
 		if d := tok.DelayFrom(now); d > 0 {
 			if dl, ok := ctx.Deadline(); ok && now.Add(d).After(dl) {
-				tok.CancelAt(now)
+				p.giveBack(tok)
 				return fmt.Errorf("pacer: %w: the number's next token comes in %v, after the context's deadline", context.DeadlineExceeded, d)
 			}
 			again, err := p.waitToken(ctx, n, key, lim, tok, now.Add(d), changed)
@@ -373,8 +373,8 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 				continue
 			}
 		}
-		now = time.Now()
 		p.mu.Lock()
+		now = time.Now()
 		// A stop or pause that came with the token still counts (the
 		// token is spent).
 		h = n.hold(now, p.cfg.MaintenanceMargin)
@@ -394,17 +394,29 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 			if d := res.DelayFrom(now); d > 0 {
 				// Another send to the recipient took the token meanwhile.
 				if p.cfg.CooldownNoWait {
-					res.CancelAt(now)
+					p.giveBack(res)
 					return &CooldownError{PhoneNumberID: phoneNumberID, Until: now.Add(d), Local: true}
 				}
 				if err := sleepUntil(ctx, now.Add(d), nil); err != nil {
-					res.Cancel()
+					p.giveBack(res)
 					return err
 				}
 			}
 		}
 		return nil
 	}
+}
+
+// giveBack gives a reservation's token back to its bucket. Every call
+// that moves a bucket (a reservation, a token given back) holds p.mu and
+// reads the clock under it, so that the buckets see time in order: a
+// bucket asked at a time before its last (a clock read before a wait for
+// the lock, while another Wait reserved) moves its last back and counts
+// that time's tokens twice, and the number would go over its rate.
+func (p *Pacer) giveBack(r *rate.Reservation) {
+	p.mu.Lock()
+	r.CancelAt(time.Now())
+	p.mu.Unlock()
 }
 
 // waitToken waits until at, the time of the token tok of the number's
@@ -419,14 +431,14 @@ func (p *Pacer) waitToken(ctx context.Context, n *number, key string, lim *rate.
 	for {
 		select {
 		case <-ctx.Done():
-			tok.Cancel()
+			p.giveBack(tok)
 			return false, ctx.Err()
 		case <-t.C:
 			return false, nil
 		case <-changed:
 		}
-		now := time.Now()
 		p.mu.Lock()
+		now := time.Now()
 		h := n.hold(now, p.cfg.MaintenanceMargin)
 		rebuilt := n.lim != lim
 		cooled := key != "" && (p.cooldowns[key].After(now) || (p.pairs[key] != nil && p.pairs[key].coolUntil.After(now)))
@@ -436,7 +448,7 @@ func (p *Pacer) waitToken(ctx context.Context, n *number, key string, lim *rate.
 			return true, nil
 		}
 		if h.stop || !h.until.IsZero() || cooled {
-			tok.CancelAt(now)
+			p.giveBack(tok)
 			return true, nil
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -549,6 +550,44 @@ func slowPacer(t *testing.T, edit func(*pacer.Config)) *pacer.Pacer {
 	}
 	t.Cleanup(func() { _ = p.Close(context.Background()) })
 	return p
+}
+
+// TestConcurrentWaitsKeepTheRate: 64 goroutines Wait on one number at
+// 1,000 mps for 2 s, giving back the tokens that would come after their
+// context's end; the Waits let through never exceed the bucket's depth
+// plus the rate times the time since the bucket was made. Before, a Wait
+// read the clock before it waited for the pacer's lock: a reservation
+// made at a time before the bucket's last moved it back, and the next
+// counted that time's tokens again.
+func TestConcurrentWaitsKeepTheRate(t *testing.T) {
+	const id = "100000000000075"
+	p := slowPacer(t, func(c *pacer.Config) { c.FallbackTierMPS = 1000 })
+	start := time.Now()
+	r, _ := p.Rate(id) // the bucket is made, full
+	if r != 1000 {
+		t.Fatalf("rate %v, want 1000 mps", r)
+	}
+	depth := math.Max(1, math.Floor(r*pacer.DefaultConfig().BurstWindow.Seconds()))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var sent atomic.Int64
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for p.Wait(ctx, id, "") == nil {
+				sent.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	n := float64(sent.Load())
+	if limit := depth + r*elapsed.Seconds() + 1; n > limit {
+		t.Errorf("%v Waits let through in %v at %v mps; want at most %.0f (depth %v)", n, elapsed, r, limit, depth)
+	}
+	if n < depth {
+		t.Errorf("%v Waits let through in %v; want at least the bucket's depth, %v", n, elapsed, depth)
+	}
 }
 
 // TestPauseDuringTokenWait: a 131057 reported while a Wait waits for the
