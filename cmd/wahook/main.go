@@ -8,19 +8,31 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 )
 
 // main stops in order on the first SIGTERM or SIGINT (requests in flight
 // finish with their acks); a second one ends the process at once, as the
 // signal does by default: nothing answered 200 is lost by it (JetStream
-// holds it), and an operator who sends it means it.
+// holds it), and an operator who sends it means it. Both are queued as
+// they come: a second signal sent before the first was acted on is not
+// lost.
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go func() {
-		<-ctx.Done()
-		stop() // the next signal takes its default action
+		<-sigs
+		cancel()
+		second := <-sigs
+		signal.Reset(os.Interrupt, syscall.SIGTERM)
+		if s, ok := second.(syscall.Signal); ok {
+			_ = syscall.Kill(os.Getpid(), s) // its default action: the process ends
+			time.Sleep(time.Second)          // while the signal is delivered
+		}
+		os.Exit(1)
 	}()
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
+	cancel()
 	os.Exit(code)
 }
