@@ -33,15 +33,16 @@ func TestAdmissionRecoversFromSlowAcks(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer nc.Close()
-			// The stream answers after delay: 1.5 s (slow, within the ack
-			// timeout, so the acks count) or at once.
+			// The stream answers after delay: 2.5 s (slow, within the ack
+			// timeout with a margin for a loaded machine, so the acks count)
+			// or at once.
 			var delay atomic.Int64
-			delay.Store(int64(1500 * time.Millisecond))
+			delay.Store(int64(2500 * time.Millisecond))
 			slowStream(t, nc, kind, &delay)
 
 			cfg := ingest.DefaultConfig()
 			cfg.Publisher = kind
-			cfg.AckTimeout = 2 * time.Second
+			cfg.AckTimeout = 4 * time.Second
 			cfg.QueueWait = 100 * time.Millisecond
 			pub, err := ingest.NewPublisher(nc, cfg)
 			if err != nil {
@@ -56,7 +57,7 @@ func TestAdmissionRecoversFromSlowAcks(t *testing.T) {
 				return err
 			}
 
-			// One slow ack: the average is 1.5 s, more than half the 2 s.
+			// One slow ack: the average is 2.5 s, more than half the 4 s.
 			if err := publish(); err != nil {
 				t.Fatalf("the slow publish: %v", err)
 			}

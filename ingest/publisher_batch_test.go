@@ -161,7 +161,9 @@ func TestBatchPublisherStreamWithoutBatches(t *testing.T) {
 	defer pub.Close()
 	start := time.Now()
 	_, err = pub.Publish(schema.DefaultApp, schema.RawMsgID(body(1)), body(1), start, start.Add(3*time.Second))
-	if err == nil || errors.Is(err, ingest.ErrAckTimeout) || time.Since(start) > time.Second {
+	// At once: well before the 3 s ack timeout, with a margin for a
+	// loaded machine.
+	if err == nil || errors.Is(err, ingest.ErrAckTimeout) || time.Since(start) > 2*time.Second {
 		t.Fatalf("got %v after %s, want the stream's refusal at once", err, time.Since(start))
 	}
 }

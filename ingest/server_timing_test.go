@@ -78,6 +78,7 @@ func BenchmarkHandler(b *testing.B) {
 			cfg := defaultTestConfig()
 			cfg.Publisher = name
 			cfg.AckTimeout = 2 * time.Second
+			cfg.QueueWait = ingest.DefaultConfig().QueueWait // the admission, as served
 			pub, err := ingest.NewPublisher(nc, cfg)
 			if err != nil {
 				b.Fatal(err)

@@ -156,6 +156,10 @@ func TestStage1BusyReaderDropsNothing(t *testing.T) {
 	p := newPipeline(t, schematest.ClickHouse(t))
 	p.cfg.MaxAckPending = 20 // pulls of 10
 	p.cfg.BatchRows = 5      // a wait for the writer every 5 bodies
+	// Bodies wait for the writer in turn: the 20th of a pull about four
+	// writes. A redelivery past AckWait (5 s in the shared pipeline) on a
+	// loaded machine would count as a second delivery.
+	p.cfg.AckWait = 30 * time.Second
 	p.faults = func(inner processor.Writer) processor.Writer {
 		return lateWriter{Writer: inner, delay: 150 * time.Millisecond}
 	}

@@ -492,10 +492,11 @@ func TestHTTPEdges(t *testing.T) {
 
 	select {
 	case d := <-cut:
-		if d < 0 || d > 13*time.Second {
+		// The 10 s read timeout, and a margin for a loaded machine.
+		if d < 0 || d > 16*time.Second {
 			t.Errorf("slowloris connection cut after %v, want within the 10 s read timeout", d)
 		}
-	case <-time.After(20 * time.Second):
+	case <-time.After(25 * time.Second):
 		t.Errorf("slowloris connection not cut")
 	}
 	if code := postStatus(base, "127.0.0.1", 14); code != 200 {

@@ -257,8 +257,10 @@ func checkPacing(t *testing.T, base, apiBase, natsURL string) {
 		return onEvents(ctx, js, schema.EventsSubject(number, schema.KindStatus)), "not there"
 	})
 	post(upgrade)
-	// The cool-down of the 131056 lasts 6 s from its time: give it now.
-	ts, pairTS := time.Unix(now, 0).UTC().Format(time.RFC3339), time.Now().UTC().Format(time.RFC3339)
+	// The cool-down of the 131056 lasts 6 s from its time: give it a
+	// second ahead (stage 2 takes up to 2 s ahead as is), so that the key
+	// lasts 6 s or more after the post, however the second is rounded.
+	ts, pairTS := time.Unix(now, 0).UTC().Format(time.RFC3339), time.Now().Add(time.Second).UTC().Format(time.RFC3339)
 	doc := fmt.Sprintf(`{"results": [
  {"phone_number_id": %[1]q, "status": "accepted", "message_id": "wamid.PACE1", "recipient": "15551239999", "timestamp": %[2]q},
  {"phone_number_id": %[1]q, "status": "failed", "error_code": 130429, "recipient": "15551230002", "timestamp": %[2]q},
@@ -278,7 +280,7 @@ func checkPacing(t *testing.T, base, apiBase, natsURL string) {
 	}
 	// The cool-down expires 6 s after the 131056: look for it first.
 	var cooldowns []string
-	if !testutil.Poll(5*time.Second, func() bool { cooldowns = cooldownKeys(ctx, js); return len(cooldowns) > 0 }) ||
+	if !testutil.Poll(6*time.Second, func() bool { cooldowns = cooldownKeys(ctx, js); return len(cooldowns) > 0 }) ||
 		len(cooldowns) != 1 || !strings.HasPrefix(cooldowns[0], schema.PacingKey(number)+".") {
 		t.Errorf("pair-rate cool-downs: %v, want one for %s", cooldowns, number)
 	}

@@ -510,6 +510,11 @@ func runFault(t *testing.T, c *cluster, f fault) {
 	// The fault's schedule (faultAt into the load, for faultFor) is the
 	// subject: sleeps, not waits.
 	start := time.Now()
+	// The signals are watched while the traffic flows, and 10 s more: once
+	// a number's traffic has left stage 2's windows its signal is no
+	// longer written, while the load test's check may run minutes.
+	endWatch := time.AfterFunc(loadFor+10*time.Second, watch.stop)
+	defer endWatch.Stop()
 	time.Sleep(faultAt)
 	undo := f.inject(t, c, js)
 	if f.during != nil {
