@@ -335,12 +335,16 @@ func TestDashboardInBrowser(t *testing.T) {
 			chromedp.Run(bctx, chromedp.Evaluate(`(document.getElementById("view-error")||{}).textContent||""`, &msg))
 			t.Fatalf("%s: %s: %s", view, state, msg)
 		}
+		// The page stamps how long it took; the times are logged, not
+		// judged: a test on shared cores does not time itself (the
+		// dashboard's speed is measured by api's TestDashboardLoadTimes,
+		// docs/performance.md). A bound of 1 s failed CI on a load that
+		// waited, as the test means it to, for a token check held 2 s.
 		var n int
-		fmt.Sscan(ms, &n)
-		loadTimes[view] = ms + " ms"
-		if n >= 1000 {
-			t.Errorf("%s took %s ms to load and draw", view, ms)
+		if _, err := fmt.Sscan(ms, &n); err != nil || n < 0 {
+			t.Errorf("%s: no load time stamped (%q)", view, ms)
 		}
+		loadTimes[view] = ms + " ms"
 	}
 	// lastRequest is the page's latest API request whose path starts with prefix.
 	lastRequest := func(prefix string, contains ...string) string {
@@ -561,9 +565,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	if after, err := time.Parse(time.RFC3339Nano, updatedAfter); err != nil || updatedAfter == updatedBefore || after.Before(sent.Add(-time.Second)) {
 		t.Errorf("B's signal shown was written at %s (before: %s; the webhook was sent at %s)", updatedAfter, updatedBefore, sent.UTC().Format(time.RFC3339Nano))
 	}
-	if lag > time.Second {
-		t.Errorf("the live page showed B's stop %v after the webhook was sent", lag)
-	}
+	// The poll's 10 s is the bound (the page is pushed the change, not
+	// reloaded); the lag is logged, not judged, as the load times are.
 	loadTimes["live signal change after the webhook"] = lag.Round(time.Millisecond).String()
 	var top string
 	do("stop on top", chromedp.AttributeValue(`#live-table tbody tr`, "data-advice", &top, nil, chromedp.ByQuery))
