@@ -79,9 +79,10 @@ func TestProcessWaitsForNATS(t *testing.T) {
 	}
 	for _, p := range procs {
 		p.done = make(chan int, 1)
+		dataDir, listen := t.TempDir(), freeAddr(t) // on the test's goroutine
 		go func() {
 			p.done <- run(ctx, []string{"process", "--nats-url", js.URL(), "--clickhouse-dsn", ch.DSN, "--migrate=" + p.migrate,
-				"--data-dir", t.TempDir(), "--listen", freeAddr(t), "--phone-hash-key", "k", "--no-pacing", "--funnel-interval", "0",
+				"--data-dir", dataDir, "--listen", listen, "--phone-hash-key", "k", "--no-pacing", "--funnel-interval", "0",
 				"--flush-interval", "100ms", "--log-format", "console"}, io.Discard, &p.logs)
 		}()
 	}
@@ -153,9 +154,10 @@ func TestProcessEndsWithoutJetStream(t *testing.T) {
 			defer cancel()
 			var logs syncBuffer
 			done := make(chan int, 1)
+			dataDir, listen := t.TempDir(), freeAddr(t) // on the test's goroutine
 			go func() {
 				done <- run(ctx, []string{"process", "--nats-url", srv.ClientURL(), "--clickhouse-dsn", ch.DSN, "--migrate=" + migrate,
-					"--data-dir", t.TempDir(), "--listen", freeAddr(t), "--phone-hash-key", "k", "--no-pacing", "--funnel-interval", "0",
+					"--data-dir", dataDir, "--listen", listen, "--phone-hash-key", "k", "--no-pacing", "--funnel-interval", "0",
 					"--log-format", "console"}, io.Discard, &logs)
 			}()
 			select {

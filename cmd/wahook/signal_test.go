@@ -34,8 +34,12 @@ func startSignalServe(t *testing.T) *signalServe {
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &syncBuffer{}
 	done := make(chan int, 1)
+	// The store's directory is made before the cleanup that stops serve,
+	// so that it is removed after serve stopped writing to it. Made in the
+	// goroutine, its removal could come first: "directory not empty".
+	dataDir := t.TempDir()
 	go func() {
-		done <- run(ctx, []string{"serve", "--listen", listen, "--nats-listen", natsListen, "--data-dir", t.TempDir(),
+		done <- run(ctx, []string{"serve", "--listen", listen, "--nats-listen", natsListen, "--data-dir", dataDir,
 			"--app-secret", abuseSecret, "--clickhouse-dsn", ch.DSN, "--funnel-interval", "0", "--log-level", "warn",
 			"--api-listen", apiListen, "--api-token", e2eToken}, io.Discard, logs)
 	}()
