@@ -65,7 +65,7 @@ func TestServeFixturesEndToEnd(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"serve", "--listen", listen, "--nats-listen", natsListen, "--data-dir", t.TempDir(),
 			"--app-secret", "wahook-fixture-app-secret", "--clickhouse-dsn", ch.DSN, "--flush-interval", "100ms", "--log-level", "warn",
-			"--funnel-interval", "200ms", "--api-listen", apiListen, "--api-token", e2eToken},
+			"--funnel-interval", "200ms", "--funnel-max-wait", "1s", "--api-listen", apiListen, "--api-token", e2eToken},
 			io.Discard, &stderr)
 	}()
 	defer func() {
@@ -472,7 +472,7 @@ FROM %s.status_events WHERE message_id != '' AND status IN ('sent', 'delivered',
 		AsOf *time.Time `json:"as_of"`
 		Rows []struct{ Messages uint64 }
 	}
-	testutil.Eventually(t, 30*time.Second, "the funnel resolver's pass over every status", func() (bool, string) {
+	testutil.Eventually(t, 60*time.Second, "the funnel resolver's pass over every status", func() (bool, string) {
 		fn.AsOf = nil
 		b := apiGet("/api/v1/funnel?by=total&from=" + from + "&to=" + to)
 		return json.Unmarshal(b, &fn) == nil && fn.AsOf != nil && fn.AsOf.After(now), string(b)
