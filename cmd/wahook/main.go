@@ -24,12 +24,10 @@ func main() {
 	go func() {
 		<-sigs
 		cancel()
-		second := <-sigs
+		second := (<-sigs).(syscall.Signal) // both are: SIGINT, SIGTERM
 		signal.Reset(os.Interrupt, syscall.SIGTERM)
-		if s, ok := second.(syscall.Signal); ok {
-			_ = syscall.Kill(os.Getpid(), s) // its default action: the process ends
-			time.Sleep(time.Second)          // while the signal is delivered
-		}
+		_ = syscall.Kill(os.Getpid(), second) // its default action: the process ends
+		time.Sleep(time.Second)               // while the signal is delivered
 		os.Exit(1)
 	}()
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)

@@ -153,8 +153,8 @@ func BenchmarkWarmMemory(b *testing.B) {
 // small fetches, a good part of whose time is that wait, keep the pace
 // the read-back plans with steady, so that a machine slower at the end
 // than at the start (another package's tests) does not make it miss the
-// newest. It was timed against a first read of
-// them all, and failed when one of the two runs had the machine to itself.
+// newest. It was timed against a first read of them all, and failed when
+// one of the two runs had the machine to itself.
 func TestMessageMemoryWarmupKeepsNewest(t *testing.T) {
 	const events = 100_000
 	h := startServer(t, sec(0))
@@ -162,10 +162,7 @@ func TestMessageMemoryWarmupKeepsNewest(t *testing.T) {
 		id := fmt.Sprintf("e-%d", i)
 		return id, schema.StatusRow{EventID: id, EventTime: sec(i / 1000), PhoneNumberID: "9303", MessageID: "wamid." + id, Status: "delivered", RecipientHash: "r"}
 	})
-	batch := warmBatch
-	warmBatch = 500
-	testHookWarmFetched = func(*warmup) { time.Sleep(40 * time.Millisecond) }
-	t.Cleanup(func() { warmBatch, testHookWarmFetched = batch, nil })
+	warmFetches(t, 500, func(*warmup) { time.Sleep(40 * time.Millisecond) })
 
 	cfg := DefaultConfig()
 	cfg.Now, cfg.MemoryWarmup = h.clock.Now, 3*time.Second
@@ -185,6 +182,14 @@ func TestMessageMemoryWarmupKeepsNewest(t *testing.T) {
 	if w := logs.FilterMessageSnippet("newest events only"); w.Len() != 1 {
 		t.Errorf("no warning of the part skipped: %v", logs.All())
 	}
+}
+
+// warmFetches sets, until the test ends, how many events a fetch of the
+// warm-up asks for and what runs after each fetch.
+func warmFetches(t *testing.T, batch int, after func(*warmup)) {
+	old := warmBatch
+	warmBatch, testHookWarmFetched = batch, after
+	t.Cleanup(func() { warmBatch, testHookWarmFetched = old, nil })
 }
 
 // consumedAll makes stage 2's durable consumer, publishes n events (row
@@ -396,10 +401,8 @@ func TestMessageMemoryWarmupResumes(t *testing.T) {
 		id := fmt.Sprintf("r-%d", i)
 		return id, schema.StatusRow{EventID: id, EventTime: sec(1), PhoneNumberID: "9306", MessageID: "wamid." + id, Status: "delivered", RecipientHash: "r"}
 	})
-	batch := warmBatch
-	warmBatch = 3
 	deleted, gone := 0, map[string]bool{}
-	testHookWarmFetched = func(w *warmup) {
+	warmFetches(t, 3, func(w *warmup) {
 		if w.rc == nil || deleted == 2 || w.read == 0 || gone[w.rc.CachedInfo().Name] {
 			return
 		}
@@ -411,8 +414,7 @@ func TestMessageMemoryWarmupResumes(t *testing.T) {
 		}
 		gone[name] = true
 		deleted++
-	}
-	t.Cleanup(func() { warmBatch, testHookWarmFetched = batch, nil })
+	})
 
 	cfg := DefaultConfig()
 	cfg.Now, cfg.MemoryWarmup = h.clock.Now, time.Minute
