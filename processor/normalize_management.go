@@ -140,17 +140,23 @@ func (b *run) management(env meta.Envelope) {
 }
 
 // numberKeys are the keys under which Meta's values name end users by
-// phone number: a group's participants (wa_id, input), who acted
+// phone number or BSUID: a group's participants (wa_id, input), who acted
 // (initiated_by), a message's ends (from, to, recipient_id,
-// recipient_participant_id).
+// recipient_participant_id), a contact (phone, phone_number), a number
+// change (new_wa_id). Keys ending in userIDSuffix, or in it and an s
+// (user_id, parent_user_id, from_user_id, previous_user_id, user_ids,
+// ...), name users by BSUID.
 var numberKeys = map[string]struct{}{
-	"wa_id": {}, "wa_ids": {}, "input": {}, "initiated_by": {}, "from": {}, "to": {},
-	"recipient_id": {}, "recipient_participant_id": {}, "participants": {}, "phone": {},
+	"wa_id": {}, "wa_ids": {}, "new_wa_id": {}, "input": {}, "initiated_by": {}, "from": {}, "to": {},
+	"recipient_id": {}, "recipient_participant_id": {}, "participants": {}, "phone": {}, "phone_number": {},
 }
 
-// numberKey reports whether k names an end user's number: one of
-// numberKeys, or a path (an unknown key's, "forwarded_to.wa_id",
-// "participants[2]") whose last key is.
+// userIDSuffix ends the keys of Meta's BSUIDs (business-scoped user ids).
+const userIDSuffix = "user_id"
+
+// numberKey reports whether k names an end user: one of numberKeys, a key
+// ending in userIDSuffix, or a path (an unknown key's,
+// "forwarded_to.wa_id", "participants[2]") whose last key is.
 func numberKey(k string) bool {
 	if i := strings.LastIndexByte(k, '.'); i >= 0 {
 		k = k[i+1:]
@@ -159,7 +165,7 @@ func numberKey(k string) bool {
 		k = k[:i]
 	}
 	_, ok := numberKeys[k]
-	return ok
+	return ok || strings.HasSuffix(strings.TrimSuffix(k, "s"), userIDSuffix)
 }
 
 // private returns s, JSON kept as received (a management event's raw
@@ -176,15 +182,17 @@ func (b *run) private(s string) string {
 }
 
 // hashNumbers returns raw (a value kept raw: group_* fields, fields not
-// known yet, unknown keys) with the phone numbers under numberKeys, or in a
-// list under one, replaced by their keyed hashes, and whether it replaced
-// any. Only a string that reads as a phone number (phoneDigits) is
-// replaced, by the hash of its digits: the same number hashes the same
-// wherever it is stored. A value that is not valid JSON is returned as it
-// is (the decoder stores none such).
+// known yet, unknown keys) with the end users' phone numbers and BSUIDs
+// under a key numberKey takes, or in a list under one, replaced by their
+// keyed hashes, and whether it replaced any. Only a string that reads as a
+// phone number (phoneDigits) is replaced, by the hash of its digits, or
+// one that reads as a BSUID (bsuid), by the hash of the BSUID: the same
+// number or BSUID hashes the same wherever it is stored, in these values
+// as in the events' hashed fields. A value that is not valid JSON is
+// returned as it is (the decoder stores none such).
 func (b *run) hashNumbers(raw string) (string, bool) {
 	// A key spelled with escapes ("w\u0061_id") is found by the decode.
-	found := strings.Contains(raw, `\u`)
+	found := strings.Contains(raw, `\u`) || strings.Contains(raw, userIDSuffix)
 	for k := range numberKeys {
 		if found {
 			break
@@ -211,6 +219,10 @@ func (b *run) hashNumbers(raw string) (string, bool) {
 			if digits, ok := phoneDigits(x); ok {
 				changed = true
 				return b.hash(digits)
+			}
+			if bsuid(x) {
+				changed = true
+				return b.hash(x)
 			}
 		case json.Number:
 			// Only a whole number: a decimal or an exponent is a quantity.
@@ -294,6 +306,31 @@ func phoneDigits(s string) (string, bool) {
 	}
 	return n, true
 }
+
+// bsuid reports whether s reads as a business-scoped user id: a country
+// code of two capital letters, a dot, then 1 to 128 letters and digits
+// (US.20571938846102937745), or a parent BSUID, ENT. and digits after the
+// country code (US.ENT.58810293746651029384).
+func bsuid(s string) bool {
+	if len(s) < 4 || s[2] != '.' || !upper(s[0]) || !upper(s[1]) {
+		return false
+	}
+	rest := s[3:]
+	if p, ok := strings.CutPrefix(rest, "ENT."); ok {
+		return allDigits(p) && len(p) <= 128
+	}
+	if len(rest) > 128 {
+		return false
+	}
+	for i := 0; i < len(rest); i++ {
+		if c := rest[i]; !(c >= '0' && c <= '9' || upper(c) || c >= 'a' && c <= 'z') {
+			return false
+		}
+	}
+	return true
+}
+
+func upper(c byte) bool { return c >= 'A' && c <= 'Z' }
 
 // dashedDate reports whether s is a date DD-MM-YYYY or MM-DD-YYYY.
 func dashedDate(s string) bool {

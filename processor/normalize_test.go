@@ -1366,9 +1366,13 @@ func TestGroupValuesHashNumbers(t *testing.T) {
 	if g.InitiatedBy != h.Hash("15557810001") {
 		t.Errorf("initiated_by %q, want its hash", g.InitiatedBy)
 	}
-	// What is not a phone number stays: a BSUID, the business's own display
-	// number under metadata, the subject (with < > &, not escaped).
-	if g.Failed[0].Input != "US.13491208655302741918" || v.Metadata.Display != "15557810001" || g.Subject != "Spring <sale> & more" {
+	// A participant named by BSUID is hashed as the events hash BSUIDs.
+	if want := h.Hash("US.13491208655302741918"); g.Failed[0].Input != want {
+		t.Errorf("failed participant's input %q, want the hash of its BSUID, %s", g.Failed[0].Input, want)
+	}
+	// What names no end user stays: the business's own display number
+	// under metadata, the subject (with < > &, not escaped).
+	if v.Metadata.Display != "15557810001" || g.Subject != "Spring <sale> & more" {
 		t.Errorf("changed beyond the numbers: %s", r.Raw)
 	}
 	if want := schema.EventID(schema.KindOther, "group_participants_update", "104281907735512", "107655290331184", "", "RAW",
@@ -1595,6 +1599,66 @@ func TestNumbersHashedInEveryShape(t *testing.T) {
 	for _, kept := range []string{`"from":"1781514312"`, `"to":"20260131"`, `"input":"31.01.2026"`, `"initiated_by":"1234567890123456"`} {
 		if !strings.Contains(stored.String(), kept) {
 			t.Errorf("%s was changed:\n%s", kept, stored.String())
+		}
+	}
+}
+
+// TestBSUIDsHashedInKeptValues: end users' BSUIDs (business-scoped user
+// ids) under keys not known yet, in a status's extra, a known field's
+// value and a body's unknown-keys row, were stored in clear, though the
+// events keep them only as keyed hashes. They are hashed now, as the
+// events hash them (the BSUID as written), under user_id and every key
+// ending in it, and under the number keys (a group's input); so are
+// numbers under phone_number and new_wa_id. What is not a BSUID under
+// those keys (a message id, a word) stays, as do BSUIDs under keys that
+// name no user.
+func TestBSUIDsHashedInKeptValues(t *testing.T) {
+	n, h := newTestNormalizer()
+	body := []byte(`{"object":"whatsapp_business_account","future_user_id":"GB.7Hq2Lm9","entry":[{"id":"104281907735512","time":1781515000,"changes":[` +
+		`{"field":"phone_number_quality_update","value":{"display_phone_number":"15557810001","event":"FLAGGED","current_limit":"TIER_1K","reported_by":{"user_id":"US.20571938846102937745","parent_user_id":"US.ENT.58810293746651029384"}}},` +
+		`{"field":"messages","value":{"messaging_product":"whatsapp","metadata":{"display_phone_number":"15557810001","phone_number_id":"107655290331184"},` +
+		`"statuses":[{"id":"wamid.S","status":"sent","timestamp":"1781514312","recipient_id":"15551234567",` +
+		`"handover":{"previous_user_id":"BR.a1B2c3D4e5","to_user_ids":["DE.99887766"],"contact":{"phone_number":"+44 7700 900461","new_wa_id":"447700900462"}},` +
+		`"note":{"user_id":"wamid.HBgL","label":"US.KEPT1","to":"promo"}}]}}]}]}`)
+	rows := normalizeBody(n, body, normSource(0))
+	var stored strings.Builder
+	for _, r := range rows.Management {
+		stored.WriteString(r.Raw + "\n")
+	}
+	for _, r := range rows.Statuses {
+		stored.WriteString(r.Extra + "\n")
+	}
+	got := stored.String()
+	for _, id := range []string{"GB.7Hq2Lm9", "US.20571938846102937745", "US.ENT.58810293746651029384", "BR.a1B2c3D4e5", "DE.99887766"} {
+		if strings.Contains(got, id) {
+			t.Errorf("BSUID %s stored in clear:\n%s", id, got)
+		}
+		if !strings.Contains(got, h.Hash(id)) {
+			t.Errorf("the hash of %s is not stored in its place:\n%s", id, got)
+		}
+	}
+	for _, number := range []string{"447700900461", "447700900462"} {
+		if strings.Contains(got, number) || strings.Contains(got, "7700 900461") || !strings.Contains(got, h.Hash(number)) {
+			t.Errorf("%s not replaced by its hash:\n%s", number, got)
+		}
+	}
+	for _, kept := range []string{`"user_id":"wamid.HBgL"`, `"label":"US.KEPT1"`, `"to":"promo"`} {
+		if !strings.Contains(got, kept) {
+			t.Errorf("%s was changed:\n%s", kept, got)
+		}
+	}
+}
+
+// TestBSUID: what reads as a BSUID or a parent BSUID, and what does not.
+func TestBSUID(t *testing.T) {
+	for s, want := range map[string]bool{
+		"US.20571938846102937745": true, "US.ENT.58810293746651029384": true, "BR.a1B2c3": true, "GB.7": true,
+		"us.20571938846102937745": false, "USA.123": false, "US.": false, "US.ENT.": false, "US.ENT.12a": false,
+		"US.abc-def": false, "US.abc.def": false, "wamid.HBgL": false, "U.123": false, "": false,
+		"US." + strings.Repeat("a", 128): true, "US." + strings.Repeat("a", 129): false,
+	} {
+		if got := bsuid(s); got != want {
+			t.Errorf("bsuid(%q) = %v, want %v", s, got, want)
 		}
 	}
 }
