@@ -41,11 +41,16 @@ type Summary struct {
 	Over1s       float64 `json:"share_over_1s"`
 	MetaSLO      bool    `json:"meets_meta_slo"`
 	// ServerCPUS is the CPU time the service used during the run (from its
-	// /metrics), and RequestsPerCPUS the requests answered per CPU second:
-	// the per-core capacity that sizing starts from.
-	ServerCPUS      float64 `json:"server_cpu_s,omitempty"`
-	RequestsPerCPUS float64 `json:"requests_per_cpu_s,omitempty"`
-	EventsPerCPUS   float64 `json:"events_per_cpu_s,omitempty"`
+	// /metrics); ServerCPUDrainedS, when the end-to-end check waited for
+	// the service to drain, the CPU time up to the end of that wait, the
+	// work the run's requests left queued included (SetDrainedCPU).
+	// RequestsPerCPUS is the requests answered 200 per CPU second, of the
+	// drained figure when there is one: the per-core capacity that sizing
+	// starts from.
+	ServerCPUS        float64 `json:"server_cpu_s,omitempty"`
+	ServerCPUDrainedS float64 `json:"server_cpu_drained_s,omitempty"`
+	RequestsPerCPUS   float64 `json:"requests_per_cpu_s,omitempty"`
+	EventsPerCPUS     float64 `json:"events_per_cpu_s,omitempty"`
 	// Traffic describes a traffic-model run, with its ledger.
 	Traffic *TrafficSummary `json:"traffic,omitempty"`
 	// Timeline is the latency per second of intended send time.
@@ -130,13 +135,32 @@ func (r *Result) Summary() Summary {
 	}
 	if r.ServerCPU > 0 {
 		s.ServerCPUS = r.ServerCPU
-		// 200s only: a refusal costs the service less than a store.
-		s.RequestsPerCPUS = float64(r.OK()) / r.ServerCPU
-		if s.Traffic != nil {
-			s.EventsPerCPUS = float64(s.Traffic.Acked.Events) / r.ServerCPU
-		}
+		s.perCPU(r.ServerCPU)
 	}
 	return s
+}
+
+// perCPU sets the requests and events per CPU second from cpu seconds.
+func (s *Summary) perCPU(cpu float64) {
+	// 200s only: a refusal costs the service less than a store.
+	s.RequestsPerCPUS = float64(s.OK) / cpu
+	if s.Traffic != nil {
+		s.EventsPerCPUS = float64(s.Traffic.Acked.Events) / cpu
+	}
+}
+
+// SetDrainedCPU takes cpu, the service's CPU time from the start of the
+// load to the end of the drain (Result.CPUSinceStart after the end-to-end
+// check), as the cost of the run's requests: the backlog a saturated
+// service worked through after the load is part of what they cost, and a
+// capacity without it would size too few instances. A figure no larger
+// than the load's own (unknown, or a restarted service) is not taken.
+func (s *Summary) SetDrainedCPU(cpu float64) {
+	if s.ServerCPUS <= 0 || cpu < s.ServerCPUS {
+		return
+	}
+	s.ServerCPUDrainedS = cpu
+	s.perCPU(cpu)
 }
 
 // WriteJSON writes the summary as one JSON object.
@@ -169,7 +193,14 @@ func (s Summary) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  over 250 ms %.3f%%, over 1 s %.3f%%: %s Meta's bar (median < 250 ms, < 1%% over 1 s, all 200)\n",
 		100*s.Over250ms, 100*s.Over1s, verdict)
-	if s.ServerCPUS > 0 {
+	if s.ServerCPUDrainedS > 0 {
+		fmt.Fprintf(w, "  service CPU %.2f s during the load, %.2f s with the drain: %.0f requests answered 200 per CPU second",
+			s.ServerCPUS, s.ServerCPUDrainedS, s.RequestsPerCPUS)
+		if s.EventsPerCPUS > 0 {
+			fmt.Fprintf(w, ", %.0f events per CPU second", s.EventsPerCPUS)
+		}
+		fmt.Fprintln(w, " (load generator on the same machine)")
+	} else if s.ServerCPUS > 0 {
 		fmt.Fprintf(w, "  service CPU %.2f s: %.0f requests answered 200 per CPU second", s.ServerCPUS, s.RequestsPerCPUS)
 		if s.EventsPerCPUS > 0 {
 			fmt.Fprintf(w, ", %.0f events per CPU second", s.EventsPerCPUS)

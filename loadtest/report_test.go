@@ -132,6 +132,33 @@ func TestReportTextAndJSON(t *testing.T) {
 	}
 }
 
+// TestReportDrainedCPU: the service's CPU through the drain after the load
+// becomes the cost of the run's requests (the figure sizing starts from);
+// a figure below the load's own (unknown, or a restarted service) is not
+// taken.
+func TestReportDrainedCPU(t *testing.T) {
+	r := resultOf([]int64{1000, 2000, 3000, 4000})
+	r.ServerCPU = 0.5
+	s := r.Summary()
+	if s.RequestsPerCPUS != 8 {
+		t.Fatalf("%v requests per CPU second during the load, want 8", s.RequestsPerCPUS)
+	}
+	s.SetDrainedCPU(0.25)
+	s.SetDrainedCPU(-1)
+	if s.ServerCPUDrainedS != 0 || s.RequestsPerCPUS != 8 {
+		t.Errorf("a drained figure below the load's taken: %v s, %v per CPU second", s.ServerCPUDrainedS, s.RequestsPerCPUS)
+	}
+	s.SetDrainedCPU(2)
+	if s.ServerCPUDrainedS != 2 || s.RequestsPerCPUS != 2 {
+		t.Errorf("with the drain: %v s, %v per CPU second; want 2 s, 2", s.ServerCPUDrainedS, s.RequestsPerCPUS)
+	}
+	var text bytes.Buffer
+	s.WriteText(&text)
+	if want := "service CPU 0.50 s during the load, 2.00 s with the drain: 2 requests answered 200 per CPU second"; !strings.Contains(text.String(), want) {
+		t.Errorf("text lacks %q:\n%s", want, text.String())
+	}
+}
+
 // TestReportChart checks that the chart is well-formed SVG with its axes,
 // Meta's line and one path per statistic.
 func TestReportChart(t *testing.T) {

@@ -139,8 +139,14 @@ type Result struct {
 	Traffic *Traffic
 	Ledger  *Ledger
 	// ServerCPU is the CPU time the service used during the run, in
-	// seconds, from its /metrics; negative when unknown.
+	// seconds, from its /metrics; negative when unknown. The work the
+	// run's requests left queued (stage 1's backlog) is done after it:
+	// CPUSinceStart, once the service has drained, counts that too.
 	ServerCPU float64
+	// metricsURL and cpuBefore are where ServerCPU was read and what it
+	// read before the load ("-" and -1: not read).
+	metricsURL string
+	cpuBefore  float64
 	// Interrupted is set when the run ended before its duration because
 	// its context was cancelled (the command got SIGINT or SIGTERM): the
 	// figures cover only Elapsed.
@@ -409,12 +415,29 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		}
 	}
 	res.Sent, res.Errors, res.Retried, res.GaveUp = sent.Load(), errs.Load(), retried.Load(), gaveUp.Load()
+	res.metricsURL, res.cpuBefore = metricsURL, cpuBefore
 	if cpuBefore >= 0 {
 		if after := scrapeCPU(ctx, metricsURL); after >= cpuBefore {
 			res.ServerCPU = after - cpuBefore
 		}
 	}
 	return res, nil
+}
+
+// CPUSinceStart is the CPU time the service has used since just before
+// the load began, read from its /metrics now; negative when unknown (no
+// /metrics, or a service restarted since). Read after the service has
+// drained (the end-to-end check's wait), it is the whole cost of the run's
+// requests, the backlog they left included.
+func (r *Result) CPUSinceStart(ctx context.Context) float64 {
+	if r.cpuBefore < 0 || r.metricsURL == "" || r.metricsURL == "-" {
+		return -1
+	}
+	now := scrapeCPU(ctx, r.metricsURL)
+	if now < r.cpuBefore {
+		return -1
+	}
+	return now - r.cpuBefore
 }
 
 // schedule puts the intended send time of each request on jobs, at rate per

@@ -148,6 +148,11 @@ func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if err != nil {
 			return fmt.Errorf("end-to-end check: %w", err)
 		}
+		if s.Check.Drained {
+			// The service's CPU through the drain: the cost of the
+			// requests, the backlog they left included.
+			s.SetDrainedCPU(res.CPUSinceStart(ctx))
+		}
 	}
 	if err := writeSummary(stdout, s, asJSON); err != nil {
 		return err

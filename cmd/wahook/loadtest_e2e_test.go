@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -109,8 +110,18 @@ func TestLoadtestServeEndToEnd(t *testing.T) {
 	if svg, err := os.ReadFile(chart); err != nil || !bytes.HasPrefix(svg, []byte("<svg")) || !bytes.Contains(svg, []byte("250 ms")) {
 		t.Errorf("chart: %v\n%.200s", err, svg)
 	}
-	if _, err := loadtest.ReadCapacity(capacity); err != nil {
+	// The capacity counts the service's CPU through the drain, not the
+	// load's seconds alone: the work the requests left queued is theirs.
+	t.Logf("service CPU %.2f s during the load, %.2f s with the drain; %.0f requests per CPU second", s.ServerCPUS, s.ServerCPUDrainedS, s.RequestsPerCPUS)
+	if s.ServerCPUS <= 0 || s.ServerCPUDrainedS < s.ServerCPUS {
+		t.Errorf("service CPU %.3f s during the load, %.3f s with the drain: want both, the second no less", s.ServerCPUS, s.ServerCPUDrainedS)
+	} else if want := float64(s.OK) / s.ServerCPUDrainedS; math.Abs(s.RequestsPerCPUS-want) > 1e-6*want {
+		t.Errorf("%.1f requests per CPU second, want %.1f: the 200s over the CPU with the drain", s.RequestsPerCPUS, want)
+	}
+	if c, err := loadtest.ReadCapacity(capacity); err != nil {
 		t.Errorf("capacity file: %v", err)
+	} else if c.RequestsPerCPUS != s.RequestsPerCPUS || c.EventsPerCPUS != s.EventsPerCPUS {
+		t.Errorf("capacity %+v, want the summary's %.1f requests and %.1f events per CPU second", c, s.RequestsPerCPUS, s.EventsPerCPUS)
 	}
 }
 
