@@ -1,6 +1,7 @@
 package pacing
 
 import (
+	"cmp"
 	"hash/maphash"
 	"math/bits"
 	"slices"
@@ -43,6 +44,9 @@ type Deduper struct {
 	// ahead holds the ids of events stamped ahead of the clock (SeenAhead),
 	// by hash, with their own second, until the windows leave it.
 	ahead map[uint64]int64
+	// earlier holds, by epoch, the messages RememberEarlier took for the
+	// epochs kept as sorted sets, until FlushEarlier adds them to those.
+	earlier map[int64]map[uint64]int64
 }
 
 // maxAhead bounds the ids SeenAhead remembers: past it, an event stamped
@@ -171,6 +175,78 @@ func (d *Deduper) FirstEvidence(key string, at int64) (seen bool, counted int64)
 	}
 	d.young[(at>>epochBits)&1][h] = at
 	return false, at
+}
+
+// RememberEarlier is FirstEvidence for reading a message memory back
+// (stage 2's warm-up) into a Deduper whose head has moved on: a member
+// that takes partitions over, or joins again, while it handles events.
+// FirstEvidence takes evidence older than the windows for seen and keeps
+// nothing of it; at a start, with the head at the first event read back,
+// that never happens, but once the head is at the clock every message read
+// back but those of the last minute was lost, and its later statuses
+// counted it again. RememberEarlier keeps such a message in the epoch of
+// its second, if the memory still holds that epoch, and reports whether
+// the message was new to the memory. The messages kept so in the epochs
+// held as sorted sets are found once FlushEarlier has added them: call it
+// when the read-back ends.
+func (d *Deduper) RememberEarlier(key string, at int64) bool {
+	if at > d.head-slots {
+		seen, _ := d.FirstEvidence(key, at)
+		return !seen
+	}
+	e := at >> epochBits
+	if !d.remembers(e) {
+		return false
+	}
+	h := maphash.String(d.seed, key)
+	for _, m := range d.young {
+		if _, ok := m[h]; ok {
+			return false
+		}
+	}
+	for i := range d.old {
+		if d.old[i].has(h) {
+			return false
+		}
+	}
+	if d.youngEpoch[e&1] == e {
+		d.young[e&1][h] = at
+		return true
+	}
+	if d.earlier == nil {
+		d.earlier = map[int64]map[uint64]int64{}
+	}
+	m := d.earlier[e]
+	if m == nil {
+		m = map[uint64]int64{}
+		d.earlier[e] = m
+	}
+	if _, ok := m[h]; ok {
+		return false
+	}
+	m[h] = at
+	return true
+}
+
+// FlushEarlier adds the messages RememberEarlier kept to the epochs they
+// belong to (each epoch's set built again once, with them), the epochs
+// the memory has left since excepted.
+func (d *Deduper) FlushEarlier() {
+	for e, m := range d.earlier {
+		if !d.remembers(e) {
+			continue
+		}
+		i, found := slices.BinarySearchFunc(d.old, e, func(s hashSet, e int64) int { return cmp.Compare(s.epoch, e) })
+		if found {
+			for _, k := range d.old[i].keys {
+				m[k] = 0
+			}
+			d.old[i] = newHashSet(e, m)
+		} else {
+			d.old = slices.Insert(d.old, i, newHashSet(e, m))
+		}
+	}
+	d.earlier = nil
 }
 
 // messages is how many messages the memory holds.

@@ -324,6 +324,76 @@ func TestDeduperMessageMemory(t *testing.T) {
 	}
 }
 
+// TestRememberEarlier: a memory read back while the head is at the clock
+// (a stage 2 member taking partitions over) keeps the messages of the
+// whole memory, not only those of the windows, which FirstEvidence alone
+// kept: a status five minutes after a message sent before the handover
+// does not count it again. Messages already held, repeated, or older than
+// the memory are not kept again.
+func TestRememberEarlier(t *testing.T) {
+	const now = 2000
+	fill := func(d *Deduper) {
+		for s := now - 900; s <= now; s += 3 { // the member's own traffic
+			d.SeenMessage(fmt.Sprint("live-", s), at(s))
+		}
+	}
+	// What the read-back kept before: only the windows' messages.
+	before := NewDeduper()
+	fill(before)
+	before.FirstEvidence("sent-5min-ago", at(now-300))
+	if before.SeenMessage("sent-5min-ago", at(now)) {
+		t.Fatal("FirstEvidence kept evidence older than the windows: the test no longer shows what RememberEarlier is for")
+	}
+
+	d := NewDeduper()
+	fill(d)
+	for _, c := range []struct {
+		key  string
+		sec  int
+		want bool
+	}{
+		{"sent-5min-ago", now - 300, true},
+		{"sent-5min-ago", now - 290, false}, // its read, also read back
+		{"sent-70s-ago", now - 70, true},    // the epoch before the head's
+		{"sent-9min-ago", now - 540, true},
+		{"sent-20s-ago", now - 20, true}, // in the windows: FirstEvidence's way
+		{"live-1700", now - 300, false},  // held already
+		{"sent-15min-ago", now - 900, false},
+	} {
+		if got := d.RememberEarlier(c.key, at(c.sec)); got != c.want {
+			t.Errorf("RememberEarlier(%s, now-%d) = %v, want %v", c.key, now-c.sec, got, c.want)
+		}
+	}
+	// Those of the epochs held as sets wait for FlushEarlier: 5 and 9
+	// minutes ago, and 70 s ago unless that is the epoch before the head's.
+	held, waiting := d.messages(), 0
+	for _, m := range d.earlier {
+		waiting += len(m)
+	}
+	d.FlushEarlier()
+	if got := d.messages(); waiting < 2 || got != held+waiting {
+		t.Errorf("%d messages after FlushEarlier, want %d held and the %d waiting (at least 2)", got, held, waiting)
+	}
+	for _, key := range []string{"sent-5min-ago", "sent-70s-ago", "sent-9min-ago", "sent-20s-ago", "live-1700"} {
+		if !d.SeenMessage(key, at(now)) {
+			t.Errorf("%s counted again after the read-back", key)
+		}
+	}
+	if d.SeenMessage("sent-15min-ago", at(now)) {
+		t.Error("a message older than the memory was kept")
+	}
+	// The sets stay in order of their epochs, and age out as before.
+	for i := 1; i < len(d.old); i++ {
+		if d.old[i-1].epoch >= d.old[i].epoch {
+			t.Fatalf("epochs out of order: %d then %d", d.old[i-1].epoch, d.old[i].epoch)
+		}
+	}
+	d.SeenMessage("later", at(now+int(DefaultMessageMemory/time.Second)+1<<epochBits))
+	if d.SeenMessage("sent-70s-ago", at(now+int(DefaultMessageMemory/time.Second)+1<<epochBits)) {
+		t.Error("a message read back outlived the memory and an epoch")
+	}
+}
+
 // The message memory against a model of its contract, over random
 // traffic: evidence late, early, repeated within and past the memory, and
 // gaps in time. A message first seen at second s in epoch e (s>>6) is

@@ -87,6 +87,7 @@ func (s *Stage2) warm(ctx context.Context, parts []int, budget time.Duration, sp
 	defer cancel()
 	defer w.close()
 	err := w.run(ctx, span)
+	s.dedupe.FlushEarlier() // what was read, whatever ended the reading
 	var where []zap.Field
 	if parts != nil {
 		where = []zap.Field{zap.String("member", s.cfg.Member), zap.Ints("partitions", parts)}
@@ -465,7 +466,10 @@ func (w *warmup) fetch(ctx context.Context) (done bool, err error) {
 			if at > ref+maxAhead {
 				at = ref
 			}
-			if seen, _ := w.s.dedupe.FirstEvidence(ev.msg, at); !seen {
+			// Not FirstEvidence: on a handover the memory's head is at
+			// the clock, and FirstEvidence keeps nothing older than the
+			// windows.
+			if w.s.dedupe.RememberEarlier(ev.msg, at) {
 				w.remembered++
 			}
 		}

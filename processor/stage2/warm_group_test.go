@@ -135,7 +135,17 @@ func TestGroupMemoryWarmedOnHandover(t *testing.T) {
 				return
 			}
 
+			// Minutes go by, a sends meanwhile: its memory's head moves on,
+			// past the windows (64 s) of b's messages, within the memory.
+			h.clock.Set(sec(300))
+			for _, n := range ofA {
+				h.sent1(n, "later-by-a-"+n, sec(299))
+			}
+			h.takenBy(a, b)
+
 			// b leaves: its partitions come back to a, with b's messages.
+			// a's read-back kept only the windows' messages of them, so
+			// their statuses minutes later counted them again.
 			b.close()
 			if err := SetMembers(context.Background(), h.js, DefaultConfig().Durable, []string{"a"}); err != nil {
 				t.Fatal(err)
@@ -143,7 +153,7 @@ func TestGroupMemoryWarmedOnHandover(t *testing.T) {
 			h.gauge(a, "partitions", a.s.m.partitions, testPartitions)
 			before := a.count(resultApplied)
 			for _, n := range ofB {
-				h.delivered(n, "by-b-"+n, sec(23))
+				h.delivered(n, "by-b-"+n, sec(300))
 			}
 			h.takenBy(a, b)
 			if ap := a.count(resultApplied) - before; ap != 0 {
