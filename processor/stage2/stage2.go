@@ -163,27 +163,32 @@ func (s *Stage2) Run(ctx context.Context) error {
 		started := time.Now()
 		err := s.consume(ctx, cons)
 		if ctx.Err() != nil {
-			s.w.flush(context.Background(), time.Now(), true)
-			s.log.Info("stage 2 stopped")
-			return nil
+			break
 		}
 		if time.Since(started) > restartMax {
 			wait = restartMin
 		}
 		s.m.restarts.Inc()
 		s.log.Warn("stage 2 consumer stopped, reading again", zap.Error(err), zap.Duration("in", wait))
+		// Until the consumer is made again. A stop meanwhile ends Run
+		// here: the consumer the last try failed to make is nil.
 		for {
-			sleepCtx(ctx, wait)
-			wait = min(2*wait, restartMax)
-			if ctx.Err() != nil {
+			if sleepCtx(ctx, wait); ctx.Err() != nil {
 				break
 			}
+			wait = min(2*wait, restartMax)
 			if cons, err = ensureConsumer(ctx, s.js, s.cfg); err == nil {
 				break
 			}
 			s.log.Warn("stage 2 consumer, retrying", zap.Error(err), zap.Duration("in", wait))
 		}
+		if ctx.Err() != nil {
+			break
+		}
 	}
+	s.w.flush(context.Background(), time.Now(), true)
+	s.log.Info("stage 2 stopped")
+	return nil
 }
 
 // retry runs f until it succeeds (true) or ctx ends (false), waiting

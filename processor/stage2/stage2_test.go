@@ -406,6 +406,42 @@ func TestRunRecreatesDeletedConsumer(t *testing.T) {
 	}
 }
 
+// TestStopWhileConsumerCannotBeMade: stopped while its consumer is lost
+// and cannot be made again (its stream gone, a NATS node away), Run
+// called the reader with the nil consumer of the last failed try and
+// panicked, taking serve down instead of writing its last signals. It
+// returns now.
+func TestStopWhileConsumerCannotBeMade(t *testing.T) {
+	h := start(t, sec(12), nil)
+	h.eventually("stage 2 reading its consumer", func() (bool, string) {
+		c, err := h.js.Consumer(context.Background(), schema.StreamEvents, h.cfg.Durable)
+		if err != nil {
+			return false, err.Error()
+		}
+		n := c.CachedInfo().NumWaiting
+		return n > 0, fmt.Sprintf("%d pull requests waiting", n)
+	})
+	if err := h.js.DeleteStream(context.Background(), schema.StreamEvents); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the consumer's loss", func() (bool, string) {
+		n := metricValue(h.s.m.restarts)
+		return n >= 1, fmt.Sprintf("restarts %v", n)
+	})
+	// Tries to make it again fail from 250 ms on: stop after some.
+	time.Sleep(2 * time.Second)
+	h.stop()
+	h.stop = nil
+	select {
+	case err := <-h.done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not return")
+	}
+}
+
 // Send results count like webhooks: an accepted send is outbound traffic,
 // once per message with its sent status; a burst of failed sends with
 // 130429 gives slow_down, a 131056 a cool-down for that recipient alone,
