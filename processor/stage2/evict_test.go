@@ -10,9 +10,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 
 	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/processor"
+	"github.com/wahook/wahook/processor/pacing"
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/schematest"
 )
@@ -50,6 +52,37 @@ func TestIdleNumbersAreEvicted(t *testing.T) {
 	h.waitSignal("2001", "seen again", func(s schema.PacingSignal) bool {
 		return s.TierMPS == 1000 && s.TierSource == "throughput_upgrade" && s.UpdatedAt.Equal(at)
 	})
+}
+
+// TestDirtyNumberStaysLive: a number changed without a change of its
+// signal (an old error caught up after an outage, a failed write marked
+// again) that a refresh found idle before the flush left the live set,
+// but evict kept it, being dirty: written, it stayed in memory for good,
+// outside the live set, and the numbers held grew with every number ever
+// seen. It stays live until written, then leaves.
+func TestDirtyNumberStaysLive(t *testing.T) {
+	h := startServer(t, sec(10))
+	cfg := DefaultConfig()
+	cfg.Now = h.clock.Now
+	s, err := New(cfg, h.js, prometheus.NewRegistry(), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := sec(10 + int(holdHorizon) + 120)
+	n := &number{id: "4001", p: pacing.NewNumber("4001")}
+	n.last = n.p.Signal(now, cfg.Tiers) // the signal does not move
+	s.nums[n.id] = n
+	s.w.live[n] = struct{}{}
+	s.w.mark(n)
+	s.w.refresh(now)
+	if _, live := s.w.live[n]; !live || s.nums[n.id] != n {
+		t.Fatalf("a number with a write to make: live %v, held %v; want both", live, s.nums[n.id] == n)
+	}
+	n.dirty = false // written, as flush does
+	s.w.refresh(now)
+	if _, live := s.w.live[n]; live || s.nums[n.id] != nil {
+		t.Errorf("written and idle: live %v, held %v; want neither", live, s.nums[n.id] != nil)
+	}
 }
 
 // The signals bucket has a TTL, so that it does not keep numbers long gone

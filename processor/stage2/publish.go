@@ -138,7 +138,9 @@ func (w *writer) refresh(now time.Time) {
 			w.mark(n)
 		case !sameSignal(n.p.Signal(now, w.s.cfg.Tiers), n.last):
 			w.mark(n)
-		case sec > n.holdUntil && n.writes == 0:
+		case sec > n.holdUntil && n.writes == 0 && !n.dirty:
+			// Not while a write is to make: evict keeps it, and out of
+			// the live set nothing would look at it again.
 			delete(w.live, n)
 			w.evict(n)
 		}
