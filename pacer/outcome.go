@@ -1,6 +1,8 @@
 package pacer
 
 import (
+	crand "crypto/rand"
+	"encoding/hex"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -44,6 +46,16 @@ type Result struct {
 
 var requestSeq atomic.Uint64
 
+// requestPrefix starts the request ids the pacer gives results without
+// one: random per process, so that the ids of two processes (replicas
+// sharing numbers) never meet, and two identical failures of theirs in
+// one second count twice, as within one process.
+var requestPrefix = func() string {
+	var b [6]byte
+	_, _ = crand.Read(b[:]) // never fails (crypto/rand)
+	return "pacer-" + hex.EncodeToString(b[:]) + "-"
+}()
+
 // Outcome reports r to wahook (queued and batched; it never blocks on
 // wahook) and returns what to do next, by wahook's error catalogue:
 //
@@ -57,12 +69,15 @@ var requestSeq atomic.Uint64
 //   - stop verdicts (131048, 131064, policy): stop the number, never retry;
 //     auth and payment errors, and a template that is missing, paused or
 //     wrong: stop the campaign;
+//   - a country the account may not message (130497, verdict
+//     skip_country): drop; the caller skips the country's other recipients;
 //   - undeliverable, engagement and the other errors of one message: drop;
 //   - retryable errors (service, 134101, ...): retry with a backoff of 1 s
 //     doubling with the attempt (to 60 s), dropped after MaxAttempts.
 //
 // A result without a timestamp gets now; without a request id one of the
-// pacer's, so that two identical failures in one second count twice;
+// pacer's (unique to the process), so that two identical failures in one
+// second count twice;
 // without a status, failed if it has an error code, accepted if it has a
 // message id. A result with none of the three is a send whose answer was
 // lost: it is retried like a service error and not reported. A result
@@ -75,7 +90,7 @@ func (p *Pacer) Outcome(r Result) Decision {
 		res.Timestamp = schema.Timestamp{Time: now.UTC()}
 	}
 	if res.RequestID == "" {
-		res.RequestID = "pacer-" + strconv.FormatUint(requestSeq.Add(1), 36)
+		res.RequestID = requestPrefix + strconv.FormatUint(requestSeq.Add(1), 36)
 	}
 	if res.Status == "" {
 		switch {
@@ -157,8 +172,8 @@ func retryBackoff(attempt int) time.Duration {
 	return time.Duration(float64(back) * (0.8 + 0.4*rand.Float64()))
 }
 
-// throttled halves the number's rate after a 130429 until a signal written
-// after it comes (stage 2 then halves the outbound rate itself) or 10 s.
+// throttled halves the number's rate after a 130429 until a signal that has
+// it comes (throttleSeen: stage 2 then slows the number itself) or 10 s.
 func (p *Pacer) throttled(id string, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

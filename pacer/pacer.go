@@ -84,11 +84,12 @@ type number struct {
 	id       string
 	lim      *rate.Limiter
 	sig      *schema.PacingSignal
+	sigAt    time.Time // when sig came, by this process's clock
 	tier     float64   // the last known tier (0: none)
 	fallback bool      // the fallback rate applies now
 	used     bool      // Wait or Rate was asked about it: its fallback is logged and counted
 	throttle float64   // rate cap after a 130429 reported through Outcome
-	thrUntil time.Time // until then, or a signal written after thrSince+1s
+	thrUntil time.Time // until then, or a signal that has the error (throttleSeen)
 	thrSince time.Time
 	thrTimer *time.Timer // refreshes the number at thrUntil
 	// holds from Outcome, before the signal says so
@@ -127,6 +128,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pacer, error
 		cooldowns: map[string]time.Time{},
 		pairs:     map[string]*pair{},
 		changed:   make(chan struct{}),
+	}
+	if js == nil {
+		cfg.Logger.Warn("pacer: no JetStream: no pacing signal or cool-down is watched; every number is sent at the fallback rate, and results are reported over HTTP only")
 	}
 	if len(cfg.PhoneHashKey) > 0 {
 		p.hasher = schema.NewHasher(cfg.PhoneHashKey)
@@ -471,7 +475,10 @@ func sleepUntil(ctx context.Context, t time.Time, changed <-chan struct{}) error
 	return nil
 }
 
+// hash is the key of recipient: its keyed hash in wahook's form
+// (schema.Recipient), as wahook keys its cool-downs.
 func (p *Pacer) hash(recipient string) string {
+	recipient = schema.Recipient(recipient)
 	if p.hasher == nil {
 		return recipient
 	}
@@ -531,11 +538,14 @@ func (n *number) hold(now time.Time, margin time.Duration) hold {
 
 // refresh sets the number's rate from its signal at now: the signal's
 // recommended rate while it is fresh, the fallback rate once it is stale,
-// the rate after a reported 130429 while that is lower. p.mu is held.
+// the rate after a reported 130429 while that is lower. A signal is fresh
+// while both its updated_at and its arrival here are within MaxSignalAge:
+// one stamped ahead of this clock (wahook's clock ahead, then set back)
+// still goes stale once no newer one comes. p.mu is held.
 func (p *Pacer) refresh(n *number, now time.Time) {
 	var r float64
 	s := n.sig
-	if s != nil && now.Sub(s.UpdatedAt) <= p.cfg.MaxSignalAge {
+	if s != nil && now.Sub(s.UpdatedAt) <= p.cfg.MaxSignalAge && now.Sub(n.sigAt) <= p.cfg.MaxSignalAge {
 		p.fallbackOff(n)
 		r = s.RecommendedMPS
 		switch s.Advice {
@@ -557,7 +567,7 @@ func (p *Pacer) refresh(n *number, now time.Time) {
 	}
 	r *= p.cfg.Share
 	if n.throttle > 0 {
-		if now.Before(n.thrUntil) && (s == nil || !s.UpdatedAt.After(n.thrSince.Add(time.Second))) {
+		if now.Before(n.thrUntil) && !throttleSeen(s, n.thrSince) {
 			r = min(r, n.throttle)
 		} else {
 			n.throttle = 0
@@ -566,6 +576,16 @@ func (p *Pacer) refresh(n *number, now time.Time) {
 	if rate.Limit(r) != n.lim.Limit() {
 		p.rebucket(n, r, now)
 	}
+}
+
+// throttleSeen reports whether s has a 130429 reported at since: written
+// after it and counting a throughput error among its recent ones, so
+// that its rate has stage 2's own slowing. A signal of the seconds before
+// the report reached wahook (stage 2 rewrites a sending number's signal
+// every second) has not, and the halving holds until one that has comes
+// (or throttleHold).
+func throttleSeen(s *schema.PacingSignal, since time.Time) bool {
+	return s != nil && s.UpdatedAt.After(since) && s.RecentErrors[schema.ClassThroughput] > 0
 }
 
 // rebucket gives the number a new bucket at rate r, and wakes the Waits
@@ -640,17 +660,23 @@ func (p *Pacer) onSignal(key string, value []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := p.number(s.PhoneNumberID)
-	if n.sig != nil && s.UpdatedAt.Before(n.sig.UpdatedAt) {
+	now := time.Now()
+	// An older signal than the one held is a late write (another stage 2
+	// during a handover) and is dropped, unless the one held is stamped
+	// ahead of this clock by more than MaxSignalAge: wahook's clock was
+	// ahead and has been set back, and every signal it writes from now on
+	// would be dropped, a stop among them.
+	if n.sig != nil && s.UpdatedAt.Before(n.sig.UpdatedAt) && !n.sig.UpdatedAt.After(now.Add(p.cfg.MaxSignalAge)) {
 		return
 	}
-	n.sig = &s
+	n.sig, n.sigAt = &s, now
 	if s.MaintenanceUntil != nil && s.MaintenanceUntil.After(n.maintEnd) {
 		n.maintEnd, n.maintReason = *s.MaintenanceUntil, s.Reason
 	}
 	if s.TierMPS > 0 {
 		n.tier = float64(s.TierMPS)
 	}
-	p.refresh(n, time.Now())
+	p.refresh(n, now)
 	p.broadcast()
 }
 

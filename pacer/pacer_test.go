@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"regexp"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -290,6 +291,12 @@ func TestStopPauseCooldown(t *testing.T) {
 		var ce *pacer.CooldownError
 		return errors.As(err, &ce) && ce.Until.Equal(cool.Until) && !ce.Local, fmt.Sprint(err)
 	})
+	// The recipient as a send request writes it ("+" and formatting) is
+	// the one Meta's webhook named by its digits.
+	var ce *pacer.CooldownError
+	if err := pNoWait.Wait(context.Background(), cooled, "+1 555-000-0005"); !errors.As(err, &ce) || !ce.Until.Equal(cool.Until) || ce.Local {
+		t.Errorf("Wait for the recipient written +1 555-000-0005: %v; want wahook's cool-down of 15550000005", err)
+	}
 	// p watches the bucket on its own and may see the cool-down a moment
 	// after pNoWait: until then its Wait lets the recipient through (and
 	// each Wait takes a token of the local pair rule, so the probe is its
@@ -412,6 +419,7 @@ func TestOutcome(t *testing.T) {
 		{131056, 3, pacer.ActionRetry, 16 * time.Second, 16 * time.Second}, // 4^2 s
 		{131026, 1, pacer.ActionDrop, 0, 0},
 		{131049, 1, pacer.ActionDrop, 0, 0},
+		{130497, 1, pacer.ActionDrop, 0, 0}, // skip_country: the number goes on
 		{131000, 1, pacer.ActionRetry, 800 * time.Millisecond, 1200 * time.Millisecond},
 		{131000, 3, pacer.ActionRetry, 3200 * time.Millisecond, 4800 * time.Millisecond},
 		{131000, 5, pacer.ActionDrop, 0, 0},
@@ -460,7 +468,7 @@ func TestOutcome(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const want = 14
+	const want = 15
 	var got []schema.SendResult
 	e.eventually("the results reported", func() (bool, string) {
 		got = got[:0]
@@ -490,6 +498,14 @@ func TestOutcome(t *testing.T) {
 	}
 	if len(ids) != want || got[0].Timestamp.IsZero() {
 		t.Errorf("results without their own request ids or timestamps: %d ids", len(ids))
+	}
+	// The ids carry a random part of the process's: another process's
+	// (a replica sharing the numbers) never meet them.
+	idForm := regexp.MustCompile(`^pacer-[0-9a-f]{12}-[0-9a-z]+$`)
+	for id := range ids {
+		if !idForm.MatchString(id) {
+			t.Errorf("request id %q, want pacer-<12 hex digits of the process>-<sequence>", id)
+		}
 	}
 	if st := p.Stats(); st.Reported != want || st.ReportDropped != 0 {
 		t.Errorf("stats: %+v", st)
@@ -885,4 +901,91 @@ func TestLowRateFrequentSignals(t *testing.T) {
 	if want := 4.05 * took.Seconds(); float64(n) < 0.75*want-1 || float64(n) > want+3 {
 		t.Errorf("%d sends in %v at about 4 mps with the signal changing every 200 ms; want about %.0f", n, took.Round(time.Millisecond), want)
 	}
+}
+
+// applied waits until p holds the number's signal stamped at.
+func (e *env) applied(p *pacer.Pacer, id string, at time.Time) {
+	e.t.Helper()
+	e.eventually("the signal stamped "+at.Format(time.RFC3339Nano), func() (bool, string) {
+		s, ok := p.Signal(id)
+		return ok && s.UpdatedAt.Equal(at.UTC()), fmt.Sprint(s.UpdatedAt)
+	})
+}
+
+// TestHalvingHoldsUntilTheSignalHasTheError: after a reported 130429 the
+// number's rate is halved until a signal that has the error comes. Stage 2
+// rewrites a sending number's signal every second, and the reports take up
+// to a second or more to reach it: a signal written more than a second
+// after the error, without it, ended the halving and the rate went back up
+// before stage 2 had slowed the number. Now only one that counts a
+// throughput error does.
+func TestHalvingHoldsUntilTheSignalHasTheError(t *testing.T) {
+	const id = "100000000000091"
+	e := newEnv(t, nil)
+	p := e.pacer(func(c *pacer.Config) { c.NoReport = true })
+	sig := func(mps float64, throughput int, advice schema.Advice) time.Time {
+		at := time.Now()
+		if err := e.putSignal(schema.PacingSignal{PhoneNumberID: id, UpdatedAt: at.UTC(), TierMPS: 80, TierSource: "default", Advice: advice,
+			RecommendedMPS: mps, RecentErrors: map[schema.ErrorClass]int{schema.ClassThroughput: throughput}}); err != nil {
+			t.Fatal(err)
+		}
+		e.applied(p, id, at)
+		return at
+	}
+	sig(40, 0, schema.AdviceOK)
+	if r, fb := p.Rate(id); r != 40 || fb {
+		t.Fatalf("rate %v (fallback %v), want the signal's 40", r, fb)
+	}
+	p.Outcome(pacer.Result{SendResult: schema.SendResult{PhoneNumberID: id, Status: schema.SendFailed, ErrorCode: 130429}})
+	if r, _ := p.Rate(id); r != 20 {
+		t.Fatalf("after the 130429: %v mps, want 20", r)
+	}
+	time.Sleep(1200 * time.Millisecond)
+	sig(40, 0, schema.AdviceOK) // stage 2's rewrite before the report reached it
+	if r, _ := p.Rate(id); r != 20 {
+		t.Errorf("a signal without the error ended the halving: %v mps, want 20", r)
+	}
+	sig(30, 1, schema.AdviceSlowDown) // stage 2 has the error
+	if r, _ := p.Rate(id); r != 30 {
+		t.Errorf("the signal that has the error: %v mps, want its 30", r)
+	}
+}
+
+// TestSignalStampedAhead: wahook's clock ran an hour ahead, then was set
+// back. Every signal written after that is older than the one held, and
+// all were dropped, a stop among them, while the one held counted as fresh
+// for the hour. Now a signal held that is stamped more than MaxSignalAge
+// ahead of the pacer's clock does not keep the next out, and goes stale
+// MaxSignalAge after it came like any other.
+func TestSignalStampedAhead(t *testing.T) {
+	const id, alone = "100000000000092", "100000000000093"
+	e := newEnv(t, nil)
+	p := e.pacer(func(c *pacer.Config) { c.NoReport = true; c.MaxSignalAge = 1500 * time.Millisecond })
+	ahead := time.Now().Add(time.Hour)
+	for _, n := range []string{id, alone} {
+		if err := e.putSignal(schema.PacingSignal{PhoneNumberID: n, UpdatedAt: ahead.UTC(), TierMPS: 80, TierSource: "default", Advice: schema.AdviceOK, RecommendedMPS: 50}); err != nil {
+			t.Fatal(err)
+		}
+		e.applied(p, n, ahead)
+	}
+	if r, fb := p.Rate(id); r != 50 || fb {
+		t.Fatalf("rate %v (fallback %v), want the signal's 50", r, fb)
+	}
+	until := time.Now().Add(time.Minute).UTC().Truncate(time.Second)
+	now := time.Now()
+	if err := e.putSignal(schema.PacingSignal{PhoneNumberID: id, UpdatedAt: now.UTC(), TierMPS: 80, TierSource: "default", Advice: schema.AdviceStop,
+		StopUntil: &until, Reason: "131048: spam rate limit hit"}); err != nil {
+		t.Fatal(err)
+	}
+	e.applied(p, id, now)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := p.Wait(ctx, id, "15550000092"); !errors.Is(err, pacer.ErrStopped) {
+		t.Errorf("Wait after the stop written once the clock was set back: %v; want ErrStopped", err)
+	}
+	// No newer signal for the other number: it goes stale by when it came.
+	e.eventually("the signal stamped ahead goes stale", func() (bool, string) {
+		r, fb := p.Rate(alone)
+		return fb, fmt.Sprint(r, fb)
+	})
 }

@@ -47,7 +47,8 @@ func (n *Normalizer) sendResults(body []byte, src schema.Source, rawMsgID string
 		r := &doc.Results[i]
 		var recipient string
 		if r.Recipient != "" {
-			recipient = n.hash.Hash(r.Recipient)
+			// "+1 555-123-4567" as the webhooks' 15551234567.
+			recipient = n.hash.Hash(schema.Recipient(r.Recipient))
 		}
 		var codes []int32
 		if r.Status == schema.SendFailed {

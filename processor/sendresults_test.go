@@ -57,3 +57,28 @@ func TestNormalizeSendResults(t *testing.T) {
 		t.Errorf("send results under a Meta app: %+v", meta)
 	}
 }
+
+// TestSendResultRecipientAsWebhooks: a sender writes the recipient as it
+// wrote its send request ("+1 (555) 123-0009"); Meta's webhooks carry the
+// digits. The report's recipient hash was of the string as written, so it
+// never met the webhooks' (the funnel's joins, stage 2's cool-downs); it is
+// the hash of the digits now, and a BSUID's is of the BSUID.
+func TestSendResultRecipientAsWebhooks(t *testing.T) {
+	h := schema.NewHasher(normKey)
+	n := NewNormalizer(h)
+	doc := `{"results": [
+ {"phone_number_id": "106540352242922", "status": "failed", "error_code": 131056, "recipient": "+1 (555) 123-0009", "timestamp": 1773500003},
+ {"phone_number_id": "106540352242922", "status": "accepted", "message_id": "wamid.B1", "recipient": "US.20571938846102937745", "timestamp": 1773500004}
+]}`
+	var rows schema.Rows
+	n.Normalize([]byte(doc), schema.Source{App: schema.SendResultsApp, ReceivedAt: time.Unix(1773500100, 0), RawSeq: 8}, "", &rows)
+	if len(rows.SendResults) != 2 || len(rows.Errors) != 1 {
+		t.Fatalf("%d results, %d errors: %+v", len(rows.SendResults), len(rows.Errors), rows)
+	}
+	if got, want := rows.SendResults[0].RecipientHash, h.Hash("15551230009"); got != want || rows.Errors[0].RecipientHash != want {
+		t.Errorf("recipient hash %s (error row %s), want %s: the hash of the digits, as a webhook's recipient_id", got, rows.Errors[0].RecipientHash, want)
+	}
+	if got, want := rows.SendResults[1].RecipientHash, h.Hash("US.20571938846102937745"); got != want {
+		t.Errorf("BSUID recipient hash %s, want %s", got, want)
+	}
+}

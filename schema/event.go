@@ -182,6 +182,35 @@ type hasherState struct {
 	sum [sha256.Size]byte
 }
 
+// Recipient is an end user's address in the form that is hashed: a phone
+// number as the digits Meta's webhooks carry (recipient_id, wa_id: no "+",
+// no spaces, dashes, brackets or dots), however a sending service wrote it
+// in its send request ("+1 (555) 123-4567"); anything else (a BSUID) as it
+// is. A sender's report and Meta's webhook about one recipient then hash
+// the same, and a cool-down written for one finds the other.
+func Recipient(s string) string {
+	digits := 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= '0' && c <= '9':
+			digits++
+		case c == '+' && i == 0, c == ' ', c == '-', c == '(', c == ')', c == '.':
+		default:
+			return s
+		}
+	}
+	if digits == len(s) || digits == 0 {
+		return s
+	}
+	b := make([]byte, 0, digits)
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= '0' && c <= '9' {
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}
+
 // NewHasher returns a Hasher with key; the key must stay the same for hashes
 // to stay comparable.
 func NewHasher(key []byte) *Hasher {

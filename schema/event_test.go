@@ -59,3 +59,19 @@ func TestEventIDSeparatorInPart(t *testing.T) {
 		}
 	}
 }
+
+// TestRecipient: a phone number written by a sending service in any of the
+// usual ways is the digits Meta's webhooks carry; a BSUID, a number already
+// in digits and anything else are left as they are.
+func TestRecipient(t *testing.T) {
+	for in, want := range map[string]string{
+		"15551234567": "15551234567", "+15551234567": "15551234567", "+1 (555) 123-4567": "15551234567",
+		"+44 7700.900.456": "447700900456", "1-555-123-4567": "15551234567",
+		"US.20571938846102937745": "US.20571938846102937745", "US.ENT.588": "US.ENT.588",
+		"": "", "+": "+", "555+1234": "555+1234", "abc 123": "abc 123",
+	} {
+		if got := Recipient(in); got != want {
+			t.Errorf("Recipient(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
