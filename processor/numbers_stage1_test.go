@@ -168,6 +168,44 @@ func TestStage1HeldAppliedBesideBadBody(t *testing.T) {
 	}
 }
 
+// TestStage1LearnedInAFailedBatch: a THROUGHPUT_UPGRADE for a display
+// number not known yet, the message webhook that teaches it, and a body
+// the store refuses, in one batch. The upgrade went to EVENTS without its
+// number (on the subject of no number) under its event id; the batch was
+// written again in halves, the upgrade's number now known, and it went to
+// its number's subject under the same id, which EVENTS took for a
+// duplicate: ClickHouse had it with its number, stage 2 never did. An
+// event whose number comes from its display number now goes under an id
+// of its own (the event id and the number), as one applied late does.
+func TestStage1LearnedInAFailedBatch(t *testing.T) {
+	p := newPipeline(t, schematest.ClickHouse(t))
+	p.cfg.MaxDeliver = 3
+	p.cfg.FlushInterval = time.Second // the three bodies in one batch
+	p.faults = func(inner processor.Writer) processor.Writer {
+		return &refuse{Writer: inner, bad: "wamid.poison"}
+	}
+	p.start()
+	p.publish("default", readFixture(t, "quality_throughput_upgrade.json"))
+	p.publish("default", readFixture(t, "status_sent_pmp_marketing.json"))
+	p.publish("default", statusBody("107655290331184", "15557810001", "wamid.poison", 1781514300))
+	p.drained(30 * time.Second)
+	var id string
+	if err := p.db.Conn.QueryRow(context.Background(), fmt.Sprintf(
+		"SELECT event_id FROM %s.management_events FINAL WHERE event = 'THROUGHPUT_UPGRADE' AND phone_number_id = '%s'", p.db.Database, upgradeNumber)).Scan(&id); err != nil {
+		t.Fatalf("the upgrade stored with its number: %v", err)
+	}
+	ev, msgID, err := p.numberEvent(upgradeNumber)
+	if err != nil {
+		t.Fatalf("the upgrade is in ClickHouse with its number but not on the number's EVENTS subject: %v", err)
+	}
+	if row := ev.Row.(*schema.ManagementRow); row.EventID != id || msgID != id+"."+upgradeNumber {
+		t.Errorf("event %s with Nats-Msg-Id %q, want %s and %s.%s", row.EventID, msgID, id, id, upgradeNumber)
+	}
+	if n := p.heldKeys(); n != 0 {
+		t.Errorf("held events: %d, want none", n)
+	}
+}
+
 // TestStage1SweepsHeldEvents: an event held for a number that another
 // instance learned, and that crashed before applying it, is applied by the
 // sweep of the next stage 1 to start. The display number is written with

@@ -89,7 +89,11 @@ func (s *Stage1) resolve(ctx context.Context, rows *schema.Rows, m0, p0 int, w *
 			w.hold = append(w.hold, i)
 			continue
 		}
-		r.PhoneNumberID = id
+		// Under an id of its own on EVENTS (ManagementMsgID): this body
+		// may have been through a batch that failed before the number was
+		// known, and its event sent then on no number's subject under the
+		// event id; EVENTS would take this copy for that one.
+		r.PhoneNumberID, r.Late = id, true
 	}
 	return nil
 }

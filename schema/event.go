@@ -354,9 +354,11 @@ type ManagementRow struct {
 	NewValue           string    `json:"new_value,omitempty"`    // current limit, new quality or category, ...
 	Reason             string    `json:"reason,omitempty"`
 	Raw                string    `json:"raw,omitempty"` // the change's value as received (JSON)
-	// Late marks an event applied after its number was learned, having
-	// been stored first without its phone number id (a display number no
-	// message webhook had shown yet). Not stored; see ManagementMsgID.
+	// Late marks an event whose phone number id comes from its display
+	// number, learned from message webhooks: it may have gone to EVENTS
+	// before without it (a display number no message webhook had shown
+	// yet, applied once one did; or a batch that failed before the number
+	// was learned). Not stored; see ManagementMsgID.
 	Late bool `json:"-"`
 }
 
@@ -437,8 +439,8 @@ func (r *Rows) Reset() {
 // ManagementMsgID is the Nats-Msg-Id of a management event: its event id,
 // followed by "." and its phone number id when it is Late. An event
 // published first without its number (a display number not learned yet)
-// and applied later with it thus reaches EVENTS both times, on the two
-// subjects, even within the stream's duplicate window.
+// and later with it thus reaches EVENTS both times, on the two subjects,
+// even within the stream's duplicate window.
 func ManagementMsgID(r *ManagementRow) string {
 	if !r.Late {
 		return r.EventID
