@@ -1,6 +1,9 @@
 package api
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // SetMaxStreamsPerToken sets how many live streams a token may hold, for
 // the test.
@@ -8,4 +11,12 @@ func SetMaxStreamsPerToken(t *testing.T, n int) {
 	old := maxStreamsPerToken
 	maxStreamsPerToken = n
 	t.Cleanup(func() { maxStreamsPerToken = old })
+}
+
+// SetLiveHeartbeat sets how often an idle live stream beats, and checks
+// its token again, for the test.
+func SetLiveHeartbeat(t *testing.T, d time.Duration) {
+	old := liveHeartbeat
+	liveHeartbeat = d
+	t.Cleanup(func() { liveHeartbeat = old })
 }

@@ -35,7 +35,7 @@ var (
 
 // liveHeartbeat is how often an idle stream sends a comment, so that
 // proxies keep it open and a closed client is noticed.
-const liveHeartbeat = 15 * time.Second
+var liveHeartbeat = 15 * time.Second // a variable for the tests
 
 // liveWriteTimeout bounds each write of a live stream: a client that takes
 // nothing for this long is dropped.
@@ -205,6 +205,7 @@ func (s *Server) pacingStream(c *fiber.Ctx) error {
 		return s.writeError(c, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "NATS did not answer; retry"})
 	}
 	t := tenantOf(c)
+	bearer := bearerToken(c) // checked again at each heartbeat; never logged
 	// The server's write timeout is set once, before the answer is
 	// written: past it every write of the stream failed, and the stream
 	// ended after about 20 s. Each flush sets its own.
@@ -244,6 +245,13 @@ func (s *Server) pacingStream(c *fiber.Ctx) error {
 			case <-ctx.Done():
 				return
 			case <-beat.C:
+				// A token removed from the tokens file, or given another
+				// scope, ends its streams: the stream would go on with
+				// the scope it was opened with for as long as it lasted.
+				if !s.sameScope(bearer, t) {
+					send("end", []byte(`{"reason":"the token was removed or its scope changed: open the stream again"}`))
+					return
+				}
 				bw.WriteString(": beat\n\n")
 				if !flush() {
 					return

@@ -57,7 +57,15 @@ func (s *Server) sendResults(c *fiber.Ctx) error {
 		ids[i] = doc.Results[i].PhoneNumberID
 	}
 	if t := tenantOf(c); t != nil {
-		// A tenant reports for its own numbers only.
+		// A tenant reports for its own numbers only, and names none but
+		// its WABAs: a result's waba_id is stored as it is, and a foreign
+		// one would put the tenant's failures (and its number) in another
+		// tenant's reports.
+		for i := range doc.Results {
+			if w := doc.Results[i].WabaID; w != "" && !t.ownsWaba(w) {
+				return s.writeError(c, notFound(fmt.Sprintf("results[%d].waba_id", i)))
+			}
+		}
 		ctx, cancel := context.WithTimeout(c.UserContext(), s.cfg.QueryTimeout)
 		defer cancel()
 		for i, id := range ids {

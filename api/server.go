@@ -356,11 +356,8 @@ func (s *Server) handle(r *route) fiber.Handler {
 // authorize accepts a configured bearer token, compared in constant time
 // (as digests, so that the length of a token does not show either).
 func (s *Server) authorize(c *fiber.Ctx) error {
-	h := c.Get(fiber.HeaderAuthorization)
-	scheme, token, ok := strings.Cut(h, " ")
-	if ok && strings.EqualFold(scheme, "Bearer") && token != "" {
-		creds := s.tokens.current(s.now(), func(err error) { s.log.Warn("tokens file not read; the tokens read before stay", zap.Error(err)) })
-		id, cred := match(creds, strings.TrimSpace(token))
+	if token := bearerToken(c); token != "" {
+		id, cred := match(s.credentials(), token)
 		if cred != nil {
 			c.Locals(localToken, id)
 			if cred.tenant != nil {
@@ -376,6 +373,34 @@ func (s *Server) authorize(c *fiber.Ctx) error {
 	c.Set(fiber.HeaderWWWAuthenticate, `Bearer realm="wahook"`)
 	return s.writeError(c, &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized,
 		Message: "send a configured token as Authorization: Bearer <token>"})
+}
+
+// bearerToken is the request's bearer token, "" without one.
+func bearerToken(c *fiber.Ctx) string {
+	scheme, token, ok := strings.Cut(c.Get(fiber.HeaderAuthorization), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(token)
+}
+
+// credentials is the tokens accepted now (the tokens file read again
+// when it changed).
+func (s *Server) credentials() []credential {
+	return s.tokens.current(s.now(), func(err error) { s.log.Warn("tokens file not read; the tokens read before stay", zap.Error(err)) })
+}
+
+// sameScope reports whether token is still accepted, with the scope t it
+// had (nil: every WABA).
+func (s *Server) sameScope(token string, t *tenant) bool {
+	_, cred := match(s.credentials(), token)
+	if cred == nil {
+		return false
+	}
+	if cred.tenant == nil || t == nil {
+		return cred.tenant == t
+	}
+	return cred.tenant.key() == t.key()
 }
 
 // localToken is the Locals key of the request's token id (a digest prefix,

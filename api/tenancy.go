@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sync/singleflight"
 )
 
 // A token is written TOKEN (it sees every WABA), NAME:TOKEN, or
@@ -192,6 +194,10 @@ func notFound(param string) *Error {
 type tenantNumbers struct {
 	mu      sync.Mutex
 	entries map[string]numbersEntry
+	// reads makes the requests of a tenant that miss the cache at once
+	// share one read: each read scans three tables, and a tenant asking
+	// for numbers not its own, many at a time, read them all each time.
+	reads singleflight.Group
 }
 
 type numbersEntry struct {
@@ -217,18 +223,29 @@ func (s *Server) numbersOf(ctx context.Context, t *tenant, want string) (map[str
 	if ok && now.Sub(e.at) < numbersTTL && (want == "" || e.ids[want] || now.Sub(e.at) < numbersRetry) {
 		return e.ids, nil
 	}
-	ids, err := s.store.WabaNumbers(ctx, t.wabas)
+	v, err, _ := tn.reads.Do(t.key(), func() (any, error) {
+		// Bounded by the query timeout, not by the request that came
+		// first: the others wait for this read too (a live stream's
+		// context has no deadline).
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.QueryTimeout)
+		defer cancel()
+		ids, err := s.store.WabaNumbers(rctx, t.wabas)
+		if err != nil {
+			return nil, err
+		}
+		set := make(map[string]bool, len(ids))
+		for _, id := range ids {
+			set[id] = true
+		}
+		tn.mu.Lock()
+		tn.entries[t.key()] = numbersEntry{at: now, ids: set}
+		tn.mu.Unlock()
+		return set, nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	set := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		set[id] = true
-	}
-	tn.mu.Lock()
-	tn.entries[t.key()] = numbersEntry{at: now, ids: set}
-	tn.mu.Unlock()
-	return set, nil
+	return v.(map[string]bool), nil
 }
 
 // scope narrows q to the tenant t: a WABA or number of q outside it is

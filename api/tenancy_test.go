@@ -16,9 +16,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -239,11 +241,21 @@ SELECT toDateTime(?), 'default', toUInt64(99), ?, 'entry[0].changes[0]', 'bad_it
 	if code, b := postAs(doc(n3), tokenB); code != http.StatusAccepted {
 		t.Errorf("tenant B reporting for its number: %d %s", code, b)
 	}
+	// Its number, another tenant's WABA: the result would land in that
+	// tenant's failures, with B's number.
+	forged := `{"results":[{"phone_number_id":"` + n3 + `","waba_id":"waba-1","status":"failed","error_code":131048,"timestamp":1773500000}]}`
+	if code, b := postAs(forged, tokenB); code != http.StatusNotFound || !bytes.Contains(b, []byte(`results[0].waba_id`)) {
+		t.Errorf("tenant B reporting under tenant A's WABA: %d %s", code, b)
+	}
+	underOwn := `{"results":[{"phone_number_id":"` + n3 + `","waba_id":"waba-2","status":"failed","error_code":131048,"timestamp":1773500000}]}`
+	if code, b := postAs(underOwn, tokenB); code != http.StatusAccepted {
+		t.Errorf("tenant B reporting under its WABA: %d %s", code, b)
+	}
 	if code, b := postAs(doc(n1), token1); code != http.StatusAccepted {
 		t.Errorf("unscoped token reporting: %d %s", code, b)
 	}
-	if len(pub.docs) != 2 {
-		t.Errorf("%d documents stored, want 2", len(pub.docs))
+	if len(pub.docs) != 3 {
+		t.Errorf("%d documents stored, want 3", len(pub.docs))
 	}
 }
 
@@ -484,5 +496,117 @@ func TestLiveStreamsPerToken(t *testing.T) {
 	}
 	if resp := open(tokenB); resp.StatusCode != http.StatusOK {
 		t.Errorf("another token's stream: %d", resp.StatusCode)
+	}
+}
+
+// TestLiveStreamEndsWithItsToken: a token removed from the tokens file, or
+// given another scope, kept its open live streams, with the scope they
+// were opened with, for as long as they lasted (the heartbeat kept them
+// open). A stream now ends at its next heartbeat, with an end event; the
+// stream of a token whose scope did not change goes on.
+func TestLiveStreamEndsWithItsToken(t *testing.T) {
+	api.SetLiveHeartbeat(t, 200*time.Millisecond)
+	file := filepath.Join(t.TempDir(), "tokens")
+	write := func(s string) {
+		if err := os.WriteFile(file, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("acme:" + tokenA + ":waba=waba-1\nbeta:" + tokenB + ":waba=waba-2\nbeta2:" + token1 + ":waba=waba-2\n")
+	cfg := api.DefaultConfig()
+	cfg.TokensFile = file
+	cfg.Pacing = pacingBucket(t)
+	s, err := api.New(cfg, nil, nil, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serveAPI(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// open reads the token's stream until it ends, onto the channel.
+	open := func(token string) <-chan string {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/api/v1/pacing/stream", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("stream: %d", resp.StatusCode)
+		}
+		ended := make(chan string, 1)
+		go func() {
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			ended <- string(b)
+		}()
+		return ended
+	}
+	kept, removed, rescoped := open(tokenA), open(tokenB), open(token1)
+	time.Sleep(500 * time.Millisecond) // a few heartbeats with the tokens as they were
+	write("acme:" + tokenA + ":waba=waba-1\nbeta2:" + token1 + ":waba=waba-1,waba-2\n")
+	for name, ch := range map[string]<-chan string{"removed": removed, "re-scoped": rescoped} {
+		select {
+		case b := <-ch:
+			if !strings.Contains(b, "event: end") {
+				t.Errorf("the %s token's stream ended without an end event:\n%s", name, b)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("the %s token's stream still open 10 s after the tokens file changed", name)
+		}
+	}
+	select {
+	case b := <-kept:
+		t.Errorf("the stream of a token the change left alone ended:\n%s", b)
+	case <-time.After(time.Second):
+	}
+}
+
+// countingConn counts the reads of a tenant's numbers (WabaNumbers).
+type countingConn struct {
+	driver.Conn
+	numberReads atomic.Int64
+}
+
+func (c *countingConn) Query(ctx context.Context, query string, args ...any) (driver.Rows, error) {
+	if strings.Contains(query, "SELECT DISTINCT phone_number_id FROM (") {
+		c.numberReads.Add(1)
+	}
+	return c.Conn.Query(ctx, query, args...)
+}
+
+// TestTenantNumbersReadOnceAtATime: every request of a scoped token for a
+// number not its own read the tenant's numbers again (three tables
+// scanned) once the list was 2 s old, each request its own read: many at
+// once cost ClickHouse as many scans. They share one read now.
+func TestTenantNumbersReadOnceAtATime(t *testing.T) {
+	d := generate(60)
+	ch := load(t, d)
+	conn := &countingConn{Conn: ch.Conn}
+	s, err := api.New(tenantConfig(), api.NewStore(conn, ch.Database, api.DefaultTiers()), nil, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := "/api/v1/throughput?phone_number_id=999999999999999&" + rangeParams("")
+	var wg sync.WaitGroup
+	codes := make([]int, 24)
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes[i], _ = getAs(t, s, path, tokenB, nil)
+		}()
+	}
+	wg.Wait()
+	for i, code := range codes {
+		if code != http.StatusNotFound {
+			t.Fatalf("request %d for a number not the tenant's: %d, want 404", i, code)
+		}
+	}
+	// One read, or a few should the requests not overlap at all; never
+	// one a request.
+	if n := conn.numberReads.Load(); n < 1 || n > 4 {
+		t.Errorf("%d reads of the tenant's numbers for %d requests at once, want 1 (a few at most)", n, len(codes))
 	}
 }
