@@ -19,7 +19,7 @@ import (
 )
 
 // shutdownTimeout bounds each ordered shutdown.
-const shutdownTimeout = 30 * time.Second
+var shutdownTimeout = 30 * time.Second // a variable for the tests
 
 // newRegistry returns a metrics registry with the Go and process collectors.
 func newRegistry() *prometheus.Registry {
@@ -141,6 +141,9 @@ func checkLater(ctx context.Context, log *zap.Logger, nc *nats.Conn, js jetstrea
 type endpoint struct {
 	srv   *ingest.Server
 	pub   ingest.RawPublisher
+	// delay is --shutdown-delay, spent before the requests in flight are
+	// waited for: the http stop's time is it and shutdownTimeout.
+	delay time.Duration
 	serve *task // Serve, until Shutdown
 	addr  net.Addr
 	// stopChecks ends the checks made once NATS answers (checkLater), if
@@ -220,7 +223,7 @@ func startEndpoint(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *inges
 		pub.Close()
 		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	e := &endpoint{srv: srv, pub: pub, addr: ln.Addr()}
+	e := &endpoint{srv: srv, pub: pub, addr: ln.Addr(), delay: o.cfg.ShutdownDelay}
 	if info == nil {
 		cctx, cancel := context.WithCancel(ctx)
 		t := goTask(func() error { checkLater(cctx, log, nc, js, o.cfg); return nil })
@@ -247,7 +250,10 @@ func (e *endpoint) parts() []part {
 			return e.pub.Drain(ctx)
 		}},
 		{name: "http stopped, in-flight requests answered", done: e.serve.done, err: e.serve.wait, stop: func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+			// The delay first, then the requests in flight: with one
+			// timeout for both, a delay near it left them no time, and
+			// one past it left the connections open.
+			ctx, cancel := context.WithTimeout(context.Background(), e.delay+shutdownTimeout)
 			defer cancel()
 			return e.srv.Shutdown(ctx)
 		}},

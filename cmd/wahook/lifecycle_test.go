@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +16,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/wahook/wahook/internal/testutil"
+	"github.com/wahook/wahook/schema"
 )
 
 // TestStopFailedStepIsTheError: a shutdown step that fails makes the
@@ -108,6 +112,60 @@ func TestServeStopsCleanlyDuringClickHouseOutage(t *testing.T) {
 			t.Fatalf("serve stopped during a ClickHouse outage exited %d:\n%s", code, logs.String())
 		}
 	case <-time.After(40 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}
+
+// TestShutdownDelayLeavesTheDrainItsTime: --shutdown-delay and the wait for
+// the requests in flight shared one timeout (shutdownTimeout, 30 s): with a
+// delay as long as it, or longer, the timeout ended during the delay, and a
+// webhook still arriving when the delay ended had no time left: the stop
+// failed ("context deadline exceeded", exit 1), its answer not waited for.
+// The delay now comes on top of the timeout.
+func TestShutdownDelayLeavesTheDrainItsTime(t *testing.T) {
+	old := shutdownTimeout
+	shutdownTimeout = 2 * time.Second
+	t.Cleanup(func() { shutdownTimeout = old })
+	listen, natsListen := freeAddr(t), freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var logs syncBuffer
+	done := make(chan int, 1)
+	dataDir := t.TempDir()
+	go func() {
+		done <- run(ctx, []string{"serve", "--no-process", "--listen", listen, "--nats-listen", natsListen, "--data-dir", dataDir,
+			"--app-secret", abuseSecret, "--shutdown-delay", "2s", "--log-level", "warn"}, io.Discard, &logs)
+	}()
+	waitReady(t, "http://"+listen, &logs)
+	// A webhook whose body is still arriving when the delay ends.
+	body := statusBodyOf(41)
+	sig := signedRequest("http://"+listen+"/webhook", abuseSecret, body).Header.Get(schema.SignatureHeader)
+	c, err := net.Dial("tcp", listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	half := len(body) / 2
+	fmt.Fprintf(c, "POST /webhook HTTP/1.1\r\nHost: wahook\r\nContent-Type: application/json\r\n%s: %s\r\nContent-Length: %d\r\n\r\n%s",
+		schema.SignatureHeader, sig, len(body), body[:half])
+	cancel()
+	time.Sleep(2500 * time.Millisecond) // the delay, and half a second of the drain
+	if _, err := io.WriteString(c, body[half:]); err != nil {
+		t.Fatalf("the rest of the body, after the delay: %v", err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Errorf("no answer to the webhook that arrived during the stop: %v", err)
+	} else if resp.Body.Close(); resp.StatusCode != http.StatusOK {
+		t.Errorf("the webhook that arrived during the stop: %d, want 200", resp.StatusCode)
+	}
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("serve exited %d:\n%s", code, logs.String())
+		}
+	case <-time.After(20 * time.Second):
 		t.Fatal("serve did not stop")
 	}
 }
