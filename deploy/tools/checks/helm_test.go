@@ -46,9 +46,10 @@ var helmCases = []struct {
 }
 
 // migrateExtraArgs: an ack timeout over the RAW stream's default duplicate
-// window of 2 s, which migrate refuses unless migrate.extraArgs raises the
-// window, and a stream sizing flag.
-var migrateExtraArgs = []string{"--set", "ingest.ackTimeout=5s", "--set-json", `migrate.extraArgs=["--raw-duplicate-window=5s","--raw-max-age=72h"]`}
+// window of 2 s, with the window raised to match (ingest and migrate both
+// refuse a window shorter than the ack timeout), and a stream sizing flag
+// in migrate.extraArgs.
+var migrateExtraArgs = []string{"--set", "ingest.ackTimeout=5s", "--set", "ingest.rawDuplicateWindow=5s", "--set-json", `migrate.extraArgs=["--raw-max-age=72h"]`}
 
 func TestHelmLint(t *testing.T) {
 	helm := tool(t, "helm")
@@ -81,48 +82,61 @@ func TestHelmRefusesPlaceholderSecrets(t *testing.T) {
 	}
 }
 
-// migrate.extraArgs reaches the migrate Job, and only it; with them wahook
-// migrate accepts an ack timeout over 2 s, which it refuses without.
+// migrate.extraArgs reaches the migrate Job, and only it. An ack timeout
+// over 2 s with ingest.rawDuplicateWindow raised to match renders flags that
+// both wahook migrate and wahook ingest accept; with the window left at 2 s
+// (raised in migrate.extraArgs alone, as the chart once said to) ingest
+// refused to start, every pod of it, and the chart now refuses to render.
 func TestHelmMigrateExtraArgs(t *testing.T) {
 	helm := tool(t, "helm")
+	out := mustRun(t, 2*time.Minute, repoRoot, helm, append([]string{"template", "wahook", chartDir()}, helmSecrets(migrateExtraArgs...)...)...)
+	r := decodeStrict(t, "helm template with migrate.extraArgs", out)
+	if len(r.jobs) != 1 || len(r.jobs[0].Spec.Template.Spec.Containers) != 1 {
+		t.Fatalf("want one migrate Job with one container, got %d Jobs", len(r.jobs))
+	}
+	check := func(what string, inv invocation) {
+		t.Helper()
+		var env []string
+		for k, v := range inv.env {
+			env = append(env, k+"="+v)
+		}
+		if out, err := run(t, time.Minute, binDir, cleanEnv(env), wahookBinary(t), append(append([]string{}, inv.args...), "--check")...); err != nil {
+			t.Errorf("%s: wahook %s --check: %v\n%s", what, strings.Join(inv.args, " "), err, out)
+		}
+	}
+	job := podInvocation("Job "+r.jobs[0].Name, r.jobs[0].Spec.Template.Spec.Containers[0])
+	if got := strings.Join(job.args, " "); !strings.Contains(got, "--raw-duplicate-window=5s") || !strings.Contains(got, "--raw-max-age=72h") {
+		t.Errorf("migrate args %q: want the window and the extra flag", got)
+	}
+	check("the migrate Job", job)
+	ingested := false
+	for _, d := range r.deployments {
+		for _, ct := range d.Spec.Template.Spec.Containers {
+			if strings.Contains(strings.Join(ct.Args, " "), "--raw-max-age") {
+				t.Errorf("Deployment %s gets migrate.extraArgs: %v", d.Name, ct.Args)
+			}
+			if len(ct.Args) > 0 && ct.Args[0] == "ingest" {
+				ingested = true
+				check("Deployment "+d.Name, podInvocation("Deployment "+d.Name, ct))
+			}
+		}
+	}
+	if !ingested {
+		t.Error("no ingest Deployment rendered")
+	}
+
 	for _, c := range []struct {
-		name  string
-		args  []string
-		valid bool
+		name string
+		args []string
+		want string
 	}{
-		{"with extraArgs", helmSecrets(migrateExtraArgs...), true},
-		{"without", helmSecrets("--set", "ingest.ackTimeout=5s"), false},
+		{"the window raised for migrate only", []string{"--set", "ingest.ackTimeout=5s", "--set-json", `migrate.extraArgs=["--raw-duplicate-window=5s"]`}, "ingest.rawDuplicateWindow"},
+		{"more process replicas than partitions", []string{"--set", "process.replicas=5", "--set", "process.stage2Partitions=4"}, "process.stage2Partitions (4)"},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			out := mustRun(t, 2*time.Minute, repoRoot, helm, append([]string{"template", "wahook", chartDir()}, c.args...)...)
-			r := decodeStrict(t, "helm template "+c.name, out)
-			if len(r.jobs) != 1 || len(r.jobs[0].Spec.Template.Spec.Containers) != 1 {
-				t.Fatalf("want one migrate Job with one container, got %d Jobs", len(r.jobs))
-			}
-			inv := podInvocation("Job "+r.jobs[0].Name, r.jobs[0].Spec.Template.Spec.Containers[0])
-			got := strings.Join(inv.args, " ")
-			if has := strings.Contains(got, "--raw-duplicate-window=5s --raw-max-age=72h"); has != c.valid {
-				t.Errorf("migrate args %q: the extra flags present %v, want %v", got, has, c.valid)
-			}
-			var env []string
-			for k, v := range inv.env {
-				env = append(env, k+"="+v)
-			}
-			out, err := run(t, time.Minute, binDir, cleanEnv(env), wahookBinary(t), append(append([]string{}, inv.args...), "--check")...)
-			if (err == nil) != c.valid {
-				t.Errorf("wahook %s --check: err %v, want valid %v:\n%s", got, err, c.valid, out)
-			}
-			if !c.valid && !strings.Contains(out, "--raw-duplicate-window") {
-				t.Errorf("wahook %s --check: want a refusal naming --raw-duplicate-window:\n%s", got, out)
-			}
-			for _, d := range r.deployments {
-				for _, ct := range d.Spec.Template.Spec.Containers {
-					if strings.Contains(strings.Join(ct.Args, " "), "--raw-max-age") {
-						t.Errorf("Deployment %s gets migrate.extraArgs: %v", d.Name, ct.Args)
-					}
-				}
-			}
-		})
+		out, err := run(t, 2*time.Minute, repoRoot, nil, helm, append([]string{"template", "wahook", chartDir()}, helmSecrets(c.args...)...)...)
+		if err == nil || !strings.Contains(out, c.want) {
+			t.Errorf("helm template with %s: err %v, want a refusal naming %s:\n%s", c.name, err, c.want, out)
+		}
 	}
 }
 

@@ -30,9 +30,29 @@ its own tag when set, for upgrades in order, else image.tag. */}}
 {{- if .Values.existingSecret -}}{{ .Values.existingSecret }}{{- else -}}{{ include "wahook.fullname" . }}{{- end -}}
 {{- end -}}
 
+{{- /* wahook.ms is a duration of the plain forms 500ms, 5s or 2m in
+milliseconds, and -1 for any other form (1m30s): not compared. */ -}}
+{{- define "wahook.ms" -}}
+{{- $d := toString . -}}
+{{- if regexMatch `^[0-9]+ms$` $d -}}{{ trimSuffix "ms" $d | atoi }}
+{{- else if regexMatch `^[0-9]+s$` $d -}}{{ mul (trimSuffix "s" $d | atoi) 1000 }}
+{{- else if regexMatch `^[0-9]+m$` $d -}}{{ mul (trimSuffix "m" $d | atoi) 60000 }}
+{{- else -}}-1{{- end -}}
+{{- end -}}
+
 {{- define "wahook.checkValues" -}}
 {{- if and (gt (int .Values.process.replicas) 1) (lt (int .Values.process.stage2Partitions) 1) -}}
 {{- fail "process.stage2Partitions must be at least 1 with more than one process replica" -}}
+{{- end -}}
+{{- /* Every process replica is a stage 2 member, and a member needs a
+partition of its own: more would make every process pod exit. */ -}}
+{{- if and (gt (int .Values.process.replicas) 1) (gt (int .Values.process.replicas) (int .Values.process.stage2Partitions)) -}}
+{{- fail (printf "process.replicas (%d) is more than process.stage2Partitions (%d): each process replica is a stage 2 member and needs a partition of its own, and wahook refuses more members than partitions" (int .Values.process.replicas) (int .Values.process.stage2Partitions)) -}}
+{{- end -}}
+{{- $ack := include "wahook.ms" .Values.ingest.ackTimeout | atoi -}}
+{{- $window := include "wahook.ms" .Values.ingest.rawDuplicateWindow | atoi -}}
+{{- if and (ge $ack 0) (ge $window 0) (gt $ack $window) -}}
+{{- fail (printf "ingest.ackTimeout (%s) is longer than ingest.rawDuplicateWindow (%s), and ingest refuses to start so: raise ingest.rawDuplicateWindow to at least the ack timeout" .Values.ingest.ackTimeout .Values.ingest.rawDuplicateWindow) -}}
 {{- end -}}
 {{- /* The secrets.* defaults are public placeholders: refuse to render
 with one left (the whole value, an element of a comma-separated list, or
