@@ -139,8 +139,8 @@ func checkLater(ctx context.Context, log *zap.Logger, nc *nats.Conn, js jetstrea
 
 // endpoint is a running webhook endpoint.
 type endpoint struct {
-	srv   *ingest.Server
-	pub   ingest.RawPublisher
+	srv *ingest.Server
+	pub ingest.RawPublisher
 	// delay is --shutdown-delay, spent before the requests in flight are
 	// waited for: the http stop's time is it and shutdownTimeout.
 	delay time.Duration
