@@ -19,6 +19,7 @@ import (
 	"github.com/wahook/wahook/api"
 	"github.com/wahook/wahook/processor/funnel"
 	"github.com/wahook/wahook/schema"
+	"github.com/wahook/wahook/schema/migrations"
 	"github.com/wahook/wahook/schema/schematest"
 )
 
@@ -489,4 +490,42 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestDeadLettersReplayedUnderAnotherReason: a replay makes an item a dead
+// letter again under another reason (a newer decoder's). Until ClickHouse
+// merged the two rows, the item counted under both reasons (more than the
+// answer's count in all), and the recent list showed either. The newer
+// row is the one answered now.
+func TestDeadLettersReplayedUnderAnotherReason(t *testing.T) {
+	ch := schematest.ClickHouse(t)
+	ctx := context.Background()
+	if _, err := migrations.Apply(ctx, ch.Conn, ch.Database); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Conn.Exec(ctx, "SYSTEM STOP MERGES "+ch.Database+".dead_letters"); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().UTC().Truncate(time.Second).Add(-time.Hour)
+	for _, reason := range []string{"bad_item", "not_object"} { // two inserts: two parts
+		b, err := ch.Conn.PrepareBatch(ctx, "INSERT INTO "+ch.Database+".dead_letters (received_at, app, raw_seq, raw_msg_id, item, reason, error, body)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Append(at, "default", uint64(7), "raw-7", "entry[0]", reason, "why", "{}"); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Send(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	app := newAPI(t, api.NewStore(ch.Conn, ch.Database, api.DefaultTiers())).App()
+	var dl api.DeadLetters
+	query(t, app, "/api/v1/dead-letters?from="+at.Add(-time.Minute).Format(time.RFC3339)+"&to="+at.Add(time.Minute).Format(time.RFC3339), &dl)
+	if dl.Count != 1 || len(dl.ByReason) != 1 || dl.ByReason[0].Reason != "not_object" || dl.ByReason[0].Count != 1 {
+		t.Errorf("count %d, by reason %+v: want the item once, under the replay's reason not_object", dl.Count, dl.ByReason)
+	}
+	if len(dl.Recent) != 1 || dl.Recent[0].Reason != "not_object" {
+		t.Errorf("recent %+v: want the item under not_object", dl.Recent)
+	}
 }

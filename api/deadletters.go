@@ -65,8 +65,11 @@ func (s *Store) DeadLetters(ctx context.Context, q Query, recent int) (*DeadLett
 	if err := row.Scan(&out.Count, &out.Bodies); err != nil {
 		return nil, queryError(ctx, err)
 	}
+	// FINAL: an item made a dead letter again by a replay under another
+	// reason (a newer decoder's) is one row once merged; before, it counted
+	// under both reasons, more than Count in all.
 	rows, err := s.conn.Query(ctx, fmt.Sprintf(`SELECT reason, uniqExact(raw_msg_id, item) AS n, max(received_at)
-FROM %s WHERE %s GROUP BY reason ORDER BY n DESC, reason`, s.table("dead_letters"), cond), args...)
+FROM %s FINAL WHERE %s GROUP BY reason ORDER BY n DESC, reason`, s.table("dead_letters"), cond), args...)
 	if err != nil {
 		return nil, queryError(ctx, err)
 	}
@@ -84,7 +87,7 @@ FROM %s WHERE %s GROUP BY reason ORDER BY n DESC, reason`, s.table("dead_letters
 		return nil, queryError(ctx, err)
 	}
 	rows, err = s.conn.Query(ctx, fmt.Sprintf(`SELECT received_at, app, raw_msg_id, item, reason, error
-FROM %s WHERE %s
+FROM %s FINAL WHERE %s
 ORDER BY received_at DESC, raw_msg_id, item
 LIMIT 1 BY raw_msg_id, item
 LIMIT %d`, s.table("dead_letters"), cond, recent), args...)
