@@ -169,12 +169,22 @@ func TestStopGivesBack(t *testing.T) {
 	if got := next(t, first); got != "0" {
 		t.Fatalf("first message %q", got)
 	}
-	testutil.Eventually(t, 10*time.Second, "a pull's messages delivered to the first reader", func() (bool, string) {
+	// Stopped only once nothing is on its way to it: no pull request
+	// waiting and the count delivered the same for 300 ms. A message the
+	// server sends after the stop reaches no one and comes back after
+	// AckWait, which no reader can help (a CI run stopped the reader with
+	// a second pull's two messages in flight).
+	last := -1
+	testutil.Eventually(t, 10*time.Second, "a pull's messages delivered to the first reader, none on its way", func() (bool, string) {
+		time.Sleep(300 * time.Millisecond)
 		c, err := js.Consumer(context.Background(), "S", "C")
 		if err != nil {
 			return false, err.Error()
 		}
-		return c.CachedInfo().NumAckPending >= 3, fmt.Sprint(c.CachedInfo().NumAckPending, " delivered, not acked")
+		n, waiting := c.CachedInfo().NumAckPending, c.CachedInfo().NumWaiting
+		steady := n >= 3 && n == last && waiting == 0
+		last = n
+		return steady, fmt.Sprint(n, " delivered, not acked; ", waiting, " pull requests waiting")
 	})
 	first.Stop()
 	second := open(t, js, nil)
