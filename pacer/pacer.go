@@ -401,10 +401,33 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 					p.giveBack(res)
 					return &CooldownError{PhoneNumberID: phoneNumberID, Until: now.Add(d), Local: true}
 				}
-				if err := sleepUntil(ctx, now.Add(d), nil); err != nil {
-					p.giveBack(res)
-					return err
+				// A stop or pause that comes during the wait holds the
+				// caller, as one that came with the number's token does:
+				// the send would go into it.
+				at := now.Add(d)
+				for {
+					p.mu.Lock()
+					changed = p.changed
+					h = n.hold(time.Now(), p.cfg.MaintenanceMargin)
+					p.mu.Unlock()
+					if h.stop {
+						p.giveBack(res)
+						p.stats.stops.Add(1)
+						return &StopError{PhoneNumberID: phoneNumberID, Until: h.until, Reason: h.reason}
+					}
+					if !h.until.IsZero() {
+						p.giveBack(res)
+						break
+					}
+					if !time.Now().Before(at) {
+						return nil
+					}
+					if err := sleepUntil(ctx, at, changed); err != nil {
+						p.giveBack(res)
+						return err
+					}
 				}
+				continue // paused: start over once it ends
 			}
 		}
 		return nil

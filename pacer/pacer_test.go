@@ -989,3 +989,62 @@ func TestSignalStampedAhead(t *testing.T) {
 		return fb, fmt.Sprint(r, fb)
 	})
 }
+
+// TestStopDuringPairWait: two sends to one recipient waited for the
+// number's token together; the second then waited out the pair rule, and
+// a stop that came meanwhile was not seen: Wait let the send go into the
+// stop. A stop during that wait now answers ErrStopped, as one during the
+// wait for the number's token does.
+func TestStopDuringPairWait(t *testing.T) {
+	const id = "100000000000094"
+	e := newEnv(t, nil)
+	p := e.pacer(func(c *pacer.Config) { c.NoReport = true; c.PairBurst = 1; c.PairInterval = 3 * time.Second })
+	now := time.Now()
+	if err := e.putSignal(schema.PacingSignal{PhoneNumberID: id, UpdatedAt: now.UTC(), TierMPS: 80, TierSource: "default",
+		Advice: schema.AdviceOK, RecommendedMPS: 1}); err != nil {
+		t.Fatal(err)
+	}
+	e.applied(p, id, now)
+	if err := p.Wait(context.Background(), id, "15550000940"); err != nil { // the number's token of this second
+		t.Fatal(err)
+	}
+	type result struct {
+		err error
+		at  time.Time
+	}
+	results := make(chan result, 2)
+	for range 2 {
+		go func() {
+			err := p.Wait(context.Background(), id, "15550000941")
+			results <- result{err, time.Now()}
+		}()
+	}
+	// One goes after a second, the other after two, then waits for the
+	// pair rule's 3 s: the stop comes during that wait.
+	time.Sleep(2600 * time.Millisecond)
+	stopAt := time.Now()
+	until := stopAt.Add(time.Minute).UTC().Truncate(time.Second)
+	if err := e.putSignal(schema.PacingSignal{PhoneNumberID: id, UpdatedAt: stopAt.UTC(), TierMPS: 80, TierSource: "default",
+		Advice: schema.AdviceStop, StopUntil: &until, Reason: "131048: spam rate limit hit"}); err != nil {
+		t.Fatal(err)
+	}
+	stopped := 0
+	for range 2 {
+		select {
+		case r := <-results:
+			switch {
+			case errors.Is(r.err, pacer.ErrStopped):
+				stopped++
+			case r.err == nil && r.at.After(stopAt):
+				t.Errorf("Wait let a send go %v after the stop was written", r.at.Sub(stopAt))
+			case r.err != nil:
+				t.Errorf("Wait: %v", r.err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("Wait did not return")
+		}
+	}
+	if stopped == 0 {
+		t.Error("no Wait answered ErrStopped")
+	}
+}
