@@ -460,6 +460,18 @@ func serveAPI(t *testing.T, s *api.Server) string {
 	return ln.Addr().String()
 }
 
+// openStream opens the live stream of the API at addr with token.
+func openStream(ctx context.Context, t *testing.T, addr, token string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/api/v1/pacing/stream", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
 // One token cannot hold every live stream: past its limit its next stream
 // is refused (429), while another token's opens.
 func TestLiveStreamsPerToken(t *testing.T) {
@@ -475,12 +487,7 @@ func TestLiveStreamsPerToken(t *testing.T) {
 	defer cancel()
 	open := func(token string) *http.Response {
 		t.Helper()
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/api/v1/pacing/stream", nil)
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := openStream(ctx, t, addr, token)
 		t.Cleanup(func() { resp.Body.Close() })
 		return resp
 	}
@@ -526,12 +533,7 @@ func TestLiveStreamEndsWithItsToken(t *testing.T) {
 	// open reads the token's stream until it ends, onto the channel.
 	open := func(token string) <-chan string {
 		t.Helper()
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/api/v1/pacing/stream", nil)
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := openStream(ctx, t, addr, token)
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("stream: %d", resp.StatusCode)
 		}

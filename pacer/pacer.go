@@ -310,8 +310,7 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 
 		switch {
 		case h.stop:
-			p.stats.stops.Add(1)
-			return &StopError{PhoneNumberID: phoneNumberID, Until: h.until, Reason: h.reason}
+			return p.stopErr(phoneNumberID, h)
 		case !h.until.IsZero():
 			if !paused {
 				paused = true
@@ -388,8 +387,7 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 		}
 		p.mu.Unlock()
 		if h.stop {
-			p.stats.stops.Add(1)
-			return &StopError{PhoneNumberID: phoneNumberID, Until: h.until, Reason: h.reason}
+			return p.stopErr(phoneNumberID, h)
 		}
 		if !h.until.IsZero() {
 			continue
@@ -412,8 +410,7 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 					p.mu.Unlock()
 					if h.stop {
 						p.giveBack(res)
-						p.stats.stops.Add(1)
-						return &StopError{PhoneNumberID: phoneNumberID, Until: h.until, Reason: h.reason}
+						return p.stopErr(phoneNumberID, h)
 					}
 					if !h.until.IsZero() {
 						p.giveBack(res)
@@ -432,6 +429,12 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 		}
 		return nil
 	}
+}
+
+// stopErr is Wait's answer to the stop h of the number id, counted.
+func (p *Pacer) stopErr(id string, h hold) error {
+	p.stats.stops.Add(1)
+	return &StopError{PhoneNumberID: id, Until: h.until, Reason: h.reason}
 }
 
 // giveBack gives a reservation's token back to its bucket. Every call

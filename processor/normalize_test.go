@@ -1578,27 +1578,21 @@ func TestNumbersHashedInEveryShape(t *testing.T) {
 		`"forward":{"to":447700900453,"wa_ids":["447700900454"],"participants":[{"phone":"+44 7700 900455"}],"from":[["447700900456"]],"w\u0061_id":"447700900457"},` +
 		`"window":{"from":"1781514312","to":"20260131","input":"31.01.2026","initiated_by":"1234567890123456"},"dotted":{"to":"+44.7700.900458"}}]}}]}]}`)
 	rows := normalizeBody(n, body, normSource(0))
-	var stored strings.Builder
-	for _, r := range rows.Management {
-		stored.WriteString(r.Raw + "\n")
-	}
-	for _, r := range rows.Statuses {
-		stored.WriteString(r.Extra + "\n")
-	}
+	stored := keptJSON(&rows)
 	for i := 1; i <= 8; i++ {
 		number := fmt.Sprintf("44770090045%d", i)
-		if strings.Contains(stored.String(), number) || strings.Contains(stored.String(), "7700 90045") {
-			t.Errorf("%s stored in clear:\n%s", number, stored.String())
+		if strings.Contains(stored, number) || strings.Contains(stored, "7700 90045") {
+			t.Errorf("%s stored in clear:\n%s", number, stored)
 		}
-		if !strings.Contains(stored.String(), h.Hash(number)) {
-			t.Errorf("the hash of %s is not stored in its place:\n%s", number, stored.String())
+		if !strings.Contains(stored, h.Hash(number)) {
+			t.Errorf("the hash of %s is not stored in its place:\n%s", number, stored)
 		}
 	}
 	// Dates, a Unix time, and an id longer than any phone number (15
 	// digits) stay as they are.
 	for _, kept := range []string{`"from":"1781514312"`, `"to":"20260131"`, `"input":"31.01.2026"`, `"initiated_by":"1234567890123456"`} {
-		if !strings.Contains(stored.String(), kept) {
-			t.Errorf("%s was changed:\n%s", kept, stored.String())
+		if !strings.Contains(stored, kept) {
+			t.Errorf("%s was changed:\n%s", kept, stored)
 		}
 	}
 }
@@ -1621,14 +1615,7 @@ func TestBSUIDsHashedInKeptValues(t *testing.T) {
 		`"handover":{"previous_user_id":"BR.a1B2c3D4e5","to_user_ids":["DE.99887766"],"contact":{"phone_number":"+44 7700 900461","new_wa_id":"447700900462"}},` +
 		`"note":{"user_id":"wamid.HBgL","label":"US.KEPT1","to":"promo"}}]}}]}]}`)
 	rows := normalizeBody(n, body, normSource(0))
-	var stored strings.Builder
-	for _, r := range rows.Management {
-		stored.WriteString(r.Raw + "\n")
-	}
-	for _, r := range rows.Statuses {
-		stored.WriteString(r.Extra + "\n")
-	}
-	got := stored.String()
+	got := keptJSON(&rows)
 	for _, id := range []string{"GB.7Hq2Lm9", "US.20571938846102937745", "US.ENT.58810293746651029384", "BR.a1B2c3D4e5", "DE.99887766"} {
 		if strings.Contains(got, id) {
 			t.Errorf("BSUID %s stored in clear:\n%s", id, got)
@@ -1661,6 +1648,19 @@ func TestBSUID(t *testing.T) {
 			t.Errorf("bsuid(%q) = %v, want %v", s, got, want)
 		}
 	}
+}
+
+// keptJSON is the JSON rows keep as received (management events' raw
+// values, statuses' extra), a line each.
+func keptJSON(rows *schema.Rows) string {
+	var b strings.Builder
+	for _, r := range rows.Management {
+		b.WriteString(r.Raw + "\n")
+	}
+	for _, r := range rows.Statuses {
+		b.WriteString(r.Extra + "\n")
+	}
+	return b.String()
 }
 
 // TestPhoneDigits: what reads as a phone number in international form, and

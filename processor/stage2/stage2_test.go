@@ -380,14 +380,7 @@ func TestRunRecreatesDeletedConsumer(t *testing.T) {
 	// while Run still sets it up (provisions it, reads its memory back),
 	// it is made again by the start-up's retry, which is not this test's
 	// subject, and no restart is counted (a CI run failed so).
-	h.eventually("stage 2 reading its consumer", func() (bool, string) {
-		c, err := h.js.Consumer(context.Background(), schema.StreamEvents, h.cfg.Durable)
-		if err != nil {
-			return false, err.Error()
-		}
-		n := c.CachedInfo().NumWaiting
-		return n > 0, fmt.Sprintf("%d pull requests waiting", n)
-	})
+	h.reading()
 	if err := h.js.DeleteConsumer(context.Background(), schema.StreamEvents, h.cfg.Durable); err != nil {
 		t.Fatal(err)
 	}
@@ -406,13 +399,10 @@ func TestRunRecreatesDeletedConsumer(t *testing.T) {
 	}
 }
 
-// TestStopWhileConsumerCannotBeMade: stopped while its consumer is lost
-// and cannot be made again (its stream gone, a NATS node away), Run
-// called the reader with the nil consumer of the last failed try and
-// panicked, taking serve down instead of writing its last signals. It
-// returns now.
-func TestStopWhileConsumerCannotBeMade(t *testing.T) {
-	h := start(t, sec(12), nil)
+// reading waits until stage 2 reads its consumer (a pull request of its
+// waits there).
+func (h *harness) reading() {
+	h.t.Helper()
 	h.eventually("stage 2 reading its consumer", func() (bool, string) {
 		c, err := h.js.Consumer(context.Background(), schema.StreamEvents, h.cfg.Durable)
 		if err != nil {
@@ -421,6 +411,16 @@ func TestStopWhileConsumerCannotBeMade(t *testing.T) {
 		n := c.CachedInfo().NumWaiting
 		return n > 0, fmt.Sprintf("%d pull requests waiting", n)
 	})
+}
+
+// TestStopWhileConsumerCannotBeMade: stopped while its consumer is lost
+// and cannot be made again (its stream gone, a NATS node away), Run
+// called the reader with the nil consumer of the last failed try and
+// panicked, taking serve down instead of writing its last signals. It
+// returns now.
+func TestStopWhileConsumerCannotBeMade(t *testing.T) {
+	h := start(t, sec(12), nil)
+	h.reading()
 	if err := h.js.DeleteStream(context.Background(), schema.StreamEvents); err != nil {
 		t.Fatal(err)
 	}
