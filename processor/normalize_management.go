@@ -168,36 +168,85 @@ func numberKey(k string) bool {
 	return ok || strings.HasSuffix(strings.TrimSuffix(k, "s"), userIDSuffix)
 }
 
+// userKeys are the keys, besides contentKeys, under which Meta's values
+// carry what end users wrote or who they are other than by number: a
+// contact's profile (name, username), a body, a caption. Keys ending in
+// usernameSuffix (username, from_username, ...) too.
+var userKeys = map[string]struct{}{"profile": {}, "body": {}, "caption": {}}
+
+// usernameSuffix ends the keys of WhatsApp usernames.
+const usernameSuffix = "username"
+
+// userContentKey reports whether k carries an end user's content: one of
+// contentKeys (an inbound message's text, media, location, shared
+// contacts, ...) or userKeys, or a key ending in usernameSuffix.
+func userContentKey(k string) bool {
+	if _, ok := contentKeys[k]; ok {
+		return true
+	}
+	_, ok := userKeys[k]
+	return ok || strings.HasSuffix(k, usernameSuffix)
+}
+
+// userContentPath reports whether k, a key or a path of keys
+// ("contacts[0].profile.name", an unknown key's), is or lies under a key
+// userContentKey takes.
+func userContentPath(k string) bool {
+	for seg := range strings.SplitSeq(k, ".") {
+		if i := strings.IndexByte(seg, '['); i >= 0 {
+			seg = seg[:i]
+		}
+		if userContentKey(seg) {
+			return true
+		}
+	}
+	return false
+}
+
 // private returns s, JSON kept as received (a management event's raw
 // value, unknown keys, a status's or a message's extra), with the end
-// users' numbers in it as keyed hashes.
+// users' numbers in it as keyed hashes and their content left out.
 func (b *run) private(s string) string {
 	if s == "" {
 		return s
 	}
-	if h, changed := b.hashNumbers(s); changed {
+	if h, changed := b.scrub(s); changed {
 		return h
 	}
 	return s
 }
 
-// hashNumbers returns raw (a value kept raw: group_* fields, fields not
-// known yet, unknown keys) with the end users' phone numbers and BSUIDs
-// under a key numberKey takes, or in a list under one, replaced by their
-// keyed hashes, and whether it replaced any. Only a string that reads as a
-// phone number (phoneDigits) is replaced, by the hash of its digits, or
-// one that reads as a BSUID (bsuid), by the hash of the BSUID: the same
-// number or BSUID hashes the same wherever it is stored, in these values
-// as in the events' hashed fields. A value that is not valid JSON is
-// returned as it is (the decoder stores none such).
-func (b *run) hashNumbers(raw string) (string, bool) {
+// scrub returns raw (a value kept raw: group_* fields, fields not known
+// yet, unknown keys) with the end users' phone numbers and BSUIDs under a
+// key numberKey takes, or in a list under one, replaced by their keyed
+// hashes, and the values under a key userContentKey takes (or a path
+// through one) replaced by null, and whether it changed anything.
+//
+// Only a string that reads as a phone number (phoneDigits) is replaced, by
+// the hash of its digits, or one that reads as a BSUID (bsuid), by the
+// hash of the BSUID: the same number or BSUID hashes the same wherever it
+// is stored, in these values as in the events' hashed fields. Names,
+// usernames and text are withheld, not hashed (the key says what was
+// there), so that scrubbing a scrubbed value changes nothing; RAW keeps
+// the body, for a replay. Content storage does not bring them back: it
+// stores the text of the messages the decoder reads. A value that is not
+// valid JSON is returned as it is (the decoder stores none such).
+func (b *run) scrub(raw string) (string, bool) {
 	// A key spelled with escapes ("w\u0061_id") is found by the decode.
-	found := strings.Contains(raw, `\u`) || strings.Contains(raw, userIDSuffix)
+	found := strings.Contains(raw, `\u`) || strings.Contains(raw, userIDSuffix) || strings.Contains(raw, usernameSuffix)
 	for k := range numberKeys {
 		if found {
 			break
 		}
 		found = strings.Contains(raw, k)
+	}
+	for _, keys := range []map[string]struct{}{contentKeys, userKeys} {
+		for k := range keys {
+			if found {
+				break
+			}
+			found = strings.Contains(raw, k)
+		}
 	}
 	if !found {
 		return "", false
@@ -242,6 +291,13 @@ func (b *run) hashNumbers(raw string) (string, bool) {
 		switch x := v.(type) {
 		case map[string]any:
 			for k, e := range x {
+				if userContentPath(k) {
+					if e != nil {
+						x[k] = nil
+						changed = true
+					}
+					continue
+				}
 				if numberKey(k) {
 					x[k] = hashAll(e)
 				}

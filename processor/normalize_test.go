@@ -579,7 +579,7 @@ func keptValue(path string, v json.RawMessage) json.RawMessage {
 	if err != nil {
 		return v
 	}
-	h, changed := (&run{n: n}).hashNumbers(string(obj))
+	h, changed := (&run{n: n}).scrub(string(obj))
 	if !changed {
 		return v
 	}
@@ -1636,6 +1636,35 @@ func TestBSUIDsHashedInKeptValues(t *testing.T) {
 	}
 }
 
+// TestUserContentWithheldInKeptValues: what end users wrote or are called
+// (a profile's name and username, text, a caption, a location) is withheld
+// from the JSON kept as received, under a field not known yet, in a
+// status's unknown keys and in the unknown-keys row alike: the key stays,
+// its value is null. Business keys beside them are kept as sent.
+func TestUserContentWithheldInKeptValues(t *testing.T) {
+	n, _ := newTestNormalizer()
+	body := []byte(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","time":1781515000,"changes":[` +
+		`{"field":"group_message_digest","value":{"display_phone_number":"15557810001","group_id":"G1",` +
+		`"contacts":[{"profile":{"name":"Ana Souza","username":"@ana.s"},"wa_id":"5511988887777"}],` +
+		`"messages":[{"type":"text","text":{"body":"meet me at 9"},"location":{"latitude":-23.55,"longitude":-46.63}}],` +
+		`"digest":{"caption":"holiday photo","from_username":"@bruno.k","count":2}}},` +
+		`{"field":"messages","value":{"messaging_product":"whatsapp","metadata":{"display_phone_number":"15557810001","phone_number_id":"107655290331184"},` +
+		`"statuses":[{"id":"wamid.S","status":"sent","timestamp":"1781514312","recipient_id":"15551234567",` +
+		`"recipient_username":"@carla.m","channel_note":"kept"}]}}]}],"future":{"profile":{"name":"Dario Neri"}}}`)
+	rows := normalizeBody(n, body, normSource(0))
+	got := keptJSON(&rows)
+	for _, secret := range []string{"Ana Souza", "@ana.s", "meet me at 9", "-23.55", "holiday photo", "@bruno.k", "@carla.m", "Dario Neri", "5511988887777"} {
+		if strings.Contains(got, secret) {
+			t.Errorf("%q stored in clear:\n%s", secret, got)
+		}
+	}
+	for _, kept := range []string{`"group_id":"G1"`, `"count":2`, `"type":"text"`, `"channel_note":"kept"`, `"recipient_username":null`, `"from_username":null`, `"caption":null`, `"text":null`, `"contacts":null`} {
+		if !strings.Contains(got, kept) {
+			t.Errorf("%s not in the kept values:\n%s", kept, got)
+		}
+	}
+}
+
 // TestBSUID: what reads as a BSUID or a parent BSUID, and what does not.
 func TestBSUID(t *testing.T) {
 	for s, want := range map[string]bool{
@@ -1680,3 +1709,4 @@ func TestPhoneDigits(t *testing.T) {
 		}
 	}
 }
+
