@@ -352,6 +352,16 @@ func extra(x meta.Extras) string {
 	return string(b)
 }
 
+// errCode returns e's code as the int32 of the row: -1 when e has none
+// (no code, null or ""), rather than 0, Meta's code for an auth error, which
+// would stop the number (class auth, verdict stop) for a malformed error.
+func errCode(e *meta.Error) int32 {
+	if e.NoCode {
+		return -1
+	}
+	return code(e.Code)
+}
+
 // code returns an error code as the int32 of the row; one out of range is
 // -1 rather than a wrapped value that could pass for a real code.
 func code(c meta.FlexInt64) int32 {
@@ -367,7 +377,7 @@ func codes(errs []meta.Error) []int32 {
 	}
 	c := make([]int32, len(errs))
 	for i := range errs {
-		c[i] = code(errs[i].Code)
+		c[i] = errCode(&errs[i])
 	}
 	return c
 }

@@ -103,7 +103,7 @@ func (b *run) addErrorsFrom(first int, owner, origin string, at time.Time, waba,
 		b.rows.Errors = append(b.rows.Errors, schema.ErrorRow{
 			Source: b.src, EventID: owner, Index: uint16(first + i), Origin: origin, EventTime: at,
 			WabaID: waba, PhoneNumberID: number, MessageID: msgID, RecipientHash: recipient,
-			Code: code(e.Code), Title: e.Title, Message: e.Message, Details: e.ErrorData.Details, Href: e.Href,
+			Code: errCode(e), Title: e.Title, Message: e.Message, Details: e.ErrorData.Details, Href: e.Href,
 			Campaign: campaign,
 		})
 	}

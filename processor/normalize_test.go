@@ -1710,3 +1710,32 @@ func TestPhoneDigits(t *testing.T) {
 	}
 }
 
+// TestErrorWithoutCodeIsUnknown: a failed status whose error has no code
+// (or a null one) stores code -1, class unknown, not 0, Meta's auth code,
+// whose verdict would stop the number; an explicit 0 stays 0.
+func TestErrorWithoutCodeIsUnknown(t *testing.T) {
+	n, _ := newTestNormalizer()
+	body := []byte(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","changes":[{"field":"messages","value":{"messaging_product":"whatsapp",` +
+		`"metadata":{"display_phone_number":"15557810001","phone_number_id":"107655290331184"},"statuses":[` +
+		`{"id":"wamid.A","status":"failed","timestamp":"1781514312","recipient_id":"15551234567","errors":[{"title":"no code"}]},` +
+		`{"id":"wamid.B","status":"failed","timestamp":"1781514312","recipient_id":"15551234567","errors":[{"code":null,"title":"null code"}]},` +
+		`{"id":"wamid.C","status":"failed","timestamp":"1781514312","recipient_id":"15551234567","errors":[{"code":0,"title":"auth"}]}]}}]}]}`)
+	rows := normalizeBody(n, body, normSource(0))
+	want := map[string]int32{"wamid.A": -1, "wamid.B": -1, "wamid.C": 0}
+	if len(rows.Statuses) != 3 || len(rows.Errors) != 3 {
+		t.Fatalf("%d statuses, %d errors", len(rows.Statuses), len(rows.Errors))
+	}
+	for _, s := range rows.Statuses {
+		if len(s.ErrorCodes) != 1 || s.ErrorCodes[0] != want[s.MessageID] {
+			t.Errorf("%s: codes %v, want [%d]", s.MessageID, s.ErrorCodes, want[s.MessageID])
+		}
+	}
+	for _, e := range rows.Errors {
+		if e.Code != want[e.MessageID] {
+			t.Errorf("%s: error row code %d, want %d", e.MessageID, e.Code, want[e.MessageID])
+		}
+		if ec, _ := schema.LookupError(e.Code); e.Code == -1 && (ec.Class != schema.ClassUnknown || ec.Verdict == schema.VerdictStop) {
+			t.Errorf("code -1 is %s / %s", ec.Class, ec.Verdict)
+		}
+	}
+}

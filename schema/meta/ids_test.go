@@ -65,3 +65,23 @@ func TestDecodeImpossibleIDs(t *testing.T) {
 		t.Errorf("numbers decoded: %v", ids)
 	}
 }
+
+// TestErrorWithoutCode: an error with no code, a null one or "" is told
+// from Meta's code 0 (an auth error) by NoCode; 0 and "0" are code 0.
+func TestErrorWithoutCode(t *testing.T) {
+	for errJSON, noCode := range map[string]bool{
+		`{"title":"x"}`: true, `{"code":null,"title":"x"}`: true, `{"code":"","title":"x"}`: true,
+		`{"code":0,"title":"x"}`: false, `{"code":"0","title":"x"}`: false, `{"code":131048}`: false, `{"title":"x","code" : null }`: true,
+	} {
+		body := `{"object":"whatsapp_business_account","entry":[{"id":"1","changes":[{"field":"messages","value":{"metadata":{"display_phone_number":"15557810001","phone_number_id":"2"},` +
+			`"statuses":[{"id":"wamid.a","status":"failed","timestamp":"1","recipient_id":"1","errors":[` + errJSON + `]}]}}]}]}`
+		p, err := meta.Decode([]byte(body))
+		if err != nil || len(p.Problems) > 0 {
+			t.Fatalf("%s: %v %v", errJSON, err, p.Problems)
+		}
+		e := p.Entries[0].Changes[0].Messaging.Statuses[0].Errors[0]
+		if e.NoCode != noCode || !noCode && e.Code != 0 && e.Code != 131048 {
+			t.Errorf("%s: NoCode %v, code %d", errJSON, e.NoCode, e.Code)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 )
@@ -201,7 +202,10 @@ func (p *Pricing) decode(d *decoder) error {
 // statuses, at value level, in inbound messages and in history chunks.
 type Error struct {
 	// Code is the error code; a numeric string is accepted too.
-	Code      FlexInt64 `json:"code"`
+	Code FlexInt64 `json:"code"`
+	// NoCode is set when the error carries no code (none, null or ""):
+	// Code is then 0, which is also Meta's code for an auth error.
+	NoCode    bool      `json:"-"`
 	Title     string    `json:"title,omitempty"`
 	Message   string    `json:"message,omitempty"`
 	ErrorData ErrorData `json:"error_data"`
@@ -226,10 +230,17 @@ func (e *Error) setItem(raw json.RawMessage, unknown Extras) { e.Raw, e.Unknown 
 
 func (e *Error) decode(d *decoder) error {
 	start := d.wsPos()
+	e.NoCode = true
 	err := d.object(func(k []byte) error {
 		switch string(k) {
 		case "code":
-			return d.int(&e.Code)
+			at := d.wsPos()
+			if err := d.int(&e.Code); err != nil {
+				return err
+			}
+			v := bytes.TrimSpace(d.data[at:d.pos])
+			e.NoCode = string(v) == "null" || string(v) == `""`
+			return nil
 		case "title":
 			return d.str(&e.Title)
 		case "message":
