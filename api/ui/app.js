@@ -305,16 +305,23 @@ async function renderFailures() {
   stacked($("#classes-chart"), `Failures by class per ${step}`, xs, classes, { yLabel: "failures", height: 200 });
 }
 
+// pacingSignals answers { signals } or, when /api/v1/pacing refuses (no
+// NATS, the report limit, NATS not answering), { error: its message }: the
+// pages say why there is no advice instead of showing none.
 async function pacingSignals() {
-  try { return (await api("/api/v1/pacing")).signals; } catch (e) { if (e instanceof AuthError || e.name === "AbortError") throw e; return null; }
+  try { return { signals: (await api("/api/v1/pacing")).signals || [] }; } catch (e) { if (e instanceof AuthError || e.name === "AbortError") throw e; return { signals: [], error: e.message || "no answer" }; }
+}
+
+function pacingNote(p) {
+  return p.error ? `Pacing signals are not available: ${p.error}.` : "";
 }
 
 async function renderNumbers() {
   const r = range();
   view().innerHTML = `<h1>Numbers</h1><div class="card"><table id="numbers-table"><thead><tr><th>number</th><th>display</th><th>WABA</th><th class="num">tier (mps)</th><th>tier source</th><th>quality</th><th>messaging limit</th><th>advice</th><th class="num">recommended mps</th><th class="num">use of tier (10 s)</th></tr></thead><tbody></tbody></table><p class="muted" id="pacing-note"></p></div><div class="card" id="pending-card" hidden><h2>Waiting for their number</h2><p class="muted">Quality, limit and throughput-upgrade webhooks that named a display number no message webhook has paired with its phone number id yet. They apply to the number (tier, quality, pacing) as soon as it sends or receives a message.</p><table id="pending-table"><thead><tr><th>display number</th><th>WABA</th><th class="num">events</th><th>first</th><th>last</th><th>latest</th></tr></thead><tbody></tbody></table></div>`;
   const [nums, sigs] = await Promise.all([api("/api/v1/numbers?" + qs({ from: r.from, to: r.to, limit: 5 })), pacingSignals()]);
-  const sig = new Map((sigs || []).map((s) => [s.phone_number_id, s]));
-  if (sigs === null) $("#pacing-note").textContent = "Pacing signals are not available (this API runs without NATS).";
+  const sig = new Map(sigs.signals.map((s) => [s.phone_number_id, s]));
+  $("#pacing-note").textContent = pacingNote(sigs);
   $("#numbers-table tbody").innerHTML = nums.numbers.map((n) => {
     const s = sig.get(n.phone_number_id);
     return `<tr data-number="${esc(n.phone_number_id)}"><td><a href="#number/${encodeURIComponent(n.phone_number_id)}">${esc(n.phone_number_id)}</a></td><td>${esc(n.display_phone_number)}</td><td>${esc(n.waba_id)}</td><td class="num" data-value="${n.tier_mps}">${fmt(n.tier_mps)}</td><td>${esc(n.tier_source)}</td><td>${esc(n.quality)}</td><td>${esc(n.messaging_limit || "–")}</td><td>${s ? badge(s.advice) : "–"}</td><td class="num">${s ? fmt(s.recommended_mps) : "–"}</td><td class="num">${s ? pct(s.utilization) : "–"}</td></tr>`;
@@ -368,12 +375,13 @@ async function renderNumber(id) {
   }
   const errs = { rows: [...totals.values()].sort((a, b) => b.failures - a.failures) };
   const n = nums.numbers[0] || {};
-  const s = (sigs || []).find((x) => x.phone_number_id === id);
+  const s = sigs.signals.find((x) => x.phone_number_id === id);
   $("#number-state").innerHTML = `<span class="stat">Tier<b id="number-tier" data-value="${n.tier_mps}">${fmt(n.tier_mps)} mps</b>${esc(n.tier_source)}</span>
     <span class="stat">Quality<b>${esc(n.quality)}</b></span><span class="stat">Messaging limit<b>${esc(n.messaging_limit || "–")}</b></span>
     <span class="stat">Advice<b>${s ? badge(s.advice) : "–"}</b>${s ? esc(s.reason) : ""}</span><span class="stat">Recommended<b>${s ? fmt(s.recommended_mps) + " mps" : "–"}</b></span>
     <span class="stat">Outbound<b id="number-outbound" data-value="${perMin.outbound}">${fmt(perMin.outbound)}</b></span><span class="stat">Inbound<b id="number-inbound" data-value="${perMin.inbound}">${fmt(perMin.inbound)}</b></span>
-    <span class="stat">Peak<b>${fmt(perMin.peak_mps)} mps</b>${pct(perMin.peak_utilization)} of tier</span>`;
+    <span class="stat">Peak<b>${fmt(perMin.peak_mps)} mps</b>${pct(perMin.peak_utilization)} of tier</span>
+    <p class="muted" id="pacing-note">${esc(pacingNote(sigs))}</p>`;
   const m = fillThroughput(perMin, 60, from, r.to);
   stacked($("#tp-minute"), "Messages per second, per minute, against the tier", m.xs,
     [{ label: "inbound", color: "#0ea5e9", values: m.inb }, { label: "outbound", color: "#6366f1", values: m.outb }],
@@ -465,10 +473,13 @@ async function renderLive() {
     return fetch("/api/v1/pacing/stream", { headers: { Authorization: "Bearer " + token, Accept: "text/event-stream" }, signal: ctrl.signal });
   };
   // read applies a stream's events until it ends (the server went away,
-  // or the connection broke).
+  // or the connection broke). A stream sends every current signal before
+  // its ready: at ready, the numbers it did not send (a reconnect with the
+  // token's new scope, a signal gone meanwhile) leave the table.
   const read = async (resp) => {
     const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
     let buf = "";
+    const sent = new Set();
     for (;;) {
       const { value, done } = await reader.read();
       if (done) return;
@@ -484,28 +495,34 @@ async function renderLive() {
         if (event === "signal") {
           const s = JSON.parse(data);
           signals.set(s.phone_number_id, s);
+          sent.add(s.phone_number_id);
           flash.add(s.phone_number_id);
           draw();
         } else if (event === "ready") {
+          for (const id of [...signals.keys()]) if (!sent.has(id)) signals.delete(id);
+          draw();
           status("connected", "ready");
         }
       }
     }
   };
   const pause = (ms) => new Promise((resolve) => { const t = setTimeout(resolve, ms); ctrl.signal.addEventListener("abort", () => { clearTimeout(t); resolve(); }, { once: true }); });
-  const resp = await open();
+  // A first connection that fails (the API restarting) is tried again
+  // below, as a broken stream is.
+  let resp = null;
+  try { resp = await open(); } catch (e) { if (e.name === "AbortError") return; }
   if (ctrl.signal.aborted) return;
-  if (resp.status === 401) throw new AuthError("token refused");
+  if (resp && resp.status === 401) throw new AuthError("token refused");
   // 404 and the like: this API has no live signals (no NATS); 429 and 503
   // are for now, and are tried again below.
-  if (!resp.ok && resp.status !== 429 && resp.status !== 503) { $("#live-status").textContent = "not available: " + ((await resp.json().catch(() => ({}))).error || {}).message; return; }
-  if (resp.ok) status("connected", "connected");
+  if (resp && !resp.ok && resp.status !== 429 && resp.status !== 503) { $("#live-status").textContent = "not available: " + ((await resp.json().catch(() => ({}))).error || {}).message; return; }
+  if (resp && resp.ok) status("connected", "connected");
   // Read the stream in the background; the view counts as loaded now. When
   // it ends (or could not open for now), say so and connect again, 1 s
   // after the first failure and doubling to 30 s; a stream that lived a
-  // minute starts the wait over. The signals shown stay until new ones come.
+  // minute starts the wait over. The signals shown stay until the next stream is ready.
   (async () => {
-    let current = resp.ok ? resp : null, wait = 1000;
+    let current = resp && resp.ok ? resp : null, wait = 1000;
     for (;;) {
       if (current) {
         const opened = Date.now();

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -113,10 +115,12 @@ func uiTraffic(now time.Time) [][]byte {
 
 // TestDashboardInBrowser drives Debian's chromium against wahook serve fed
 // with the fixtures and generated traffic: each page refuses without a
-// token and loads with one, in under a second; the values it shows are the
-// API's for the same request; the failure filters change the query; the
-// live page shows a signal change within a second of its webhook; a
-// tenant's token shows its WABA only; the console stays free of errors.
+// token and loads with one (the load times are logged, not judged); the
+// values it shows are the API's for the same request; the failure filters
+// change the query; a refused /api/v1/pacing is said, with its reason; the
+// live page is pushed a signal change (the lag is logged); a tenant's token
+// shows its WABA only, and its own number; the console stays free of
+// errors.
 // Screenshots go to $WAHOOK_UI_ARTIFACTS (default: a temporary directory
 // named in the log).
 func TestDashboardInBrowser(t *testing.T) {
@@ -281,7 +285,14 @@ func TestDashboardInBrowser(t *testing.T) {
 	})
 	// While slowRequests is set, the browser holds each request the Fetch
 	// domain intercepts (fetch.Enable's patterns) 2 s before it goes out.
+	// While refuseRequests is set, it answers each with refusal instead.
+	// The live stream's requests take streamPlan's steps in turn: "fail"
+	// (the connection refused), or a stream's whole body to answer.
 	var slowRequests atomic.Bool
+	var refuseRequests atomic.Pointer[string]
+	var streamMu sync.Mutex
+	var streamPlan []string
+	const refusal = `{"error":{"code":"unavailable","message":"NATS did not answer; retry"}}`
 	chromedp.ListenTarget(bctx, func(ev any) {
 		if ev, ok := ev.(*fetch.EventRequestPaused); ok {
 			go func() {
@@ -289,6 +300,30 @@ func TestDashboardInBrowser(t *testing.T) {
 					time.Sleep(2 * time.Second)
 				}
 				c := chromedp.FromContext(bctx)
+				if strings.HasSuffix(ev.Request.URL, "/api/v1/pacing/stream") {
+					streamMu.Lock()
+					var step string
+					if len(streamPlan) > 0 {
+						step, streamPlan = streamPlan[0], streamPlan[1:]
+					}
+					streamMu.Unlock()
+					switch {
+					case step == "fail":
+						_ = fetch.FailRequest(ev.RequestID, network.ErrorReasonConnectionRefused).Do(cdp.WithExecutor(bctx, c.Target))
+						return
+					case step != "":
+						_ = fetch.FulfillRequest(ev.RequestID, http.StatusOK).
+							WithResponseHeaders([]*fetch.HeaderEntry{{Name: "Content-Type", Value: "text/event-stream"}}).
+							WithBody(base64.StdEncoding.EncodeToString([]byte(step))).Do(cdp.WithExecutor(bctx, c.Target))
+						return
+					}
+				}
+				if body := refuseRequests.Load(); body != nil {
+					_ = fetch.FulfillRequest(ev.RequestID, http.StatusServiceUnavailable).
+						WithResponseHeaders([]*fetch.HeaderEntry{{Name: "Content-Type", Value: "application/json"}}).
+						WithBody(base64.StdEncoding.EncodeToString([]byte(*body))).Do(cdp.WithExecutor(bctx, c.Target))
+					return
+				}
 				_ = fetch.ContinueRequest(ev.RequestID).Do(cdp.WithExecutor(bctx, c.Target))
 			}()
 		}
@@ -461,7 +496,34 @@ func TestDashboardInBrowser(t *testing.T) {
 	do("number charts", chromedp.WaitVisible("#tp-minute canvas", chromedp.ByQuery), chromedp.WaitVisible("#tp-second canvas", chromedp.ByQuery))
 	checkShown("#number-outbound", "/api/v1/throughput?", "outbound", uiAdminToken, "step=1m")
 	checkShown("#number-inbound", "/api/v1/throughput?", "inbound", uiAdminToken, "step=1m")
+	var note string
+	do("pacing note", chromedp.Text("#pacing-note", &note, chromedp.ByQuery))
+	if strings.TrimSpace(note) != "" {
+		t.Errorf("the number page says %q with the pacing signals answered", note)
+	}
 	shot("04-number")
+	// /api/v1/pacing refused (NATS not answering, the report limit): both
+	// pages say why there is no advice, with the API's own message (they
+	// said "this API runs without NATS" for any refusal, or nothing).
+	r := refusal
+	refuseRequests.Store(&r)
+	for _, page := range []string{"numbers", "number"} {
+		expected(func() {
+			target := "#numbers"
+			if page == "number" {
+				target = "#number/" + uiNumberA
+			}
+			do("pacing refused on "+page, fetch.Enable().WithPatterns([]*fetch.RequestPattern{{URLPattern: "*/api/v1/pacing"}}),
+				chromedp.Navigate(apiBase+"/"+target+"?pacing=refused"))
+			loaded(page)
+		})
+		do("pacing note on "+page, chromedp.Text("#pacing-note", &note, chromedp.ByQuery))
+		if want := "Pacing signals are not available: NATS did not answer; retry."; strings.TrimSpace(note) != want {
+			t.Errorf("with /api/v1/pacing refused, the %s page says %q, want %q", page, note, want)
+		}
+	}
+	refuseRequests.Store(nil)
+	do("pacing answered again", fetch.Disable())
 
 	// Funnel.
 	do("funnel", chromedp.Navigate(apiBase+"/#funnel"))
@@ -543,11 +605,29 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	shot("06-dead-letters")
 
-	// Live: a 131048 for B turns its signal to stop within a second.
-	do("live", chromedp.Navigate(apiBase+"/#live"))
+	// Live. The first connection is refused (the API restarting): the page
+	// connects again on its own. The next stream shows a number that the
+	// one after it no longer sends (a signal gone, a token re-scoped): once
+	// that stream is ready, the number has left the table.
+	const gone = "100000000000999"
+	streamMu.Lock()
+	streamPlan = []string{"fail", `event: signal` + "\n" + `data: {"phone_number_id":"` + gone + `","advice":"ok","updated_at":"2026-01-01T00:00:00Z"}` + "\n\n" + "event: ready\ndata: {}\n\n"}
+	streamMu.Unlock()
+	do("live", fetch.Enable().WithPatterns([]*fetch.RequestPattern{{URLPattern: "*/api/v1/pacing/stream"}}), chromedp.Navigate(apiBase+"/#live"))
 	loaded("live")
-	do("live ready", chromedp.Poll(`document.body.dataset.live === "ready"`, nil, chromedp.WithPollingTimeout(10*time.Second)),
-		chromedp.WaitVisible(fmt.Sprintf(`#live-table tr[data-number="%s"]`, uiNumberB), chromedp.ByQuery))
+	do("the number of the second stream", chromedp.WaitVisible(fmt.Sprintf(`#live-table tr[data-number="%s"]`, gone), chromedp.ByQuery))
+	do("live ready", chromedp.WaitVisible(fmt.Sprintf(`#live-table tr[data-number="%s"]`, uiNumberB), chromedp.ByQuery),
+		chromedp.Poll(`document.body.dataset.live === "ready"`, nil, chromedp.WithPollingTimeout(20*time.Second)),
+		chromedp.Poll(fmt.Sprintf(`!document.querySelector('#live-table tr[data-number="%s"]')`, gone), nil, chromedp.WithPollingTimeout(20*time.Second)),
+		fetch.Disable())
+	streamMu.Lock()
+	if len(streamPlan) != 0 {
+		t.Errorf("the live page did not open the streams planned: %d left", len(streamPlan))
+	}
+	streamMu.Unlock()
+	mu.Lock()
+	problems = slices.DeleteFunc(problems, func(p string) bool { return strings.Contains(p, "ERR_CONNECTION_REFUSED") })
+	mu.Unlock()
 	var before string
 	do("B's advice", chromedp.AttributeValue(fmt.Sprintf(`#live-table tr[data-number="%s"]`, uiNumberB), "data-advice", &before, nil, chromedp.ByQuery))
 	if before == "stop" {
@@ -640,6 +720,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	do("tenant live", chromedp.Navigate(apiBase+"/#live"))
 	loaded("live")
 	do("tenant live ready", chromedp.Poll(`document.body.dataset.live === "ready"`, nil, chromedp.WithPollingTimeout(10*time.Second)))
+	do("tenant's own number live", chromedp.WaitVisible(fmt.Sprintf(`#live-table tr[data-number="%s"]`, uiNumberB), chromedp.ByQuery))
 	var liveRows []*cdp.Node
 	do("tenant live rows", chromedp.Nodes(`#live-table tr[data-number]`, &liveRows, chromedp.ByQueryAll))
 	for _, r := range liveRows {
