@@ -285,7 +285,7 @@ func (f *fleet) appendInbound(b []byte, it *item) []byte {
 		b = append(b, `,"type":"interactive","interactive":{"type":"button_reply","button_reply":{"id":"reply-yes","title":"Yes"}}}`...)
 	case inImage:
 		b = append(b, `,"type":"image","image":{"caption":"Photo","mime_type":"image/jpeg","sha256":"0IwPugSN4OXV7feQc4bzQlAXJlaTm7Vjek2PQnzj3Uw=","id":"`...)
-		b = strconv.AppendUint(b, 8_000_000_000_000_000+uint64(it.number)<<32|uint64(it.seq), 10)
+		b = strconv.AppendUint(b, mediaID(it.number, it.seq), 10)
 		b = append(b, `"}}`...)
 	case inReaction:
 		b = append(b, `,"type":"reaction","reaction":{"message_id":"`...)
@@ -315,4 +315,11 @@ func appendHex16(b []byte, x uint64) []byte {
 	var be [8]byte
 	binary.BigEndian.PutUint64(be[:], x)
 	return hex.AppendEncode(b, be[:])
+}
+
+// mediaID is the media id of number's image seq: one per number and seq.
+// (Without the brackets Go adds the base first and ORs seq into its low
+// bits, and seqs that differed only in those bits shared an id.)
+func mediaID(number int32, seq uint32) uint64 {
+	return 8_000_000_000_000_000 + (uint64(number)<<32 | uint64(seq))
 }

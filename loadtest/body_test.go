@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 )
 
@@ -63,5 +64,20 @@ func TestStatusBody(t *testing.T) {
 	// Sorted ids would rise every time; scrambled ones about half the time.
 	if ordered > 60_000 || ordered < 40_000 {
 		t.Errorf("message ids rose from one body to the next %d times in 100,000: not scrambled", ordered)
+	}
+}
+
+// TestMediaIDsDistinct: images whose seqs differ only in the low bits of
+// the ids' base, or in their numbers, have ids of their own.
+func TestMediaIDsDistinct(t *testing.T) {
+	seen := map[uint64]string{}
+	for _, number := range []int32{0, 1, 7} {
+		for _, seq := range []uint32{0, 1, 2, 3, 1 << 10, 1<<10 | 1, 1<<31 - 1, 1 << 31, 1<<32 - 1, uint32(8_000_000_000_000_000 & (1<<32 - 1))} {
+			id, what := mediaID(number, seq), fmt.Sprintf("number %d seq %d", number, seq)
+			if other, ok := seen[id]; ok {
+				t.Errorf("%s and %s share the media id %d", what, other, id)
+			}
+			seen[id] = what
+		}
 	}
 }

@@ -128,7 +128,9 @@ func (r *Result) Summary() Summary {
 		if g.Posts > 0 {
 			t.ItemsPerPost = float64(g.Items) / float64(g.Posts)
 		}
-		if d := r.Config.Duration.Seconds(); d > 0 {
+		// Over the time the run took, as rate_per_s: an interrupted run's
+		// events came in less than the --duration it was given.
+		if d := r.Elapsed.Seconds(); d > 0 {
 			t.EventsPerS = float64(t.Acked.Events) / d
 		}
 		s.Traffic = t

@@ -69,6 +69,12 @@ func CapacityFrom(s Summary) (Capacity, error) {
 	if s.RequestsPerCPUS <= 0 {
 		return Capacity{}, errors.New("the run measured no service CPU time (is /metrics on the --url's host?)")
 	}
+	if c := s.Check; c != nil && (!c.Drained || !c.OK()) {
+		// The CPU per request would leave out the backlog the service had
+		// still to work through (or count a run that lost events): a
+		// capacity too high, and too few instances planned from it.
+		return Capacity{}, fmt.Errorf("the end-to-end check did not pass (drained %v, lost %d, duplicates %d): the service's CPU does not cover the work of the requests", c.Drained, c.Lost, c.Duplicates)
+	}
 	c := Capacity{
 		Source: fmt.Sprintf("wahook loadtest (%s, %.0f s, %.0f req/s, p99 %.1f ms) on %s, %d cores (%s/%s), load generator on the same machine",
 			s.Mode, s.DurationS, s.RatePerS, s.P99Ms, time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH),
@@ -281,11 +287,30 @@ func Size(in SizingInput) (*Sizing, error) {
 	return s, nil
 }
 
-// sampleBodies generates a sample of the model's POSTs (at most 20 numbers,
-// up to 4,000 POSTs) and returns their mean size and items per POST.
+// sampleNumbers is how many numbers sampleBodies generates at most.
+const sampleNumbers = 20
+
+// sampleBodies generates a sample of the model's POSTs (at most
+// sampleNumbers numbers, up to 4,000 POSTs) and returns their mean size and
+// items per POST. A larger fleet is sampled with each number's traffic as
+// it is (the fleet's inbound shared over the sample's numbers as over the
+// fleet's) and its kinds of numbers in their shares.
 func sampleBodies(m Model) (bytes, items float64, err error) {
-	m.Numbers = min(m.Numbers, 20)
-	m.Coexistence, m.Upgraded = min(m.Coexistence, m.Numbers), min(m.Upgraded, m.Numbers-min(m.Coexistence, m.Numbers))
+	if m.Numbers > sampleNumbers {
+		share := float64(sampleNumbers) / float64(m.Numbers)
+		m.InboundMPS *= share
+		coex := int(math.Round(float64(m.Coexistence) * share))
+		if m.Coexistence > 0 {
+			coex = max(coex, 1)
+		}
+		up := int(math.Round(float64(m.Upgraded) * share))
+		if m.Upgraded > 0 {
+			up = max(up, 1)
+		}
+		m.Numbers = sampleNumbers
+		m.Coexistence = min(coex, m.Numbers)
+		m.Upgraded = min(up, m.Numbers-m.Coexistence)
+	}
 	m.WABAs = min(m.WABAs, m.Numbers)
 	m.RetryShare, m.RepeatShare = 0, 0
 	m.Delays.Max = time.Second // sizes do not depend on delays; a short history is cheap

@@ -81,7 +81,8 @@ func TestSizingTiersAndBatching(t *testing.T) {
 
 func TestSizingCapacityFile(t *testing.T) {
 	s := Summary{Mode: "traffic-model", DurationS: 10, RatePerS: 800, P99Ms: 4, RequestsPerCPUS: 2000, EventsPerCPUS: 4500,
-		Check: &CheckResult{Storage: []TableStorage{{Table: "status_events", Rows: 1000, CompressedBytes: 42000}}}}
+		Check: &CheckResult{Drained: true, Expected: 1000, Found: 1000, FailuresMatch: true,
+			Storage: []TableStorage{{Table: "status_events", Rows: 1000, CompressedBytes: 42000}}}}
 	c, err := CapacityFrom(s)
 	if err != nil {
 		t.Fatal(err)
@@ -99,5 +100,51 @@ func TestSizingCapacityFile(t *testing.T) {
 	}
 	if _, err := CapacityFrom(Summary{}); err == nil {
 		t.Error("a run without CPU time gave a capacity")
+	}
+	// A check that did not drain (the CPU counted leaves the backlog out),
+	// or that lost events, gives no capacity.
+	for _, bad := range []CheckResult{
+		{Drained: false, Expected: 1000, Found: 900, Lost: 100, FailuresMatch: true},
+		{Drained: false, Expected: 1000, Found: 1000, FailuresMatch: true},
+		{Drained: true, Expected: 1000, Found: 1000, Duplicates: 3, FailuresMatch: true},
+	} {
+		s.Check = &bad
+		if c, err := CapacityFrom(s); err == nil {
+			t.Errorf("a check %+v gave a capacity %+v", bad, c)
+		}
+	}
+}
+
+// TestSizingSampleOfAFleet: a fleet larger than the sample is sampled with
+// each number's traffic as it is: 1,000 numbers sharing 20,000 inbound/s
+// send and receive as 20 numbers sharing 400, and their bodies measure
+// the same (the sample gave each of its 20 numbers the fleet's share of
+// 1,000 inbound/s, which the tier left no outbound beside). Kinds of
+// numbers keep their shares.
+func TestSizingSampleOfAFleet(t *testing.T) {
+	size := func(numbers, coexistence, upgraded int, inbound float64) *Sizing {
+		t.Helper()
+		in := DefaultSizingInput()
+		m := &in.Model
+		m.Numbers, m.Coexistence, m.Upgraded, m.OutboundMPS, m.InboundMPS = numbers, coexistence, upgraded, 50, inbound
+		s, err := Size(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	// The sample is generated, not drawn: the same model measures the same.
+	for _, c := range []struct {
+		what          string
+		fleet, sample *Sizing
+	}{
+		{"1,000 numbers sharing 20,000 inbound/s against 20 sharing 400", size(1000, 0, 0, 20000), size(20, 0, 0, 400)},
+		{"100 numbers sharing 600 inbound/s against 20 sharing 120", size(100, 0, 0, 600), size(20, 0, 0, 120)},
+		{"1,000 numbers, half coexistence, a quarter upgraded, against 20 in those shares", size(1000, 500, 250, 10000), size(20, 10, 5, 200)},
+	} {
+		if c.fleet.MeanBodyBytes != c.sample.MeanBodyBytes || c.fleet.ItemsPerPost != c.sample.ItemsPerPost {
+			t.Errorf("%s: %.1f bytes a body and %.2f items a POST, against %.1f and %.2f", c.what,
+				c.fleet.MeanBodyBytes, c.fleet.ItemsPerPost, c.sample.MeanBodyBytes, c.sample.ItemsPerPost)
+		}
 	}
 }
