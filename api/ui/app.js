@@ -239,15 +239,19 @@ async function renderFailures() {
   const form = $("#failure-filters");
   form.querySelector("[name=origin]").value = f.origin;
   form.querySelector("[name=step]").value = step;
-  const apply = () => {
+  // The step goes into the location only once the user chose one: an
+  // automatic step stays automatic, and follows the next range (a filter
+  // applied at a 1-minute step over an hour kept 1m for 30 days).
+  const apply = (stepChosen) => {
     const o = {};
     form.querySelectorAll("input, select").forEach((el) => (o[el.name] = el.value.trim()));
+    if (stepChosen !== true && !f.step) delete o.step;
     setFilters("failures", o);
   };
-  $("#apply-filters").onclick = apply;
+  $("#apply-filters").onclick = () => apply();
   form.querySelectorAll("input").forEach((el) => el.addEventListener("keydown", (e) => { if (e.key === "Enter") apply(); }));
-  form.querySelector("[name=origin]").onchange = apply;
-  form.querySelector("[name=step]").onchange = apply;
+  form.querySelector("[name=origin]").onchange = () => apply();
+  form.querySelector("[name=step]").onchange = () => apply(true);
 
   // Two queries: the ranked codes, and the codes over time; the classes
   // are the codes' (each code has one class), summed here.

@@ -483,6 +483,24 @@ func TestDashboardInBrowser(t *testing.T) {
 		chromedp.Evaluate(`document.querySelector("#failure-filters select[name=origin]").dispatchEvent(new Event("change"))`, nil),
 		chromedp.Poll(`window.wahookRequests.some(r => r.includes("origin=send_result"))`, nil, chromedp.WithPollingTimeout(5*time.Second)))
 	loaded("failures")
+	// The automatic step stays automatic through the filters (it was
+	// written into the location, and held for the next, longer range).
+	var hash string
+	do("location after the filters", chromedp.Evaluate(`location.hash`, &hash))
+	if strings.Contains(hash, "step=") {
+		t.Errorf("filters applied with the automatic step wrote it into the location: %s", hash)
+	}
+	do("choose a step", chromedp.SetValue(`#failure-filters select[name=step]`, "1h", chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelector("#failure-filters select[name=step]").dispatchEvent(new Event("change"))`, nil),
+		chromedp.Poll(`location.hash.includes("step=1h")`, nil, chromedp.WithPollingTimeout(5*time.Second)))
+	loaded("failures")
+	do("filter with the chosen step", chromedp.SetValue(`#failure-filters input[name=template]`, "winter_sale", chromedp.ByQuery), chromedp.Click("#apply-filters", chromedp.ByQuery),
+		chromedp.Poll(`location.hash.includes("template=winter_sale")`, nil, chromedp.WithPollingTimeout(5*time.Second)))
+	loaded("failures")
+	do("location with the chosen step", chromedp.Evaluate(`location.hash`, &hash))
+	if !strings.Contains(hash, "step=1h") {
+		t.Errorf("a step the user chose was dropped by the next filter: %s", hash)
+	}
 	shot("02-failures-filtered")
 
 	// Numbers, and a number's page.
