@@ -447,12 +447,15 @@ func (s *Stage2) apply(ctx context.Context, ev *event) error {
 			// stop holds 15 minutes) still can: apply it without traffic.
 			// Applying it twice changes no hold; its count falls outside
 			// the last minute. Its cool-down, if any, is over or was
-			// written when it was new.
+			// written when it was new. A Business-app echo, however late,
+			// still tells that the number is a coexistence one (tier 20):
+			// after a backlog or a replay it was dropped here, and the
+			// number kept being told 80.
 			e.Inbound, e.Outbound = false, false
 			if _, retry := s.cooldownRetry[ev.id]; !retry {
 				pair = false
 			}
-			if len(e.Codes) == 0 {
+			if len(e.Codes) == 0 && !e.Coexistence {
 				s.m.events.WithLabelValues(resultIgnored).Inc()
 				return nil
 			}

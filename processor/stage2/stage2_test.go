@@ -321,6 +321,27 @@ func testRestartKeepsTier(t *testing.T, edit func(*Config)) {
 	})
 }
 
+// TestLateEchoMarksCoexistence: a Business-app echo older than the
+// windows (a backlog, Meta's retries, a replay) no longer counts as
+// traffic, but still makes its number a coexistence one: tier 20. It was
+// ignored, and the number was told 80, four times Meta's tier.
+func TestLateEchoMarksCoexistence(t *testing.T) {
+	h := start(t, sec(300), nil)
+	h.traffic("7101", 290, 298, 5, 0)
+	h.flushed()
+	h.waitSignal("7101", "traffic now", func(s schema.PacingSignal) bool { return s.Observed.S10 > 0 })
+	h.publish(schema.KindOther, "7102", "late-echo", schema.ManagementRow{
+		EventID: "late-echo", Kind: schema.KindOther, Field: "smb_message_echoes", EventTime: sec(10), PhoneNumberID: "7102", Event: "text",
+	})
+	h.flushed()
+	h.waitSignal("7102", "coexistence from a late echo", func(s schema.PacingSignal) bool {
+		return s.TierMPS == 20 && s.TierSource == "coexistence" && s.RecommendedMPS <= 20 && s.Observed.S60 == 0
+	})
+	if n := h.count(resultIgnored); n != 0 {
+		t.Errorf("%d events ignored, want 0: the echo's number is coexistence", n)
+	}
+}
+
 // A cool-down that cannot be written (its bucket is gone) is written when
 // the event comes again, once, with its first strike.
 func TestCooldownRetried(t *testing.T) {
