@@ -45,11 +45,17 @@ type ObservedMPS struct {
 // and of each message on wahook.pacing.<phone_number_id>. schema/README.md
 // documents every field and the rule that sets advice and recommended_mps.
 type PacingSignal struct {
-	Version          int                `json:"version"`
-	PhoneNumberID    string             `json:"phone_number_id"`
-	UpdatedAt        time.Time          `json:"updated_at"`
-	TierMPS          int                `json:"tier_mps"`
-	TierSource       string             `json:"tier_source"` // default, throughput_upgrade, coexistence, override
+	Version       int       `json:"version"`
+	PhoneNumberID string    `json:"phone_number_id"`
+	UpdatedAt     time.Time `json:"updated_at"`
+	TierMPS       int       `json:"tier_mps"`
+	TierSource    string    `json:"tier_source"` // default, throughput_upgrade, coexistence, override
+	// UpgradedAt and Coexistence are what the number is known to be, also
+	// when an override sets its tier: Meta's time of its first
+	// THROUGHPUT_UPGRADE, and whether its Business-app echoes or syncs
+	// came. A restarted stage 2 restores them from here.
+	UpgradedAt       *time.Time         `json:"upgraded_at,omitempty"`
+	Coexistence      bool               `json:"coexistence,omitempty"`
 	Observed         ObservedMPS        `json:"observed_mps"`
 	Utilization      float64            `json:"utilization"`          // observed_mps.10s / tier_mps
 	Quality          string             `json:"quality"`              // flagged, unflagged or unknown
@@ -58,7 +64,8 @@ type PacingSignal struct {
 	MessagingLimitAt *time.Time         `json:"messaging_limit_at,omitempty"` // Meta's time of the update that set messaging_limit
 	RecentErrors     map[ErrorClass]int `json:"recent_errors"`                // error occurrences of the last 60 s by class
 	MaintenanceUntil *time.Time         `json:"maintenance_until,omitempty"`
-	StopUntil        *time.Time         `json:"stop_until,omitempty"` // while the advice is stop: when its error's 15 minutes end
+	StopUntil        *time.Time         `json:"stop_until,omitempty"`   // while the advice is stop: when its error's 15 minutes end
+	ThrottledAt      *time.Time         `json:"throttled_at,omitempty"` // within a minute of the last 130429: Meta's time of it
 	Advice           Advice             `json:"advice"`
 	RecommendedMPS   float64            `json:"recommended_mps"`
 	Reason           string             `json:"reason"`

@@ -168,6 +168,11 @@ func (n *Number) Signal(now time.Time, tiers Tiers) schema.PacingSignal {
 		TierMPS: tier, TierSource: source, Quality: n.quality, MessagingLimit: n.limit,
 		RecentErrors: map[schema.ErrorClass]int{},
 	}
+	if n.upgradedAt > 0 {
+		t := time.Unix(n.upgradedAt, 0).UTC()
+		s.UpgradedAt = &t
+	}
+	s.Coexistence = n.coexistence
 	if n.qualityAt > 0 {
 		t := time.Unix(n.qualityAt, 0).UTC()
 		s.QualityAt = &t
@@ -175,6 +180,10 @@ func (n *Number) Signal(now time.Time, tiers Tiers) schema.PacingSignal {
 	if n.limitAt > 0 {
 		t := time.Unix(n.limitAt, 0).UTC()
 		s.MessagingLimitAt = &t
+	}
+	if n.lastThrottle != 0 && sec-n.lastThrottle < int64(ThrottleHold/time.Second) {
+		t := time.Unix(n.lastThrottle, 0).UTC()
+		s.ThrottledAt = &t
 	}
 	rate := func(span int) (float64, float64) {
 		in, out := n.traffic.sum(last, span)

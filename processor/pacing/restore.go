@@ -15,16 +15,23 @@ import (
 // quality and messaging limit with the times of the updates that set them,
 // an open maintenance window and a stop, which
 // ends when it would have (stop_until; for a signal written before it had
-// one, 15 minutes after it was written). Traffic, errors and a 130429's
-// slow-down are not restored: the windows start empty and fill within a
-// minute.
+// one, 15 minutes after it was written), and a 130429's minute of
+// slow_down (throttled_at). Traffic and the errors' counts are not
+// restored: the windows start empty and fill within a minute.
 func (n *Number) Restore(s schema.PacingSignal) {
-	switch s.TierSource {
-	case schema.TierSourceThroughputUpgrade:
-		if n.upgradedAt == 0 {
-			n.upgradedAt = max(s.UpdatedAt.Unix(), 1)
-		}
-	case schema.TierSourceCoexistence:
+	// What the number is, from upgraded_at and coexistence, which an
+	// override's signal carries too (its tier_source says override: an
+	// upgrade or coexistence read from it alone was lost, for good once the
+	// override was removed); from the tier's source for a signal written
+	// before they were.
+	switch {
+	case n.upgradedAt != 0:
+	case s.UpgradedAt != nil:
+		n.upgradedAt = max(s.UpgradedAt.Unix(), 1)
+	case s.TierSource == schema.TierSourceThroughputUpgrade:
+		n.upgradedAt = max(s.UpdatedAt.Unix(), 1)
+	}
+	if s.Coexistence || s.TierSource == schema.TierSourceCoexistence {
 		n.coexistence = true
 	}
 	// With the times of the updates that set them, so that an older one
@@ -53,6 +60,11 @@ func (n *Number) Restore(s schema.PacingSignal) {
 				n.stopCode = int32(c)
 			}
 		}
+	}
+	// A 130429's minute of slow_down goes on (a restart wrote ok at the
+	// full tier, and a sender that obeyed hit the limit again).
+	if s.ThrottledAt != nil && n.lastThrottle == 0 {
+		n.lastThrottle = s.ThrottledAt.Unix()
 	}
 	if s.MaintenanceUntil != nil {
 		n.maintenanceUntil = max(n.maintenanceUntil, s.MaintenanceUntil.Unix())

@@ -103,3 +103,64 @@ func TestDeduperHolds(t *testing.T) {
 		t.Fatalf("MaxPairWait %v", MaxPairWait)
 	}
 }
+
+// TestRestoreUnderOverride: a number whose tier an override sets is still
+// restored as what it is (upgraded, coexistence), from its signal's
+// upgraded_at and coexistence: with the override removed after a restart,
+// its tier is 1,000 (or 20) again. Read from tier_source alone ("override")
+// it came back as a default number, for good: Meta sends the upgrade once.
+func TestRestoreUnderOverride(t *testing.T) {
+	over := DefaultTiers()
+	over.Overrides = map[string]int{"1101": 300, "1102": 300}
+	up := NewNumber("1101")
+	up.Apply(Event{At: at(0), Field: "phone_number_quality_update", Name: "THROUGHPUT_UPGRADE"})
+	co := NewNumber("1102")
+	co.Apply(Event{At: at(0), Outbound: true, Coexistence: true, Field: "smb_message_echoes"})
+	for _, c := range []struct {
+		n      *Number
+		tier   int
+		source string
+	}{{up, 1000, schema.TierSourceThroughputUpgrade}, {co, 20, schema.TierSourceCoexistence}} {
+		last := c.n.Signal(t0.Add(10*time.Minute), over)
+		if last.TierSource != schema.TierSourceOverride || last.TierMPS != 300 {
+			t.Fatalf("%s under the override: %+v", c.n.ID, last)
+		}
+		n := NewNumber(c.n.ID)
+		n.Restore(last)
+		if s := n.Signal(t0.Add(11*time.Minute), DefaultTiers()); s.TierMPS != c.tier || s.TierSource != c.source {
+			t.Errorf("%s restored from an override's signal, the override removed: tier %d (%s), want %d (%s)", c.n.ID, s.TierMPS, s.TierSource, c.tier, c.source)
+		}
+	}
+	// The upgrade keeps Meta's time, not the signal's.
+	n := NewNumber("1101")
+	n.Restore(up.Signal(t0.Add(10*time.Minute), over))
+	if s := n.Signal(t0.Add(11*time.Minute), over); s.UpgradedAt == nil || !s.UpgradedAt.Equal(t0) {
+		t.Errorf("upgraded_at after a restore: %v, want %v", s.UpgradedAt, t0)
+	}
+}
+
+// TestRestoreThrottle: a restart within a minute of a 130429 keeps the
+// slow_down (throttled_at), and it ends when it would have. Before, the
+// restored number said ok at the full tier at once.
+func TestRestoreThrottle(t *testing.T) {
+	n := NewNumber("1201")
+	n.Apply(Event{At: at(0), Codes: []int32{130429}})
+	last := n.Signal(t0.Add(5*time.Second), DefaultTiers())
+	if last.ThrottledAt == nil || !last.ThrottledAt.Equal(t0) || last.Advice != schema.AdviceSlowDown {
+		t.Fatalf("the signal after a 130429: %+v", last)
+	}
+	r := NewNumber("1201")
+	r.Restore(last)
+	if s := r.Signal(t0.Add(20*time.Second), DefaultTiers()); s.Advice != schema.AdviceSlowDown || s.RecommendedMPS != 0.8*80 || s.ThrottledAt == nil {
+		t.Errorf("restored 20 s after the 130429: %s at %v (%s), want slow_down at %v", s.Advice, s.RecommendedMPS, s.Reason, 0.8*80)
+	}
+	if u := r.HoldsUntil(); u != at(60) {
+		t.Errorf("holds until %d, want %d", u, at(60))
+	}
+	if s := r.Signal(t0.Add(61*time.Second), DefaultTiers()); s.Advice != schema.AdviceOK || s.ThrottledAt != nil {
+		t.Errorf("a minute after the 130429: %+v", s)
+	}
+	if s := n.Signal(t0.Add(61*time.Second), DefaultTiers()); s.ThrottledAt != nil {
+		t.Errorf("throttled_at a minute on: %v", s.ThrottledAt)
+	}
+}
