@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -203,6 +204,15 @@ func TestReportsMatchTruth(t *testing.T) {
 				t.Errorf("as_of %v", f.AsOf)
 			}
 			checkFunnel(t, f, d.funnelBy(func(m message) string { return m.campaign }))
+			if f.Truncated {
+				t.Error("truncated with every row in the answer")
+			}
+			// A limit below the rows: the largest kept, the cut said.
+			var cut api.Funnel
+			query(t, app, "/api/v1/funnel?"+rangeParams("by=campaign&limit=1"), &cut)
+			if len(f.Rows) < 2 || len(cut.Rows) != 1 || !cut.Truncated || cut.Rows[0].Key != f.Rows[0].Key || cut.Rows[0].Messages != f.Rows[0].Messages {
+				t.Errorf("limit=1 of %d rows: %d rows, truncated %v, first %+v (want %+v)", len(f.Rows), len(cut.Rows), cut.Truncated, cut.Rows, f.Rows[0])
+			}
 		})
 
 		// Ranges whose ends are parts of hours: message rows count there,
@@ -263,6 +273,64 @@ func TestReportsMatchTruth(t *testing.T) {
 		})
 		if day.Outbound != tp.Outbound || day.Inbound != tp.Inbound || len(day.Points) != len(tp.Points) {
 			t.Errorf("over a day %d out %d in in %d points, over two hours %d, %d in %d", day.Outbound, day.Inbound, len(day.Points), tp.Outbound, tp.Inbound, len(tp.Points))
+		}
+	})
+
+	// A range whose end cuts its last minute (to=now: the minute under
+	// way): that bucket's rate is over the seconds before to, not over 60,
+	// and it is marked partial and left out of the peak.
+	t.Run("throughput's last bucket cut by the range's end", func(t *testing.T) {
+		id := numbers[0].id
+		var times []time.Time
+		for _, m := range d.messages {
+			if m.num.id == id {
+				times = append(times, m.statuses[0].at)
+			}
+		}
+		times = append(times, d.echoes[id]...)
+		for _, x := range d.inbound {
+			if x.num.id == id {
+				times = append(times, x.at)
+			}
+		}
+		perMinute := map[time.Time][]time.Time{}
+		var busiest time.Time
+		for _, at := range times {
+			m := at.Truncate(time.Minute)
+			perMinute[m] = append(perMinute[m], at)
+			if len(perMinute[m]) > len(perMinute[busiest]) {
+				busiest = m
+			}
+		}
+		in := perMinute[busiest]
+		slices.SortFunc(in, time.Time.Compare)
+		to := in[len(in)/2].Truncate(time.Second).Add(time.Second)
+		if limit := busiest.Add(59 * time.Second); to.After(limit) {
+			to = limit
+		}
+		var want uint64
+		for _, at := range in {
+			if at.Before(to) {
+				want++
+			}
+		}
+		var tp api.Throughput
+		query(t, app, "/api/v1/throughput?phone_number_id="+id+"&step=1m&from="+busiest.Add(-2*time.Minute).Format(time.RFC3339)+"&to="+to.Format(time.RFC3339), &tp)
+		if len(tp.Points) == 0 {
+			t.Fatal("no points")
+		}
+		last := tp.Points[len(tp.Points)-1]
+		secs := to.Sub(busiest).Seconds()
+		if !last.Time.Equal(busiest) || last.Inbound+last.Outbound != want || !last.Partial || last.MPS != float64(want)/secs {
+			t.Errorf("last bucket %+v; want %s, %d messages over %v s (%v mps), partial", last, busiest, want, secs, float64(want)/secs)
+		}
+		for _, p := range tp.Points[:len(tp.Points)-1] {
+			if p.Partial || p.MPS != float64(p.Inbound+p.Outbound)/60 {
+				t.Errorf("a whole bucket %+v", p)
+			}
+		}
+		if tp.PeakTime != nil && tp.PeakTime.Equal(busiest) {
+			t.Errorf("the peak is the partial bucket: %v at %v", tp.PeakMPS, tp.PeakTime)
 		}
 	})
 

@@ -49,6 +49,9 @@ type Funnel struct {
 	// then resolved at query time, exact now but slow on large data.
 	AsOf *time.Time  `json:"as_of"`
 	Rows []FunnelRow `json:"rows"`
+	// Truncated is set when there were more rows than limit: those with
+	// the fewest messages were left out.
+	Truncated bool `json:"truncated"`
 }
 
 // nz is a DateTime as seconds, or the largest UInt32 when it is zero (the
@@ -175,7 +178,7 @@ func (f *Funnel) done(ctx context.Context, err error, q Query) (*Funnel, error) 
 		return nil, queryError(ctx, err)
 	}
 	if q.Limit > 0 && len(f.Rows) > q.Limit {
-		f.Rows = f.Rows[:q.Limit]
+		f.Rows, f.Truncated = f.Rows[:q.Limit], true
 	}
 	return f, nil
 }

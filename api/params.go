@@ -56,6 +56,7 @@ var (
 	pOne   = param{Name: "phone_number_id", Kind: kindString, Required: true, Doc: "the business phone number id",
 		set: func(q *Query, vs []string) error { q.PhoneNumberIDs = vs; return nil }}
 	pLimit  = param{Name: "limit", Kind: kindInt, Default: "1000", Min: 1, Max: 10000, Doc: "most rows in the answer (totals and shares still cover every row)"}
+	pRows   = param{Name: "limit", Kind: kindInt, Default: "1000", Min: 1, Max: 10000, Doc: "most rows in the answer, those with the most messages (truncated says when more were left out)"}
 	pRecent = param{Name: "limit", Kind: kindInt, Default: "20", Min: 1, Max: 1000, Doc: "most recent items listed"}
 )
 

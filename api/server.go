@@ -125,7 +125,7 @@ var routes = []route{
 	{
 		Name: "funnel", Path: "/api/v1/funnel", Group: groupReports, Schema: "Funnel",
 		Summary: "Delivery funnel per campaign, template, number or WABA: sent, delivered, read, failed, and p50/p95 seconds from sent to delivered and to read",
-		Params:  reportParams(inFunnel, pBy, pLimit),
+		Params:  reportParams(inFunnel, pBy, pRows),
 		run:     func(ctx context.Context, s *Store, q Query) (any, error) { return s.Funnel(ctx, q) },
 	},
 	{

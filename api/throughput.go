@@ -17,9 +17,13 @@ type ThroughputPoint struct {
 	Time        time.Time `json:"time"`
 	Inbound     uint64    `json:"inbound"`
 	Outbound    uint64    `json:"outbound"`
-	MPS         float64   `json:"mps"` // (inbound + outbound) / bucket seconds
+	MPS         float64   `json:"mps"` // (inbound + outbound) / the seconds of the bucket in the range
 	TierMPS     int       `json:"tier_mps"`
 	Utilization float64   `json:"utilization"` // mps / tier_mps
+	// Partial is set on a last bucket that the range's end cuts (the
+	// minute under way, with to=now): its mps is over the seconds before
+	// to, and it is left out of the peak.
+	Partial bool `json:"partial,omitempty"`
 }
 
 // Throughput is a number's messages per second over time, by Meta's
@@ -134,7 +138,14 @@ func (s *Store) Throughput(ctx context.Context, q Query) (*Throughput, error) {
 	}
 
 	for _, p := range buckets {
-		p.MPS = float64(p.Inbound+p.Outbound) / step.Seconds()
+		// The last bucket counts what came before to: its rate is over
+		// those seconds (a whole minute's made the minute under way read a
+		// fraction of its rate), at least one.
+		span := step
+		if end := p.Time.Add(step); end.After(to) {
+			span, p.Partial = max(to.Sub(p.Time), time.Second), true
+		}
+		p.MPS = float64(p.Inbound+p.Outbound) / span.Seconds()
 		p.TierMPS, _ = s.tierAt(st, coexistence, p.Time)
 		if p.TierMPS > 0 {
 			p.Utilization = p.MPS / float64(p.TierMPS)
@@ -144,6 +155,9 @@ func (s *Store) Throughput(ctx context.Context, q Query) (*Throughput, error) {
 	sort.Slice(out.Points, func(i, j int) bool { return out.Points[i].Time.Before(out.Points[j].Time) })
 	for i := range out.Points {
 		p := &out.Points[i]
+		if p.Partial {
+			continue
+		}
 		if p.MPS > out.PeakMPS {
 			out.PeakMPS, out.PeakTime = p.MPS, &p.Time
 		}
