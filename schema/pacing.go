@@ -73,8 +73,9 @@ type PacingSignal struct {
 
 // PairCooldown is the value of a key of the wahook_pair_cooldown bucket:
 // after 131056 (pair rate limit) the number waits before messaging that
-// recipient again; other recipients are not affected. The entry expires at
-// Until.
+// recipient again; other recipients are not affected. The entry is kept
+// past Until by its wait once more, to count the next 131056 in a row:
+// senders go by Until.
 type PairCooldown struct {
 	Version       int       `json:"version"`
 	PhoneNumberID string    `json:"phone_number_id"`

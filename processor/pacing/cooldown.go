@@ -19,22 +19,34 @@ const (
 	MaxPairCooldown = 4096 * time.Second
 )
 
+// pairWait is the wait of a cool-down of strikes strikes: 4^(strikes-1)
+// seconds, never less than the pair interval.
+func pairWait(strikes int) time.Duration {
+	return max(time.Duration(math.Pow(4, float64(max(strikes, 1)-1)))*time.Second, PairInterval)
+}
+
+// CooldownKept is when a cool-down's entry goes: its until, and its wait
+// once more. A 131056 for the pair before then is the next strike in a
+// row: a sender that waited until until, sent again and was refused again
+// waits 4^X. Counted only until until, the strikes started again at every
+// cool-down a sender obeyed, and its wait never grew past 6 s.
+func CooldownKept(c schema.PairCooldown) time.Time { return c.Until.Add(pairWait(c.Strikes)) }
+
 // NextCooldown is a pair's cool-down after the 131056 eventID at at: one
-// more strike than prev if prev has not expired by then, and a wait of
-// 4^(strikes-1) seconds, never less than the pair interval. An event of
-// one of prev's last strikes, delivered again, leaves prev as it is (same
-// is true): a redelivery after a crash found its own cool-down running and
-// counted it as the strike before.
+// more strike than prev if prev is still kept then (CooldownKept), and a
+// wait of 4^(strikes-1) seconds, never less than the pair interval. An
+// event of one of prev's last strikes, delivered again, leaves prev as it
+// is (same is true): a redelivery after a crash found its own cool-down
+// running and counted it as the strike before.
 func NextCooldown(prev *schema.PairCooldown, phoneNumberID, recipient, eventID string, at time.Time) (c schema.PairCooldown, same bool) {
 	if prev != nil && eventID != "" && slices.Contains(prev.EventIDs, eventID) {
 		return *prev, true
 	}
 	strikes := 1
-	if prev != nil && at.Before(prev.Until) {
+	if prev != nil && at.Before(CooldownKept(*prev)) {
 		strikes = min(prev.Strikes+1, maxPairStrikes)
 	}
-	wait := time.Duration(math.Pow(4, float64(strikes-1))) * time.Second
-	wait = max(wait, PairInterval)
+	wait := pairWait(strikes)
 	until := at.Add(wait).UTC()
 	if prev != nil && prev.Until.After(until) {
 		until = prev.Until

@@ -261,9 +261,23 @@ func TestPairCooldown(t *testing.T) {
 			t.Fatalf("%s of one second again: %+v", id, again)
 		}
 	}
-	// Expired: the count starts again.
-	if c, _ = NextCooldown(&c, "1001", "r1", "g", c.Until.Add(time.Second)); c.Strikes != 1 {
-		t.Fatalf("after expiry: %+v", c)
+	// Gone (its until, and its wait once more): the count starts again.
+	if g, _ := NextCooldown(&c, "1001", "r1", "g", CooldownKept(c)); g.Strikes != 1 {
+		t.Fatalf("once gone: %+v", g)
+	}
+	// A sender that obeys: it waits until until, sends, and is refused
+	// again, each time. The strikes go on, and so the waits grow (they
+	// started again at each until, and stayed at 6 s).
+	o, _ := NextCooldown(nil, "1001", "r3", "o0", t0)
+	for i, w := range []time.Duration{6 * time.Second, 16 * time.Second, 64 * time.Second, 256 * time.Second} {
+		next := o.Until.Add(200 * time.Millisecond)
+		o, _ = NextCooldown(&o, "1001", "r3", fmt.Sprint("o", i+1), next)
+		if o.Strikes != i+2 || !o.Until.Equal(next.Add(w)) {
+			t.Fatalf("obeyed cool-down %d, refused again: %+v, want strike %d and a wait of %v", i+1, o, i+2, w)
+		}
+	}
+	if kept := CooldownKept(o); o.Strikes != 5 || !kept.Equal(o.Until.Add(256*time.Second)) {
+		t.Fatalf("kept until %v, want until and 256 s", kept)
 	}
 }
 

@@ -44,7 +44,7 @@ func ensureBuckets(ctx context.Context, js jetstream.JetStream, replicas int, si
 	}
 	cfg := jetstream.KeyValueConfig{
 		Bucket:         schema.BucketPairCooldown,
-		Description:    "wahook: pair-rate cool-downs after 131056 (schema.PairCooldown), each key expiring at its until",
+		Description:    "wahook: pair-rate cool-downs after 131056 (schema.PairCooldown), each key kept until its until and its wait once more",
 		History:        1,
 		Storage:        jetstream.FileStorage,
 		Replicas:       replicas,
@@ -53,7 +53,7 @@ func ensureBuckets(ctx context.Context, js jetstream.JetStream, replicas int, si
 	cooldownKV, err = kvbucket.Ensure(ctx, js, cfg)
 	if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
 		cfg.LimitMarkerTTL = 0
-		cfg.TTL = pacing.MaxPairWait + time.Minute
+		cfg.TTL = 2*pacing.MaxPairWait + time.Minute
 		cfg.Description = "wahook: pair-rate cool-downs after 131056 (schema.PairCooldown); an entry holds until its until"
 		cooldownKV, err = kvbucket.Ensure(ctx, js, cfg)
 	}

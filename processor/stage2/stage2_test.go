@@ -147,7 +147,8 @@ func TestPairCooldown(t *testing.T) {
 	if len(all) != 1 || all[0] != key {
 		t.Fatalf("keys %v, want only %s", all, key)
 	}
-	// The entry carries its TTL: until, from the clock (5 s).
+	// The entry carries its TTL: until and its wait once more (6 s),
+	// from the clock (11 s): a 131056 in that time is the next strike.
 	stream, err := h.js.Stream(ctx, "KV_"+schema.BucketPairCooldown)
 	if err != nil {
 		t.Fatal(err)
@@ -156,8 +157,8 @@ func TestPairCooldown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ttl := raw.Header.Get("Nats-TTL"); ttl != "5s" {
-		t.Errorf("Nats-TTL %q, want 5s", ttl)
+	if ttl := raw.Header.Get("Nats-TTL"); ttl != "11s" {
+		t.Errorf("Nats-TTL %q, want 11s", ttl)
 	}
 	h.clock.Set(sec(2))
 	h.failed("4001", "pair-2", "r1", sec(2), 131056)
