@@ -141,6 +141,42 @@ func TestBodyMemoryBound(t *testing.T) {
 	}
 }
 
+// TestUnsignedUploadHoldsNoBodyMemory: a POST whose signature header is
+// missing or cannot be a signature is refused 401 as its head arrives,
+// its connection closed, before its body is read: a slow unsigned upload
+// held its announced size of the body memory until it timed out, and a
+// long webhook meanwhile got a 503.
+func TestUnsignedUploadHoldsNoBodyMemory(t *testing.T) {
+	cfg := defaultTestConfig()
+	cfg.BodyLimit = 64 << 10
+	cfg.BodyMemory = 64 << 10
+	h := newHarness(t, cfg)
+	for _, sig := range []string{"", "sha1=" + strings.Repeat("ab", 20), "sha256=nothex"} {
+		c := postHead(t, h, "", sig, cfg.BodyLimit)
+		if _, err := c.Write(bytes.Repeat([]byte("a"), 10<<10)); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("signature %q: no answer before the body: %v", sig, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != http.StatusUnauthorized || !resp.Close {
+			t.Errorf("signature %q: %d, close %v; want 401 and the connection closed", sig, resp.StatusCode, resp.Close)
+		}
+		// Meanwhile (the unsigned upload's connection still open), a long
+		// webhook finds the body memory free.
+		long := append(body(len(sig)+1), bytes.Repeat([]byte(" "), 60<<10)...)
+		if r := h.post("/webhook", long, schema.Sign([]byte(secretA), long)); r.status != 200 {
+			t.Fatalf("signature %q: a long webhook after it: %d %q %v, want 200", sig, r.status, r.body, r.err)
+		}
+	}
+	if got := h.counter("wahook_ingest_signature_failures_total", "reason", "missing"); got != 1 {
+		t.Errorf("missing signatures counted: %v, want 1", got)
+	}
+}
+
 // TestChunkedBody: a body sent in chunks, of unknown length, is read to
 // its end and stored as sent; one past the limit is refused with 413
 // without being stored, however it is sent.
@@ -320,7 +356,10 @@ func TestBodiesWhereNoneIsTaken(t *testing.T) {
 			t.Errorf("%s: a second answer (%d): the request hidden in the body was answered", strings.SplitN(tc.head, "\r\n", 2)[0], more.StatusCode)
 		}
 	}
-	resp, _ := rawRequest(t, h, "POST /webhook HTTP/1.1\r\nHost: wahook\r\nContent-Type: multipart/form-data; boundary=x\r\nContent-Length: 1073741824",
+	// With a signature (of what, the body decides), or it is refused 401
+	// before its body is read.
+	resp, _ := rawRequest(t, h, "POST /webhook HTTP/1.1\r\nHost: wahook\r\nContent-Type: multipart/form-data; boundary=x\r\n"+
+		schema.SignatureHeader+": "+schema.Sign([]byte(secretA), []byte("x"))+"\r\nContent-Length: 1073741824",
 		append([]byte("--x\r\nContent-Disposition: form-data; name=\"f\"; filename=\"f\"\r\n\r\n"), bytes.Repeat([]byte("a"), 9<<10)...))
 	if resp.StatusCode != http.StatusRequestEntityTooLarge || !resp.Close {
 		t.Errorf("a multipart body announced at 1 GiB: %d, close %v; want 413 and the connection closed", resp.StatusCode, resp.Close)

@@ -22,7 +22,8 @@
 // Answers to POST /webhook[/:app]:
 //
 //	200  the body is stored in the RAW stream (or was already, a Meta retry)
-//	401  signature missing, malformed or wrong (counted by app and reason)
+//	401  signature missing, malformed or wrong (counted by app and reason);
+//	     missing or malformed before the body is read
 //	404  no app of that name is configured
 //	413  body over the configured limit
 //	415  a Content-Encoding (Meta sends plain JSON; nothing is inflated)

@@ -88,6 +88,19 @@ type appRoute struct {
 	metrics  *appMetrics
 }
 
+// refuseSignature counts a request refused for its signature, by why.
+func (s *Server) refuseSignature(r *appRoute, err error) {
+	r.metrics.badSignature.Inc()
+	switch {
+	case errors.Is(err, ErrSignatureMissing):
+		r.metrics.sigMissing.Inc()
+	case errors.Is(err, ErrSignatureMalformed):
+		r.metrics.sigMalformed.Inc()
+	default:
+		r.metrics.sigMismatch.Inc()
+	}
+}
+
 // New builds the endpoint. reg receives the metrics and is served at
 // /metrics; log may be nil.
 // readTimeout bounds the reading of a webhook, headers and body: a
@@ -353,6 +366,16 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 		c.Context().SetConnectionClose() // a body may follow, unread
 		return c.Status(fiber.StatusLengthRequired).SendString("Content-Length required (HTTP/1.0 without one or chunks)")
 	}
+	// A request that carries no signature, or one that cannot be one, is
+	// refused before its body is read: reading it first held its announced
+	// size of the body memory until it came (an unsigned slow upload, a
+	// few dozen of which took all of it, and Meta's larger webhooks got
+	// 503s meanwhile).
+	if err := CheckHeader(c.Request().Header.Peek(schema.SignatureHeader)); err != nil {
+		s.refuseSignature(r, err)
+		c.Context().SetConnectionClose() // the body may follow, unread
+		return c.Status(fiber.StatusUnauthorized).SendString(err.Error())
+	}
 	// The raw bytes as received: never c.Body(), which decodes.
 	body, release, err := s.readBody(c)
 	if err != nil {
@@ -384,15 +407,7 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 		deadline = time.Now().Add(s.cfg.AckTimeout)
 	}
 	if err := r.verifier.Verify(c.Request().Header.Peek(schema.SignatureHeader), body); err != nil {
-		r.metrics.badSignature.Inc()
-		switch {
-		case errors.Is(err, ErrSignatureMissing):
-			r.metrics.sigMissing.Inc()
-		case errors.Is(err, ErrSignatureMalformed):
-			r.metrics.sigMalformed.Inc()
-		default:
-			r.metrics.sigMismatch.Inc()
-		}
+		s.refuseSignature(r, err)
 		return c.Status(fiber.StatusUnauthorized).SendString(err.Error())
 	}
 	// The body's SHA-256: the key of the duplicate index, and in hex its

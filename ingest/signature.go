@@ -46,21 +46,39 @@ func NewVerifier(secrets ...[]byte) *Verifier {
 	return v
 }
 
-// Verify checks header, the value of X-Hub-Signature-256, against body, the
-// raw bytes as received. Meta signs its own serialisation (with \uXXXX
-// escapes), so the body must never be decoded or re-encoded before this
-// (docs/meta-webhooks.md 1.2). The comparison is constant-time. It returns nil,
-// ErrSignatureMissing, ErrSignatureMalformed or ErrBadSignature.
-func (v *Verifier) Verify(header, body []byte) error {
+// CheckHeader reports whether header can be a signature at all
+// (ErrSignatureMissing, ErrSignatureMalformed), before the body is read: a
+// request without one is refused without a byte of body memory held for
+// it (an unsigned slow upload held its announced size for the read's
+// timeout, and a few dozen of them all of it).
+func CheckHeader(header []byte) error {
+	var sum [sha256.Size]byte
+	return parseSignature(header, &sum)
+}
+
+// parseSignature reads header, "sha256=" and 64 hex digits, into sum.
+func parseSignature(header []byte, sum *[sha256.Size]byte) error {
 	if len(header) == 0 {
 		return ErrSignatureMissing
 	}
 	if len(header) != len(signaturePrefix)+2*sha256.Size || string(header[:len(signaturePrefix)]) != signaturePrefix {
 		return ErrSignatureMalformed
 	}
-	var want [sha256.Size]byte
-	if _, err := hex.Decode(want[:], header[len(signaturePrefix):]); err != nil {
+	if _, err := hex.Decode(sum[:], header[len(signaturePrefix):]); err != nil {
 		return ErrSignatureMalformed
+	}
+	return nil
+}
+
+// Verify checks header, the value of X-Hub-Signature-256, against body, the
+// raw bytes as received. Meta signs its own serialisation (with \uXXXX
+// escapes), so the body must never be decoded or re-encoded before this
+// (docs/meta-webhooks.md 1.2). The comparison is constant-time. It returns nil,
+// ErrSignatureMissing, ErrSignatureMalformed or ErrBadSignature.
+func (v *Verifier) Verify(header, body []byte) error {
+	var want [sha256.Size]byte
+	if err := parseSignature(header, &want); err != nil {
+		return err
 	}
 	ok := 0
 	// Every secret is tried, so that the time taken does not tell which one
