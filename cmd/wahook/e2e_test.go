@@ -530,6 +530,21 @@ FROM %s.status_events WHERE message_id != '' AND status IN ('sent', 'delivered',
 		!strings.Contains(out.String(), "Message undeliverable") || !strings.Contains(out.String(), "VERDICT") {
 		t.Errorf("table (exit %d):\n%s", code, out.String())
 	}
+	// The table says what the JSON marks: a funnel cut by its limit, and a
+	// throughput bucket cut by the range's end.
+	out.Reset()
+	if code := run(ctx, []string{"report", "funnel", "--clickhouse-dsn", ch.DSN, "--by", "number", "--limit", "1", "--from", from, "--to", to}, &out, io.Discard); code != 0 ||
+		!strings.Contains(out.String(), "(more rows: raise --limit)") {
+		t.Errorf("funnel by number, one row of several (exit %d):\n%s", code, out.String())
+	}
+	if minute := at.UTC().Truncate(time.Minute); at.Sub(minute) < 59*time.Second {
+		out.Reset()
+		cut := minute.Add(59 * time.Second).Format(time.RFC3339)
+		if code := run(ctx, []string{"report", "throughput", "--clickhouse-dsn", ch.DSN, "--phone-number-id", number, "--from", minute.Format(time.RFC3339), "--to", cut}, &out, io.Discard); code != 0 ||
+			!strings.Contains(out.String(), minute.Format(time.RFC3339)+" (partial)") {
+			t.Errorf("throughput to %s (exit %d):\n%s", cut, code, out.String())
+		}
+	}
 	var errOut bytes.Buffer
 	if code := run(ctx, []string{"report", "errors", "--clickhouse-dsn", ch.DSN, "--group-by", "planet"}, io.Discard, &errOut); code != 2 ||
 		!strings.Contains(errOut.String(), "--group-by") {

@@ -166,17 +166,28 @@ func writeTable(w io.Writer, res any) error {
 			defer fmt.Fprintln(w, "(more rows: raise --limit)")
 		}
 	case *api.Funnel:
-		fmt.Fprintf(w, "funnel by %s, messages first seen %s to %s\n\n", r.By, r.From.Format(time.RFC3339), r.To.Format(time.RFC3339))
+		asOf := "resolved at query time"
+		if r.AsOf != nil {
+			asOf = "as of " + r.AsOf.Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "funnel by %s, messages first seen %s to %s (%s)\n\n", r.By, r.From.Format(time.RFC3339), r.To.Format(time.RFC3339), asOf)
 		row(strings.ToUpper(r.By), "MESSAGES", "SENT", "DELIVERED", "READ", "FAILED", "DELIVER P50/P95 s", "READ P50/P95 s")
 		for _, x := range r.Rows {
 			row(orDash(x.Key), x.Messages, x.Sent, x.Delivered, x.Read, x.Failed, durations(x.ToDeliver), durations(x.ToRead))
+		}
+		if r.Truncated {
+			defer fmt.Fprintln(w, "(more rows: raise --limit)")
 		}
 	case *api.Throughput:
 		fmt.Fprintf(w, "number %s, tier %d mps (%s): %d inbound, %d outbound, average %.2f mps, peak %.2f mps (%.0f%% of tier)\n\n",
 			r.PhoneNumberID, r.TierMPS, r.TierSource, r.Inbound, r.Outbound, r.AverageMPS, r.PeakMPS, 100*r.PeakUtilization)
 		row("TIME", "INBOUND", "OUTBOUND", "MPS", "TIER", "UTILIZATION")
 		for _, p := range r.Points {
-			row(p.Time.Format(time.RFC3339), p.Inbound, p.Outbound, strconv.FormatFloat(p.MPS, 'f', 2, 64), p.TierMPS, fmt.Sprintf("%.1f%%", 100*p.Utilization))
+			at := p.Time.Format(time.RFC3339)
+			if p.Partial {
+				at += " (partial)"
+			}
+			row(at, p.Inbound, p.Outbound, strconv.FormatFloat(p.MPS, 'f', 2, 64), p.TierMPS, fmt.Sprintf("%.1f%%", 100*p.Utilization))
 		}
 	case *api.Numbers:
 		row("NUMBER", "WABA", "TIER", "SOURCE", "QUALITY", "MESSAGING LIMIT", "LAST UPGRADE", "LAST CHANGE")
