@@ -24,6 +24,7 @@ type apiOptions struct {
 	tokens  stringList
 	proxies stringList
 	tiers   *stringList // --number-tier, shared with the pacing options
+	levels  *tierLevels // --tier-default, --tier-upgraded, --tier-coexistence, shared too
 	limits  map[string]*string
 	conns   connFlags
 }
@@ -59,6 +60,7 @@ func (o *apiOptions) register(f *flags) {
 		o.conns.register(f, "api-", "the query API")
 		f.IntVar(&o.cfg.MaxNumbersPerToken, "api-max-numbers-per-token", o.cfg.MaxNumbersPerToken, "distinct phone number ids one token may report send results for, per API process (0: no bound); past it a document is refused 403 too_many_numbers")
 		registerNumberTier(f, &o.tiers)
+		registerTierLevels(f, &o.levels)
 	})
 }
 
@@ -126,6 +128,9 @@ func (o *apiOptions) build() error {
 
 func (o *apiOptions) tierOverrides() (api.Tiers, error) {
 	t := api.DefaultTiers()
+	if l := o.levels; l != nil {
+		t.Default, t.Upgraded, t.Coexistence = l.Default, l.Upgraded, l.Coexistence
+	}
 	ov, err := parseTierOverrides(*o.tiers)
 	t.Overrides = ov
 	return t, err

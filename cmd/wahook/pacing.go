@@ -22,6 +22,7 @@ import (
 type pacingOptions struct {
 	cfg      stage2.Config
 	tiers    *stringList // --number-tier, shared with the API's options
+	levels   *tierLevels // --tier-default, --tier-upgraded, --tier-coexistence, shared too
 	members  string
 	disabled bool
 }
@@ -30,9 +31,7 @@ func (o *pacingOptions) register(f *flags) {
 	f.Section("stage 2: pacing signal", func() {
 		o.cfg = stage2.DefaultConfig()
 		f.BoolVar(&o.disabled, "no-pacing", false, "run without stage 2 (no pacing signals in "+schema.BucketPacing+")")
-		f.IntVar(&o.cfg.Tiers.Default, "tier-default", o.cfg.Tiers.Default, "throughput tier of a number, messages per second (in and out together)")
-		f.IntVar(&o.cfg.Tiers.Upgraded, "tier-upgraded", o.cfg.Tiers.Upgraded, "tier of a number after THROUGHPUT_UPGRADE")
-		f.IntVar(&o.cfg.Tiers.Coexistence, "tier-coexistence", o.cfg.Tiers.Coexistence, "tier of a number also on the WhatsApp Business app")
+		registerTierLevels(f, &o.levels)
 		registerNumberTier(f, &o.tiers)
 		f.DurationVar(&o.cfg.Coalesce, "pacing-coalesce", o.cfg.Coalesce, fmt.Sprintf("least time between two writes of one number's signal (at most %s: the events a write carries are acked once it is stored)", o.cfg.AckWait/4))
 		f.DurationVar(&o.cfg.Refresh, "pacing-refresh", o.cfg.Refresh, "how often an active number's signal is written again while its rates change")
@@ -53,6 +52,7 @@ func (o *pacingOptions) build() error {
 		return err
 	}
 	o.cfg.Tiers.Overrides = ov
+	o.cfg.Tiers.Default, o.cfg.Tiers.Upgraded, o.cfg.Tiers.Coexistence = o.levels.Default, o.levels.Upgraded, o.levels.Coexistence
 	if o.members != "" {
 		o.cfg.Members = strings.Split(o.members, ",")
 	}
@@ -73,6 +73,49 @@ func registerNumberTier(f *flags, dst **stringList) {
 	*dst = new(stringList)
 	f.ListVar(*dst, "number-tier", "PHONE_NUMBER_ID=MPS: this number's throughput tier, whatever its webhooks say, in the pacing signal and the reports; repeat for several numbers")
 	f.ListVar(*dst, "tier-override", "the old spelling of --number-tier")
+}
+
+// tierLevels are the tiers of numbers by kind, the values of --tier-default,
+// --tier-upgraded and --tier-coexistence: one set per command, read by the
+// pacing signal and by the reports alike (serve's API took Meta's tiers
+// while its signal took the flags).
+type tierLevels struct{ Default, Upgraded, Coexistence int }
+
+// levelFlag is one of tierLevels' flags.
+type levelFlag struct {
+	levels *tierLevels
+	p      *int
+}
+
+func (v levelFlag) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return strconv.Itoa(*v.p)
+}
+
+func (v levelFlag) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return fmt.Errorf("%q is not a whole number of messages per second", s)
+	}
+	*v.p = n
+	return nil
+}
+
+// registerTierLevels defines the tier flags, or when the command has them
+// already (serve: the API's options and the pacing options), points dst at
+// theirs.
+func registerTierLevels(f *flags, dst **tierLevels) {
+	if fl := f.Lookup("tier-default"); fl != nil {
+		*dst = fl.Value.(levelFlag).levels
+		return
+	}
+	l := &tierLevels{Default: schema.TierDefaultMPS, Upgraded: schema.TierUpgradedMPS, Coexistence: schema.TierCoexistenceMPS}
+	*dst = l
+	f.Var(levelFlag{l, &l.Default}, "tier-default", "throughput tier of a number, messages per second (in and out together), in the pacing signal and the reports")
+	f.Var(levelFlag{l, &l.Upgraded}, "tier-upgraded", "tier of a number after THROUGHPUT_UPGRADE")
+	f.Var(levelFlag{l, &l.Coexistence}, "tier-coexistence", "tier of a number also on the WhatsApp Business app")
 }
 
 // tierFlag names the flag in errors, with its old spelling.

@@ -81,3 +81,44 @@ func TestNumberTierOneFlag(t *testing.T) {
 		t.Fatalf("pacing %v, reports %v, want both %v", pco.cfg.Tiers.Overrides, tiers.Overrides, want)
 	}
 }
+
+// TestTierLevelsShared: --tier-default, --tier-upgraded and
+// --tier-coexistence reach the pacing signal and serve's reports alike
+// (the API took Meta's tiers while the signal took the flags), in either
+// order of registration, from the flags or their variables; wahook api and
+// report take them too.
+func TestTierLevelsShared(t *testing.T) {
+	for _, apiFirst := range []bool{true, false} {
+		f := newFlags("serve", io.Discard)
+		var ao apiOptions
+		var pco pacingOptions
+		if apiFirst {
+			ao.register(f)
+			pco.register(f)
+		} else {
+			pco.register(f)
+			ao.register(f)
+		}
+		t.Setenv("WAHOOK_TIER_COEXISTENCE", "15")
+		if err := f.Parse([]string{"--tier-default", "250", "--tier-upgraded", "2000", "--api-token", "a-long-enough-token"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := pco.build(); err != nil {
+			t.Fatal(err)
+		}
+		tiers, err := ao.tierOverrides()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := pco.cfg.Tiers
+		if p.Default != 250 || p.Upgraded != 2000 || p.Coexistence != 15 || tiers.Default != 250 || tiers.Upgraded != 2000 || tiers.Coexistence != 15 {
+			t.Errorf("API first %v: pacing %+v, reports %+v; want 250, 2000 and 15 in both", apiFirst, p, tiers)
+		}
+	}
+	if code, _, errOut := runCmd(t, "api", "--check", "--api-token", "a-long-enough-token", "--tier-default", "fast"); code != 2 || !strings.Contains(errOut, "tier-default") {
+		t.Errorf("api --tier-default fast: exit %d: %s", code, errOut)
+	}
+	if code, out, errOut := runCmd(t, "report", "numbers", "--check", "--tier-default", "250"); code != 0 {
+		t.Errorf("report --tier-default 250: exit %d: %s %s", code, out, errOut)
+	}
+}

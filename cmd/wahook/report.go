@@ -58,6 +58,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	f.BoolVar(&asJSON, "json", false, "print the API's JSON instead of a table")
 	tenantWabas := f.String("tenant-waba", "", "answer as a token scoped to these WABA ids sees it (comma-separated): their numbers only, not_found for any other")
 	registerNumberTier(f, &ao.tiers)
+	registerTierLevels(f, &ao.levels)
 	if err := f.Parse(args[1:]); err != nil {
 		return err
 	}
