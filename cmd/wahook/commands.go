@@ -19,14 +19,14 @@ func commands() map[string]command {
 	return map[string]command{
 		"serve":    {"run everything in one process on an embedded NATS JetStream", runServe},
 		"ingest":   {"run only the webhook endpoint, against external NATS", runIngest},
-		"process":  {"run stage 1 alone against external NATS: RAW bodies to ClickHouse rows and EVENTS", runProcess},
+		"process":  {"run the processors against external NATS, without the webhook endpoint: stage 1 (RAW bodies to ClickHouse rows and EVENTS), the funnel resolver and stage 2 (the pacing signal)", runProcess},
 		"replay":   {"feed RAW history through stage 1 again (--since); counts come out as if never replayed", runReplay},
 		"migrate":  {"create or update the JetStream streams and the ClickHouse schema, then exit", runMigrate},
 		"version":  {"print the version", runVersion},
 		"loadtest": {"send signed webhook traffic to an endpoint on this machine and report latency and Meta's verdict", runLoadtest},
 		"sizing":   {"webhook rates, JetStream and ClickHouse storage, and instances for a sending volume", runSizing},
 		"api":      {"run the query API alone against ClickHouse", runAPI},
-		"report":   {"answer a report (errors, funnel, throughput, numbers, dead-letters) from ClickHouse, as the API does", runReport},
+		"report":   {"answer a report (errors, funnel, throughput, numbers, dead-letters, error-codes) from ClickHouse, as the API does", runReport},
 		"simulate": {"serve a Meta Cloud API simulator on loopback that answers sends as Meta does and posts signed webhooks (a test harness)", runSimulate},
 	}
 }

@@ -29,7 +29,7 @@ func runProcess(ctx context.Context, args []string, stdout, stderr io.Writer) (e
 	rto.register(f)
 	f.StringVar(&dataDir, "data-dir", "./data", "where serve keeps the phone hash key, read when --phone-hash-key is not set")
 	listen := f.String("listen", ":8082", "address of /healthz, /readyz and /metrics")
-	replicas := f.Int("replicas", 1, "replicas of the streams and buckets stage 1 creates")
+	replicas := f.Int("replicas", 1, "replicas of the KV buckets the stages create (numbers, leases, pacing, cool-downs); WAHOOK_EVENTS takes --events-replicas")
 	if err := f.Parse(args); err != nil {
 		return err
 	}

@@ -26,7 +26,7 @@ var reportFlags = []struct{ name, usage string }{
 	{"campaign", "campaigns (biz_opaque_callback_data), comma-separated"},
 	{"code", "error codes, comma-separated (errors)"},
 	{"class", "error classes, comma-separated (errors)"},
-	{"origin", "status, value, inbound or send_result (errors)"},
+	{"origin", "status, value, inbound, history, call, echo or send_result (errors)"},
 	{"group-by", "errors: code, class, number, waba, template, campaign, origin (default code)"},
 	{"step", "errors: 1m, 1h or 1d; throughput: 1s or 1m (default 1m)"},
 	{"by", "funnel: campaign, template, number, waba or total (default campaign)"},
