@@ -78,6 +78,17 @@ func TestCheckAndEnvironment(t *testing.T) {
 	if code, _, errOut := runCmd(t, "serve", "--check", "--raw-replicas", "9"); code != 2 || !strings.Contains(errOut, "replicas") {
 		t.Fatalf("bad replicas: code %d, %q", code, errOut)
 	}
+	// More replicas than the embedded server's one copy: refused at the
+	// check (the start-up retried the stream for ever, never listening);
+	// with NATS servers of one's own, taken.
+	for _, flag := range []string{"--raw-replicas", "--events-replicas", "--kv-replicas"} {
+		if code, _, errOut := runCmd(t, "serve", "--check", flag, "3"); code != 2 || !strings.Contains(errOut, flag+" 3: the embedded NATS server keeps one copy") {
+			t.Errorf("%s 3 on the embedded server: code %d, %q; want 2", flag, code, errOut)
+		}
+		if code, out, errOut := runCmd(t, "serve", "--check", "--nats-url", "nats://127.0.0.1:4222", flag, "3"); code != 0 || !strings.Contains(out, "configuration ok") {
+			t.Errorf("%s 3 with --nats-url: code %d, %q %q; want 0", flag, code, out, errOut)
+		}
+	}
 	if code, _, errOut := runCmd(t, "serve", "--check", "--raw-duplicate-window", "1s"); code != 2 || !strings.Contains(errOut, "shorter than the ack timeout") {
 		t.Fatalf("stream window under the ack timeout: code %d, %q", code, errOut)
 	}

@@ -70,6 +70,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		if err := payloadFits(io_.cfg.BodyLimit, embeddedMaxPayload, "the embedded server carries no more; lower --body-limit, or run NATS servers with a larger max_payload (--nats-url)"); err != nil {
 			return fmt.Errorf("%w: %w", errUsage, err)
 		}
+		// One embedded server holds one copy: a stream or bucket of more
+		// replicas is refused by it at every try, and serve never listened
+		// (its start-up retried for ever).
+		for _, r := range []struct {
+			flag string
+			n    int
+		}{{"--raw-replicas", io_.stream.Replicas}, {"--events-replicas", po.events.Replicas}, {"--kv-replicas", kvr.or(io_.stream.Replicas)}} {
+			if r.n > 1 {
+				return fmt.Errorf("%w: %s %d: the embedded NATS server keeps one copy; more replicas need a NATS cluster (--nats-url)", errUsage, r.flag, r.n)
+			}
+		}
 	}
 	log, err := commandLogger(f, logo, stdout, stderr)
 	if log == nil || err != nil {
