@@ -93,7 +93,7 @@ func TestPacingBucketTTL(t *testing.T) {
 	if _, err := h.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: schema.BucketPacing, History: 1}); err != nil {
 		t.Fatal(err)
 	}
-	kv, _, _, err := ensureBuckets(ctx, h.js, 1, 48*time.Hour)
+	kv, _, _, err := ensureBuckets(ctx, h.js, 1, 48*time.Hour, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,6 +103,21 @@ func TestPacingBucketTTL(t *testing.T) {
 	}
 	if st.TTL() != 48*time.Hour {
 		t.Fatalf("TTL of %s: %s, want 48h", schema.BucketPacing, st.TTL())
+	}
+	// wahook migrate, which has no --pacing-ttl, leaves the TTL stage 2
+	// gave the bucket (it set its default back at every run); stage 2
+	// gives its own again.
+	if err := EnsureBuckets(ctx, h.js, 1, 720*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if st, err = kv.Status(ctx); err != nil || st.TTL() != 48*time.Hour {
+		t.Fatalf("TTL after migrate: %v (%v), want 48h kept", st.TTL(), err)
+	}
+	if kv, _, _, err = ensureBuckets(ctx, h.js, 1, 24*time.Hour, true); err != nil {
+		t.Fatal(err)
+	}
+	if st, err = kv.Status(ctx); err != nil || st.TTL() != 24*time.Hour {
+		t.Fatalf("TTL after stage 2 with 24h: %v (%v)", st.TTL(), err)
 	}
 }
 

@@ -23,7 +23,7 @@ const cooldownMarkerTTL = time.Minute
 // TTL, nats-server 2.11 and later); on an older server it keeps every key
 // for the longest cool-down instead, and readers go by the value's until.
 // It reports whether the cool-down bucket has per-key expiry.
-func ensureBuckets(ctx context.Context, js jetstream.JetStream, replicas int, signalTTL time.Duration) (pacingKV, cooldownKV jetstream.KeyValue, keyTTL bool, err error) {
+func ensureBuckets(ctx context.Context, js jetstream.JetStream, replicas int, signalTTL time.Duration, setTTL bool) (pacingKV, cooldownKV jetstream.KeyValue, keyTTL bool, err error) {
 	pcfg := jetstream.KeyValueConfig{
 		Bucket:      schema.BucketPacing,
 		Description: "wahook: pacing signal per business number (schema.PacingSignal)",
@@ -35,9 +35,16 @@ func ensureBuckets(ctx context.Context, js jetstream.JetStream, replicas int, si
 	if pacingKV, err = kvbucket.Ensure(ctx, js, pcfg); err != nil {
 		return nil, nil, false, err
 	}
-	// A bucket made by an earlier version keeps every signal for ever:
-	// give it the TTL (its other settings stay as they are).
-	if st, err := pacingKV.Status(ctx); err == nil && st.TTL() != signalTTL {
+	// Stage 2 gives an existing bucket its --pacing-ttl (setTTL); migrate,
+	// which has no such flag, only one made by an earlier version, which
+	// keeps every signal for ever (it set the default back at every run,
+	// until stage 2 started again). The bucket keeps its replica count:
+	// the update took --replicas, 1 by default, and moved an R3 bucket to
+	// one copy at every start.
+	if st, err := pacingKV.Status(ctx); err == nil && st.TTL() != signalTTL && (setTTL || st.TTL() == 0) {
+		if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+			pcfg.Replicas = bs.StreamInfo().Config.Replicas
+		}
 		if kv, err := js.UpdateKeyValue(ctx, pcfg); err == nil {
 			pacingKV = kv
 		}
@@ -97,8 +104,9 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, c Config) (jets
 // EnsureBuckets creates the pacing signal and pair cool-down buckets with
 // replicas copies (and the signals' TTL) when they are absent, for wahook
 // migrate; an existing bucket keeps its replica count (migrate applies a
-// changed one to the bucket's stream).
+// changed one to the bucket's stream) and its TTL (stage 2's
+// --pacing-ttl), but for one that has none.
 func EnsureBuckets(ctx context.Context, js jetstream.JetStream, replicas int, signalTTL time.Duration) error {
-	_, _, _, err := ensureBuckets(ctx, js, replicas, signalTTL)
+	_, _, _, err := ensureBuckets(ctx, js, replicas, signalTTL, false)
 	return err
 }

@@ -111,7 +111,7 @@ func (s *Stage2) Run(ctx context.Context) error {
 		return nil
 	}
 	if !s.retry(ctx, "pacing buckets", func() (err error) {
-		s.pacingKV, s.cooldownKV, s.keyTTL, err = ensureBuckets(ctx, s.js, s.cfg.Replicas, s.cfg.SignalTTL)
+		s.pacingKV, s.cooldownKV, s.keyTTL, err = ensureBuckets(ctx, s.js, s.cfg.Replicas, s.cfg.SignalTTL, true)
 		return err
 	}) {
 		return nil
