@@ -630,3 +630,47 @@ func noReplayConsumers(t *testing.T, js jetstream.JetStream) {
 		t.Errorf("consumers of %s after the replay: %v, want none", schema.StreamRaw, names)
 	}
 }
+
+// failAtStop is a writer whose writes wait for stopping, then fail as an
+// outage does.
+type failAtStop struct {
+	processor.Writer
+	writing  chan struct{}
+	once     sync.Once
+	stopping chan struct{}
+}
+
+func (w *failAtStop) Write(ctx context.Context, rows *schema.Rows) error {
+	w.once.Do(func() { close(w.writing) })
+	<-w.stopping
+	return fmt.Errorf("clickhouse away: %w", nats.ErrConnectionClosed)
+}
+
+// TestStopWithLastBatchNotStored: stage 1 stopped while its last batch
+// cannot be stored says so in its error (the process exits 1, naming the
+// step); it returned nil, and the stop was logged as "last batch written".
+// The bodies are nak'ed, back at the next start.
+func TestStopWithLastBatchNotStored(t *testing.T) {
+	p := newPipeline(t, schematest.ClickHouse(t))
+	w := &failAtStop{writing: make(chan struct{}), stopping: make(chan struct{})}
+	p.faults = func(inner processor.Writer) processor.Writer { w.Writer = inner; return w }
+	p.start()
+	p.publish("default", statusBody("107655290331184", "15557810001", "wamid.last", 1781514312))
+	select {
+	case <-w.writing:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no write of the batch")
+	}
+	p.cancel()
+	close(w.stopping)
+	var err error
+	select {
+	case err = <-p.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("stage 1 did not return")
+	}
+	p.running, p.cancel = 0, nil
+	if err == nil || !strings.Contains(err.Error(), "last batch not stored") || !errors.Is(err, nats.ErrConnectionClosed) {
+		t.Fatalf("stage 1 stopped with its last batch refused: %v", err)
+	}
+}

@@ -161,8 +161,9 @@ const writerPoll = 5 * time.Millisecond
 // milliseconds whatever the ClickHouse batching (and while ClickHouse is
 // down); a batch is handed to the writer once
 // JetStream holds its events, and its bodies are acked once ClickHouse
-// holds its rows too.
-func (s *Stage1) Run(ctx context.Context) error {
+// holds its rows too. On stop, Run writes the batch it holds and returns;
+// an error when that batch could not be stored (its bodies nak'ed).
+func (s *Stage1) Run(ctx context.Context) (err error) {
 	it := s.open(ctx)
 	if it == nil {
 		return nil
@@ -188,11 +189,17 @@ func (s *Stage1) Run(ctx context.Context) error {
 	full, empty := make(chan *batch), make(chan *batch, 1)
 	empty <- &batch{}
 	writerDone := make(chan struct{})
+	// stopErr is the error of a batch not stored once ctx has ended: its
+	// bodies are nak'ed, back at the next start, and the stop says so (it
+	// said the last batch was written, and exited 0).
+	var stopErr error
 	go func() {
 		defer close(writerDone)
 		for b := range full {
 			start := time.Now()
-			s.flush(ctx, b)
+			if err := s.flush(ctx, b); err != nil && ctx.Err() != nil {
+				stopErr = err
+			}
 			s.lastWrite = time.Since(start)
 			empty <- b
 		}
@@ -232,6 +239,9 @@ func (s *Stage1) Run(ctx context.Context) error {
 		}
 		close(full)
 		<-writerDone
+		if stopErr != nil && err == nil {
+			err = fmt.Errorf("stopped with its last batch not stored (its bodies stay in %s, read again at the next start): %w", schema.StreamRaw, stopErr)
+		}
 	}()
 	maxAge := s.cfg.AckWait / 4
 	var nextSweep time.Time // now: at start
@@ -442,7 +452,7 @@ func SourceOf(msg jetstream.Msg) schema.Source {
 // nak'ed with a growing delay instead, so they come back, and flush waits
 // that delay before it takes the next batch (which meanwhile grows to its
 // limits, see Run).
-func (s *Stage1) flush(runCtx context.Context, b *batch) {
+func (s *Stage1) flush(runCtx context.Context, b *batch) error {
 	// A stop does not cut a write short (that would waste it and leave its
 	// bodies for redelivery): the write has its own deadline, well inside
 	// AckWait, so a hung ClickHouse cannot hold bodies past it either.
@@ -462,7 +472,7 @@ func (s *Stage1) flush(runCtx context.Context, b *batch) {
 			s.requeueHeld(&b.numbers)
 			s.isolate(runCtx, b.msgs, err)
 			b.reset()
-			return
+			return nil
 		}
 		delay := s.backoff
 		s.backoff = min(2*s.backoff, s.cfg.BackoffMax)
@@ -474,7 +484,7 @@ func (s *Stage1) flush(runCtx context.Context, b *batch) {
 		s.requeueHeld(&b.numbers)
 		b.reset()
 		sleep(runCtx, delay)
-		return
+		return err
 	}
 	if err := s.settleNumbers(ctx, &b.rows, &b.numbers); err != nil {
 		// The rows are stored, and stored again harmlessly when the bodies
@@ -490,7 +500,7 @@ func (s *Stage1) flush(runCtx context.Context, b *batch) {
 		s.requeueHeld(&b.numbers)
 		b.reset()
 		sleep(runCtx, delay)
-		return
+		return err
 	}
 	s.backoff = s.cfg.BackoffMin
 	s.stored(b.msgs)
@@ -503,6 +513,7 @@ func (s *Stage1) flush(runCtx context.Context, b *batch) {
 	}
 	s.metrics.observe(b, time.Since(start))
 	b.reset()
+	return nil
 }
 
 // extend resets the ack timer of the batch's bodies when they may have
