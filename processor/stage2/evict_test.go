@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -186,9 +187,21 @@ func TestDecisionAckedAfterItsWrite(t *testing.T) {
 	if ci := info.CachedInfo(); ci.AckFloor.Stream >= 1 && ci.NumAckPending == 0 {
 		t.Fatalf("the upgrade was acked while its write failed: %+v", ci.AckFloor)
 	}
-	// The process dies with the upgrade in memory only; the next one
-	// provisions the bucket again and gets the upgrade redelivered.
-	h.restart()
+	// The process stops with the upgrade in memory only, and says so; the
+	// next one provisions the bucket again and gets the upgrade
+	// redelivered.
+	h.stop()
+	h.stop = nil
+	select {
+	case err := <-h.done:
+		if err == nil || !strings.Contains(err.Error(), "1 signal(s) not written") {
+			t.Errorf("Run, stopped with the write failing: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	h.sent.Store(0)
+	h.run()
 	h.waitSignal("5001", "upgrade after the restart", func(s schema.PacingSignal) bool { return s.TierMPS == 1000 })
 }
 

@@ -248,8 +248,11 @@ func (s *Stage2) runGroup(ctx context.Context) error {
 	// the watchers (pcgroups' and ownership's) end with ctx too, and may be
 	// seen first.
 	stop := func(err error) error {
-		s.w.flush(context.Background(), time.Now(), true)
+		ferr := s.lastFlush()
 		if ctx.Err() != nil {
+			if ferr != nil {
+				return ferr
+			}
 			s.log.Info("stage 2 stopped")
 			return nil
 		}

@@ -186,8 +186,28 @@ func (s *Stage2) Run(ctx context.Context) error {
 			break
 		}
 	}
-	s.w.flush(context.Background(), time.Now(), true)
+	if err := s.lastFlush(); err != nil {
+		return err
+	}
 	s.log.Info("stage 2 stopped")
+	return nil
+}
+
+// lastFlush writes every pending signal, on stop. A write that failed
+// marked its number again: its signal is not in the KV, and the events it
+// holds are not acked (applied again at the next start). The stop says so
+// (it returned nil, and the process exited 0).
+func (s *Stage2) lastFlush() error {
+	s.w.flush(context.Background(), time.Now(), true)
+	n := 0
+	for _, d := range s.w.dirty {
+		if d.dirty && !d.gone {
+			n++
+		}
+	}
+	if n > 0 {
+		return fmt.Errorf("stopped with %d signal(s) not written to %s (their events stay unacked in %s, applied again at the next start)", n, schema.BucketPacing, schema.StreamEvents)
+	}
 	return nil
 }
 

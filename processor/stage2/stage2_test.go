@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -694,5 +695,35 @@ func TestPruneCooldownRetries(t *testing.T) {
 	s.pruneCooldownRetries(now)
 	if _, kept := s.cooldownRetry["recent"]; !kept || len(s.cooldownRetry) != 1 {
 		t.Fatalf("after pruning: %d ids, the recent one kept %v; want it alone", len(s.cooldownRetry), kept)
+	}
+}
+
+// TestStopWithSignalsNotWritten: a stop whose last writes of the signals
+// fail (the pacing bucket gone) returns an error naming how many numbers'
+// signals were not written; it returned nil, and the process exited 0.
+// Their events stay unacked, applied again at the next start.
+func TestStopWithSignalsNotWritten(t *testing.T) {
+	h := start(t, sec(22), nil)
+	h.sent1("8101", "before", sec(10))
+	h.flushed()
+	h.waitSignal("8101", "the first signal", func(s schema.PacingSignal) bool { return s.Observed.S60 > 0 })
+	if err := h.js.DeleteKeyValue(context.Background(), schema.BucketPacing); err != nil {
+		t.Fatal(err)
+	}
+	h.sent1("8101", "after", sec(11))
+	h.flushed()
+	h.eventually("a write refused", func() (bool, string) {
+		n := metricValue(h.s.m.writeFails.WithLabelValues(schema.BucketPacing))
+		return n >= 1, fmt.Sprintf("failed writes %v", n)
+	})
+	h.stop()
+	h.stop = nil
+	select {
+	case err := <-h.done:
+		if err == nil || !strings.Contains(err.Error(), "1 signal(s) not written") {
+			t.Errorf("Run: %v, want the signal not written said", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not return")
 	}
 }
