@@ -79,11 +79,21 @@ func (f *flags) Parse(args []string) error {
 	if f.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, f.Arg(0))
 	}
+	// A flag given on the command line wins over the variables of every
+	// spelling of it (--number-tier and its old spelling --tier-override
+	// share one value): WAHOOK_TIER_OVERRIDE was added to --number-tier's
+	// items, or refused as given twice.
 	given := map[string]bool{}
-	f.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	givenValue := map[flag.Value]bool{}
+	f.Visit(func(fl *flag.Flag) {
+		given[fl.Name] = true
+		if sharedValue(fl.Value) {
+			givenValue[fl.Value] = true
+		}
+	})
 	var err error
 	f.VisitAll(func(fl *flag.Flag) {
-		if err != nil || given[fl.Name] {
+		if err != nil || given[fl.Name] || sharedValue(fl.Value) && givenValue[fl.Value] {
 			return
 		}
 		env := EnvName(fl.Name)
@@ -131,6 +141,14 @@ func (f *flags) Parse(args []string) error {
 		}
 	})
 	return err
+}
+
+// sharedValue reports whether v is a value two spellings of a flag may
+// share (a list's), and so a map key: the standard library's values are
+// pointers, but not every Value need be comparable.
+func sharedValue(v flag.Value) bool {
+	_, ok := v.(*stringList)
+	return ok
 }
 
 // splitItems splits one comma-separated value of list flag name into its

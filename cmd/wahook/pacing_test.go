@@ -122,3 +122,39 @@ func TestTierLevelsShared(t *testing.T) {
 		t.Errorf("report --tier-default 250: exit %d: %s %s", code, out, errOut)
 	}
 }
+
+// TestNumberTierFlagWinsOverTheOldVariable: --number-tier on the command
+// line wins over WAHOOK_TIER_OVERRIDE, the variable of its old spelling, as
+// a flag wins over its variable (its items were added to the flag's, or
+// refused as given twice).
+func TestNumberTierFlagWinsOverTheOldVariable(t *testing.T) {
+	t.Setenv("WAHOOK_TIER_OVERRIDE", "2001=20,1065=30")
+	f := newFlags("serve", io.Discard)
+	var ao apiOptions
+	var pco pacingOptions
+	ao.register(f)
+	pco.register(f)
+	if err := f.Parse([]string{"--number-tier", "1065=1000", "--api-token", "a-long-enough-token"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pco.build(); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(pco.cfg.Tiers.Overrides); got != fmt.Sprint(map[string]int{"1065": 1000}) {
+		t.Errorf("overrides %s, want only the flag's 1065=1000", got)
+	}
+	// Without the flag, the variable applies.
+	f = newFlags("serve", io.Discard)
+	ao, pco = apiOptions{}, pacingOptions{}
+	ao.register(f)
+	pco.register(f)
+	if err := f.Parse([]string{"--api-token", "a-long-enough-token"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pco.build(); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(pco.cfg.Tiers.Overrides); got != fmt.Sprint(map[string]int{"2001": 20, "1065": 30}) {
+		t.Errorf("overrides %s from the variable alone", got)
+	}
+}
