@@ -143,6 +143,14 @@ func (f *flags) Parse(args []string) error {
 	return err
 }
 
+// givenOnCommandLine reports whether flag name was given on f's command
+// line (not by its variable).
+func givenOnCommandLine(f *flags, name string) bool {
+	given := false
+	f.Visit(func(fl *flag.Flag) { given = given || fl.Name == name })
+	return given
+}
+
 // sharedValue reports whether v is a value two spellings of a flag may
 // share (a list's), and so a map key: the standard library's values are
 // pointers, but not every Value need be comparable.

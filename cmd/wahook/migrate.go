@@ -54,6 +54,12 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err := po.validate(); err != nil {
 			return err
 		}
+	} else if !givenOnCommandLine(f, "clickhouse-dsn") {
+		// Skipping ClickHouse is asked for on the command line: an empty
+		// variable (compose's ${X:-}, a Secret's empty key) skipped the
+		// schema and exited 0, and the upgrade's "migrate first" was not
+		// done.
+		return fmt.Errorf("%w: %s is set but empty: give the DSN, or --clickhouse-dsn '' to migrate JetStream alone", errUsage, EnvName("clickhouse-dsn"))
 	}
 	log, err := commandLogger(f, logo, stdout, stderr)
 	if log == nil || err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -64,5 +65,18 @@ func TestLeaseTransient(t *testing.T) {
 	}
 	if refused := (&jetstream.APIError{Code: 400, ErrorCode: 10052}); transientOrMoving(refused) {
 		t.Errorf("%v: tried again", refused)
+	}
+}
+
+// TestMigrateEmptyDSNVariable: an empty WAHOOK_CLICKHOUSE_DSN (compose's
+// ${X:-}, a Secret's empty key) is refused: it skipped the schema and
+// exited 0. Skipping ClickHouse is asked for on the command line.
+func TestMigrateEmptyDSNVariable(t *testing.T) {
+	t.Setenv("WAHOOK_CLICKHOUSE_DSN", "")
+	if code, _, errOut := runCmd(t, "migrate", "--check"); code != 2 || !strings.Contains(errOut, "WAHOOK_CLICKHOUSE_DSN is set but empty") {
+		t.Errorf("migrate with an empty variable: exit %d: %s", code, errOut)
+	}
+	if code, out, errOut := runCmd(t, "migrate", "--check", "--clickhouse-dsn", ""); code != 0 || !strings.Contains(out, "configuration ok") {
+		t.Errorf("migrate --clickhouse-dsn '': exit %d: %s %s", code, out, errOut)
 	}
 }
