@@ -194,7 +194,7 @@ func TestDecisionAckedAfterItsWrite(t *testing.T) {
 	h.stop = nil
 	select {
 	case err := <-h.done:
-		if err == nil || !strings.Contains(err.Error(), "1 signal(s) not written") {
+		if err == nil || !strings.Contains(err.Error(), "stopped with signals not written: 1 signal(s) not written") {
 			t.Errorf("Run, stopped with the write failing: %v", err)
 		}
 	case <-time.After(15 * time.Second):

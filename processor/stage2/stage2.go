@@ -127,7 +127,7 @@ func (s *Stage2) Run(ctx context.Context) error {
 		for wait := restartMin; ; wait = min(2*wait, restartMax) {
 			err := s.runGroup(ctx)
 			var ce *consumeError
-			if err == nil || errors.Is(err, errPartitionsFixed) {
+			if err == nil || errors.Is(err, errPartitionsFixed) || errors.Is(err, errSignalsNotWritten) {
 				return err
 			}
 			if !errors.As(err, &ce) {
@@ -206,10 +206,15 @@ func (s *Stage2) lastFlush() error {
 		}
 	}
 	if n > 0 {
-		return fmt.Errorf("stopped with %d signal(s) not written to %s (their events stay unacked in %s, applied again at the next start)", n, schema.BucketPacing, schema.StreamEvents)
+		return fmt.Errorf("%w: %d signal(s) not written to %s (their events stay unacked in %s, applied again at the next start)", errSignalsNotWritten, n, schema.BucketPacing, schema.StreamEvents)
 	}
 	return nil
 }
+
+// errSignalsNotWritten is lastFlush's error: Run returns it as it is, in a
+// group too (where any other error of a member's run is a reason to join
+// again).
+var errSignalsNotWritten = errors.New("stopped with signals not written")
 
 // retry runs f until it succeeds (true) or ctx ends (false), waiting
 // restartMin doubling to restartMax between tries, each failure logged.
