@@ -89,7 +89,7 @@ type appRoute struct {
 }
 
 // refuseSignature counts a request refused for its signature, by why.
-func (s *Server) refuseSignature(r *appRoute, err error) {
+func (r *appRoute) refuseSignature(err error) {
 	r.metrics.badSignature.Inc()
 	switch {
 	case errors.Is(err, ErrSignatureMissing):
@@ -371,8 +371,9 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 	// size of the body memory until it came (an unsigned slow upload, a
 	// few dozen of which took all of it, and Meta's larger webhooks got
 	// 503s meanwhile).
-	if err := CheckHeader(c.Request().Header.Peek(schema.SignatureHeader)); err != nil {
-		s.refuseSignature(r, err)
+	var sig [sha256.Size]byte
+	if err := parseSignature(c.Request().Header.Peek(schema.SignatureHeader), &sig); err != nil {
+		r.refuseSignature(err)
 		c.Context().SetConnectionClose() // the body may follow, unread
 		return c.Status(fiber.StatusUnauthorized).SendString(err.Error())
 	}
@@ -406,8 +407,9 @@ func (s *Server) handleNotification(c *fiber.Ctx) error {
 		defer release()
 		deadline = time.Now().Add(s.cfg.AckTimeout)
 	}
-	if err := r.verifier.Verify(c.Request().Header.Peek(schema.SignatureHeader), body); err != nil {
-		s.refuseSignature(r, err)
+	// The signature read before the body, checked against it.
+	if err := r.verifier.verifySum(&sig, body); err != nil {
+		r.refuseSignature(err)
 		return c.Status(fiber.StatusUnauthorized).SendString(err.Error())
 	}
 	// The body's SHA-256: the key of the duplicate index, and in hex its

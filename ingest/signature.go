@@ -46,17 +46,12 @@ func NewVerifier(secrets ...[]byte) *Verifier {
 	return v
 }
 
-// CheckHeader reports whether header can be a signature at all
-// (ErrSignatureMissing, ErrSignatureMalformed), before the body is read: a
-// request without one is refused without a byte of body memory held for
-// it (an unsigned slow upload held its announced size for the read's
-// timeout, and a few dozen of them all of it).
-func CheckHeader(header []byte) error {
-	var sum [sha256.Size]byte
-	return parseSignature(header, &sum)
-}
-
-// parseSignature reads header, "sha256=" and 64 hex digits, into sum.
+// parseSignature reads header, "sha256=" and 64 hex digits, into sum:
+// ErrSignatureMissing or ErrSignatureMalformed when it cannot be a
+// signature. The endpoint reads it before the body, so that a request
+// without one holds no body memory (an unsigned slow upload held its
+// announced size for the read's timeout, and a few dozen of them all of
+// it), and checks the body against it once the body is here (verifySum).
 func parseSignature(header []byte, sum *[sha256.Size]byte) error {
 	if len(header) == 0 {
 		return ErrSignatureMissing
@@ -80,6 +75,12 @@ func (v *Verifier) Verify(header, body []byte) error {
 	if err := parseSignature(header, &want); err != nil {
 		return err
 	}
+	return v.verifySum(&want, body)
+}
+
+// verifySum is Verify with the signature read already: nil or
+// ErrBadSignature.
+func (v *Verifier) verifySum(want *[sha256.Size]byte, body []byte) error {
 	ok := 0
 	// Every secret is tried, so that the time taken does not tell which one
 	// matched.

@@ -174,6 +174,9 @@ func numberKey(k string) bool {
 // usernameSuffix (username, from_username, ...) too.
 var userKeys = map[string]struct{}{"profile": {}, "body": {}, "caption": {}}
 
+// scrubbedKeys are the key sets whose values scrub withholds.
+var scrubbedKeys = [...]map[string]struct{}{contentKeys, userKeys}
+
 // usernameSuffix ends the keys of WhatsApp usernames.
 const usernameSuffix = "username"
 
@@ -240,7 +243,7 @@ func (b *run) scrub(raw string) (string, bool) {
 		}
 		found = strings.Contains(raw, k)
 	}
-	for _, keys := range []map[string]struct{}{contentKeys, userKeys} {
+	for _, keys := range scrubbedKeys {
 		for k := range keys {
 			if found {
 				break

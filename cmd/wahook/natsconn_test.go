@@ -194,3 +194,13 @@ func TestEmbeddedNATSStartErrors(t *testing.T) {
 		t.Errorf("--nats-listen 127.0.0.1:99999: code %d, %q; want 2, bad port", code, errOut)
 	}
 }
+
+// TestCampaignNATSURLNotShown: wahook loadtest campaign does not quote a
+// NATS URL it cannot parse (its password) in its error.
+func TestCampaignNATSURLNotShown(t *testing.T) {
+	code, _, errOut := runCmd(t, "loadtest", "campaign", "--nats-url", "nats://user:p%zzSECRET@127.0.0.1:1",
+		"--url", "http://127.0.0.1:1/webhook", "--app-secret", "x")
+	if code != 1 || strings.Contains(errOut, "SECRET") || !strings.Contains(errOut, "cannot be parsed") {
+		t.Errorf("exit %d: %s", code, errOut)
+	}
+}

@@ -61,17 +61,7 @@ func TestPartitionFlags(t *testing.T) {
 // One flag gives a number its tier in the pacing signal and in the reports
 // alike; --tier-override is its old spelling.
 func TestNumberTierOneFlag(t *testing.T) {
-	f := newFlags("serve", io.Discard)
-	var ao apiOptions
-	var pco pacingOptions
-	ao.register(f)
-	pco.register(f)
-	if err := f.Parse([]string{"--number-tier", "1065=1000", "--tier-override", "2001=20", "--api-token", "a-long-enough-token"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := pco.build(); err != nil {
-		t.Fatal(err)
-	}
+	ao, pco := serveTiers(t, true, "--number-tier", "1065=1000", "--tier-override", "2001=20")
 	tiers, err := ao.tierOverrides()
 	if err != nil {
 		t.Fatal(err)
@@ -88,24 +78,9 @@ func TestNumberTierOneFlag(t *testing.T) {
 // order of registration, from the flags or their variables; wahook api and
 // report take them too.
 func TestTierLevelsShared(t *testing.T) {
+	t.Setenv("WAHOOK_TIER_COEXISTENCE", "15")
 	for _, apiFirst := range []bool{true, false} {
-		f := newFlags("serve", io.Discard)
-		var ao apiOptions
-		var pco pacingOptions
-		if apiFirst {
-			ao.register(f)
-			pco.register(f)
-		} else {
-			pco.register(f)
-			ao.register(f)
-		}
-		t.Setenv("WAHOOK_TIER_COEXISTENCE", "15")
-		if err := f.Parse([]string{"--tier-default", "250", "--tier-upgraded", "2000", "--api-token", "a-long-enough-token"}); err != nil {
-			t.Fatal(err)
-		}
-		if err := pco.build(); err != nil {
-			t.Fatal(err)
-		}
+		ao, pco := serveTiers(t, apiFirst, "--tier-default", "250", "--tier-upgraded", "2000")
 		tiers, err := ao.tierOverrides()
 		if err != nil {
 			t.Fatal(err)
@@ -129,32 +104,36 @@ func TestTierLevelsShared(t *testing.T) {
 // refused as given twice).
 func TestNumberTierFlagWinsOverTheOldVariable(t *testing.T) {
 	t.Setenv("WAHOOK_TIER_OVERRIDE", "2001=20,1065=30")
-	f := newFlags("serve", io.Discard)
-	var ao apiOptions
-	var pco pacingOptions
-	ao.register(f)
-	pco.register(f)
-	if err := f.Parse([]string{"--number-tier", "1065=1000", "--api-token", "a-long-enough-token"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := pco.build(); err != nil {
-		t.Fatal(err)
-	}
+	_, pco := serveTiers(t, true, "--number-tier", "1065=1000")
 	if got := fmt.Sprint(pco.cfg.Tiers.Overrides); got != fmt.Sprint(map[string]int{"1065": 1000}) {
 		t.Errorf("overrides %s, want only the flag's 1065=1000", got)
 	}
 	// Without the flag, the variable applies.
-	f = newFlags("serve", io.Discard)
-	ao, pco = apiOptions{}, pacingOptions{}
-	ao.register(f)
-	pco.register(f)
-	if err := f.Parse([]string{"--api-token", "a-long-enough-token"}); err != nil {
+	_, pco = serveTiers(t, true)
+	if got := fmt.Sprint(pco.cfg.Tiers.Overrides); got != fmt.Sprint(map[string]int{"2001": 20, "1065": 30}) {
+		t.Errorf("overrides %s from the variable alone", got)
+	}
+}
+
+// serveTiers parses args (and an API token) with serve's API and pacing
+// options, registered in that order when apiFirst, and builds the pacing
+// configuration.
+func serveTiers(t *testing.T, apiFirst bool, args ...string) (*apiOptions, *pacingOptions) {
+	t.Helper()
+	f := newFlags("serve", io.Discard)
+	ao, pco := &apiOptions{}, &pacingOptions{}
+	if apiFirst {
+		ao.register(f)
+		pco.register(f)
+	} else {
+		pco.register(f)
+		ao.register(f)
+	}
+	if err := f.Parse(append(args, "--api-token", "a-long-enough-token")); err != nil {
 		t.Fatal(err)
 	}
 	if err := pco.build(); err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(pco.cfg.Tiers.Overrides); got != fmt.Sprint(map[string]int{"2001": 20, "1065": 30}) {
-		t.Errorf("overrides %s from the variable alone", got)
-	}
+	return ao, pco
 }

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"net/url"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -73,7 +72,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		nc, err = nats.Connect(cfg.NATSURL, nats.Name("wahook loadtest campaign"), nats.MaxReconnects(-1))
 		if err != nil {
-			return nil, fmt.Errorf("nats: %w", redactURLError(err))
+			return nil, fmt.Errorf("nats: %w", err)
 		}
 		defer nc.Close()
 		js, err := jetstream.New(nc)
@@ -543,14 +542,4 @@ func (s *sender) send(ctx context.Context, l *lane, m message) (int32, string) {
 		s.accepted.Add(1)
 	}
 	return code, wamid
-}
-
-// redactURLError is err, or when it is a URL that could not be parsed, an
-// error that does not quote it: the NATS URL may hold a password, and the
-// parser's error repeats the URL.
-func redactURLError(err error) error {
-	if ue := (*url.Error)(nil); errors.As(err, &ue) {
-		return errors.New("the NATS server URL cannot be parsed (not shown: it may hold a password); percent-encode any of : / ? # @ , % in its user or password")
-	}
-	return err
 }

@@ -190,15 +190,8 @@ func TestDecisionAckedAfterItsWrite(t *testing.T) {
 	// The process stops with the upgrade in memory only, and says so; the
 	// next one provisions the bucket again and gets the upgrade
 	// redelivered.
-	h.stop()
-	h.stop = nil
-	select {
-	case err := <-h.done:
-		if err == nil || !strings.Contains(err.Error(), "stopped with signals not written: 1 signal(s) not written") {
-			t.Errorf("Run, stopped with the write failing: %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("Run did not return")
+	if err := h.closeErr(); err == nil || !strings.Contains(err.Error(), "stopped with signals not written: 1 signal(s) not written") {
+		t.Errorf("Run, stopped with the write failing: %v", err)
 	}
 	h.sent.Store(0)
 	h.run()

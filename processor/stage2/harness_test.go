@@ -149,15 +149,23 @@ func (h *harness) close() {
 	if h.stop == nil {
 		return
 	}
+	if err := h.closeErr(); err != nil {
+		h.t.Errorf("Run: %v", err)
+	}
+}
+
+// closeErr stops stage 2 and returns what Run returned (a test failed if
+// it did not return).
+func (h *harness) closeErr() error {
+	h.t.Helper()
 	h.stop()
 	h.stop = nil
 	select {
 	case err := <-h.done:
-		if err != nil {
-			h.t.Errorf("Run: %v", err)
-		}
+		return err
 	case <-time.After(15 * time.Second):
-		h.t.Errorf("Run did not return")
+		h.t.Fatal("Run did not return")
+		return nil
 	}
 }
 

@@ -453,15 +453,8 @@ func TestStopWhileConsumerCannotBeMade(t *testing.T) {
 	})
 	// Tries to make it again fail from 250 ms on: stop after some.
 	time.Sleep(2 * time.Second)
-	h.stop()
-	h.stop = nil
-	select {
-	case err := <-h.done:
-		if err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("Run did not return")
+	if err := h.closeErr(); err != nil {
+		t.Errorf("Run: %v", err)
 	}
 }
 
@@ -719,14 +712,7 @@ func testStopWithSignalsNotWritten(t *testing.T, edit func(*Config)) {
 		n := metricValue(h.s.m.writeFails.WithLabelValues(schema.BucketPacing))
 		return n >= 1, fmt.Sprintf("failed writes %v", n)
 	})
-	h.stop()
-	h.stop = nil
-	select {
-	case err := <-h.done:
-		if err == nil || !strings.Contains(err.Error(), "stopped with signals not written: 1 signal(s) not written") {
-			t.Errorf("Run: %v, want the signal not written said", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("Run did not return")
+	if err := h.closeErr(); err == nil || !strings.Contains(err.Error(), "stopped with signals not written: 1 signal(s) not written") {
+		t.Errorf("Run: %v, want the signal not written said", err)
 	}
 }
