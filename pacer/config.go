@@ -21,8 +21,6 @@ const (
 	// maintenanceHold is how long a number pauses after a 131057 when the
 	// signal does not say (Meta: maintenance lasts up to a minute).
 	maintenanceHold = time.Minute
-	// maxPairStrikes caps the 4^X wait after 131056 at 4^6 s, as stage 2.
-	maxPairStrikes = 7
 )
 
 // Config configures a Pacer. The zero value of every field but PhoneHashKey
@@ -34,6 +32,9 @@ type Config struct {
 	// cool-downs of the 131056 it was told about through Outcome.
 	PhoneHashKey []byte
 
+	// StartWait is the longest New waits for the signals and cool-downs
+	// already written (5 s).
+	StartWait time.Duration
 	// MaxSignalAge is the age (by the signal's updated_at) beyond which a
 	// number's signal no longer counts and the fallback rate applies (30 s;
 	// stage 2 rewrites a number's signal every second while it sends).
@@ -96,6 +97,7 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
+		StartWait:         5 * time.Second,
 		MaxSignalAge:      30 * time.Second,
 		FallbackShare:     0.8,
 		FallbackTierMPS:   DefaultTierMPS,
@@ -114,6 +116,9 @@ func DefaultConfig() Config {
 // withDefaults fills the zero fields of c.
 func (c Config) withDefaults() (Config, error) {
 	d := DefaultConfig()
+	if c.StartWait == 0 {
+		c.StartWait = d.StartWait
+	}
 	if c.MaxSignalAge == 0 {
 		c.MaxSignalAge = d.MaxSignalAge
 	}
@@ -154,7 +159,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = slog.Default()
 	}
 	switch {
-	case c.MaxSignalAge < 0 || c.BurstWindow < 0 || c.PairInterval < 0 || c.ReportInterval < 0:
+	case c.StartWait < 0 || c.MaxSignalAge < 0 || c.BurstWindow < 0 || c.PairInterval < 0 || c.ReportInterval < 0:
 		return c, errors.New("pacer: durations must not be negative")
 	case c.FallbackShare <= 0 || c.FallbackShare > 1:
 		return c, errors.New("pacer: fallback share must be in (0, 1]")

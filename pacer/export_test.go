@@ -20,3 +20,10 @@ func SetThrottleHold(t *testing.T, d time.Duration) {
 	throttleHold = d
 	t.Cleanup(func() { throttleHold = old })
 }
+
+// SetOutcomeClock makes Outcome read its time from now, for the test.
+func SetOutcomeClock(t *testing.T, now func() time.Time) {
+	old := outcomeNow
+	outcomeNow = now
+	t.Cleanup(func() { outcomeNow = old })
+}

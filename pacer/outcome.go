@@ -84,7 +84,7 @@ var requestPrefix = func() string {
 // wahook would refuse (schema.SendResult.Check) is not reported either,
 // and counted (Stats.ReportInvalid); its decision is made all the same.
 func (p *Pacer) Outcome(r Result) Decision {
-	now := time.Now()
+	now := outcomeNow()
 	res := r.SendResult
 	if res.Timestamp.IsZero() {
 		res.Timestamp = schema.Timestamp{Time: now.UTC()}
@@ -134,7 +134,7 @@ func (p *Pacer) Outcome(r Result) Decision {
 	switch e.Verdict {
 	case schema.VerdictSlowDown:
 		d.Action = ActionRetry
-		p.throttled(res.PhoneNumberID, now)
+		p.throttled(res.PhoneNumberID, now, res.Timestamp.Time)
 	case schema.VerdictWaitRecipient:
 		d.Action = ActionRetry
 		d.After = p.pairStrike(res.PhoneNumberID, res.Recipient, now)
@@ -174,7 +174,7 @@ func retryBackoff(attempt int) time.Duration {
 
 // throttled halves the number's rate after a 130429 until a signal that has
 // it comes (throttleSeen: stage 2 then slows the number itself) or 10 s.
-func (p *Pacer) throttled(id string, now time.Time) {
+func (p *Pacer) throttled(id string, now, errAt time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := p.number(id)
@@ -183,7 +183,7 @@ func (p *Pacer) throttled(id string, now time.Time) {
 		return // one halving per second: the errors of one burst come together
 	}
 	n.throttle = max(cur/2, p.cfg.Share) // the floor of 1 mps, of this pacer's share
-	n.thrSince, n.thrUntil = now, now.Add(throttleHold)
+	n.thrSince, n.thrUntil, n.thrErrAt = now, now.Add(throttleHold), errAt
 	p.refresh(n, now)
 	// Its end reaches the Waits queued at the halved rate even when no
 	// signal, Wait or Rate comes to refresh the number.
@@ -199,6 +199,9 @@ func (p *Pacer) throttled(id string, now time.Time) {
 	})
 }
 
+// outcomeNow is Outcome's clock (a variable for tests).
+var outcomeNow = time.Now
+
 // throttleHold is how long a reported 130429 halves the rate at most (a
 // variable for tests).
 var throttleHold = 10 * time.Second
@@ -213,12 +216,15 @@ func (p *Pacer) pairStrike(id, recipient string, now time.Time) time.Duration {
 	defer p.mu.Unlock()
 	pr := p.pair(key)
 	pr.last = now
+	// The next strike in a row while the last cool-down is kept (until
+	// its end and its wait once more), as stage 2 counts them
+	// (schema.PairCooldown.Kept).
 	strikes := 1
-	if now.Before(pr.coolUntil.Add(PairInterval)) {
-		strikes = min(pr.strikes+1, maxPairStrikes)
+	if pr.strikes > 0 && now.Before(pr.coolUntil.Add(schema.PairCooldownWait(pr.strikes))) {
+		strikes = min(pr.strikes+1, schema.MaxPairStrikes)
 	}
 	pr.strikes = strikes
-	wait := max(time.Duration(math.Pow(4, float64(strikes-1)))*time.Second, PairInterval)
+	wait := schema.PairCooldownWait(strikes)
 	until := now.Add(wait)
 	if until.After(pr.coolUntil) {
 		pr.coolUntil = until

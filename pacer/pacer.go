@@ -91,6 +91,7 @@ type number struct {
 	throttle float64   // rate cap after a 130429 reported through Outcome
 	thrUntil time.Time // until then, or a signal that has the error (throttleSeen)
 	thrSince time.Time
+	thrErrAt time.Time   // the reported 130429's own time (its result's timestamp)
 	thrTimer *time.Timer // refreshes the number at thrUntil
 	// holds from Outcome, before the signal says so
 	pauseUntil time.Time
@@ -110,9 +111,13 @@ type pair struct {
 }
 
 // New returns a Pacer that watches wahook_pacing and wahook_pair_cooldown
-// through js and reports send results (unless Config.NoReport). Buckets
-// that do not exist yet (wahook not started) are watched once they do; until
-// then every number gets the fallback rate. ctx bounds only New itself.
+// through js and reports send results (unless Config.NoReport). It returns
+// once the signals and cool-downs already written are held, or after
+// Config.StartWait (NATS unreachable: a warning, and every number at the
+// fallback rate until they are read), or with ctx's error when ctx ends
+// first. Buckets that do not exist yet (wahook not started) are watched
+// once they do; until then every number gets the fallback rate. ctx bounds
+// only New itself.
 func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pacer, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -144,14 +149,31 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pacer, error
 		p.wg.Add(1)
 		go func() { defer p.wg.Done(); p.rep.run(runCtx) }()
 	}
-	if js != nil {
-		p.wg.Add(2)
-		go func() { defer p.wg.Done(); p.watch(runCtx, schema.BucketPacing, p.onSignal) }()
-		go func() { defer p.wg.Done(); p.watch(runCtx, schema.BucketPairCooldown, p.onCooldown) }()
-	}
 	p.wg.Add(1)
 	go func() { defer p.wg.Done(); p.prune(runCtx) }()
-	_ = ctx
+	if js == nil {
+		return p, nil
+	}
+	// The signals and cool-downs already written are held before New
+	// returns: a number stopped, paused or slowed when the sender starts
+	// is not sent at the fallback rate meanwhile.
+	loaded := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	p.wg.Add(2)
+	go func() { defer p.wg.Done(); p.watch(runCtx, schema.BucketPacing, p.onSignal, loaded[0]) }()
+	go func() { defer p.wg.Done(); p.watch(runCtx, schema.BucketPairCooldown, p.onCooldown, loaded[1]) }()
+	limit := time.NewTimer(cfg.StartWait)
+	defer limit.Stop()
+	for _, ch := range loaded {
+		select {
+		case <-ch:
+		case <-limit.C:
+			cfg.Logger.Warn("pacer: the pacing signals and cool-downs were not read within the start wait; numbers go at the fallback rate until they are", "start_wait", cfg.StartWait.String())
+			return p, nil
+		case <-ctx.Done():
+			_ = p.Close(context.Background())
+			return nil, fmt.Errorf("pacer: reading the pacing signals: %w", ctx.Err())
+		}
+	}
 	return p, nil
 }
 
@@ -399,20 +421,22 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 					p.giveBack(res)
 					return &CooldownError{PhoneNumberID: phoneNumberID, Until: now.Add(d), Local: true}
 				}
-				// A stop or pause that comes during the wait holds the
-				// caller, as one that came with the number's token does:
-				// the send would go into it.
+				// A stop, pause or cool-down of the recipient that comes
+				// during the wait holds the caller, as one that came with
+				// the number's token does: the send would go into it.
 				at := now.Add(d)
 				for {
 					p.mu.Lock()
 					changed = p.changed
-					h = n.hold(time.Now(), p.cfg.MaintenanceMargin)
+					now = time.Now()
+					h = n.hold(now, p.cfg.MaintenanceMargin)
+					cooled := p.cooled(key, now)
 					p.mu.Unlock()
 					if h.stop {
 						p.giveBack(res)
 						return p.stopErr(phoneNumberID, h)
 					}
-					if !h.until.IsZero() {
+					if !h.until.IsZero() || cooled {
 						p.giveBack(res)
 						break
 					}
@@ -424,7 +448,7 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 						return err
 					}
 				}
-				continue // paused: start over once it ends
+				continue // paused or cooled: start over once it ends
 			}
 		}
 		return nil
@@ -471,7 +495,7 @@ func (p *Pacer) waitToken(ctx context.Context, n *number, key string, lim *rate.
 		now := time.Now()
 		h := n.hold(now, p.cfg.MaintenanceMargin)
 		rebuilt := n.lim != lim
-		cooled := key != "" && (p.cooldowns[key].After(now) || (p.pairs[key] != nil && p.pairs[key].coolUntil.After(now)))
+		cooled := p.cooled(key, now)
 		changed = p.changed
 		p.mu.Unlock()
 		if rebuilt {
@@ -482,6 +506,16 @@ func (p *Pacer) waitToken(ctx context.Context, n *number, key string, lim *rate.
 			return true, nil
 		}
 	}
+}
+
+// cooled reports whether the pair key is in a cool-down at now: wahook's,
+// or one of a 131056 reported through Outcome. p.mu is held.
+func (p *Pacer) cooled(key string, now time.Time) bool {
+	if key == "" {
+		return false
+	}
+	pr := p.pairs[key]
+	return p.cooldowns[key].After(now) || (pr != nil && pr.coolUntil.After(now))
 }
 
 // sleepUntil waits until t, a change (changed closed) or ctx's end.
@@ -593,7 +627,7 @@ func (p *Pacer) refresh(n *number, now time.Time) {
 	}
 	r *= p.cfg.Share
 	if n.throttle > 0 {
-		if now.Before(n.thrUntil) && !throttleSeen(s, n.thrSince) {
+		if now.Before(n.thrUntil) && !throttleSeen(s, n.thrSince, n.thrErrAt) {
 			r = min(r, n.throttle)
 		} else {
 			n.throttle = 0
@@ -604,14 +638,24 @@ func (p *Pacer) refresh(n *number, now time.Time) {
 	}
 }
 
-// throttleSeen reports whether s has a 130429 reported at since: written
-// after it and counting a throughput error among its recent ones, so
-// that its rate has stage 2's own slowing. A signal of the seconds before
-// the report reached wahook (stage 2 rewrites a sending number's signal
-// every second) has not, and the halving holds until one that has comes
-// (or throttleHold).
-func throttleSeen(s *schema.PacingSignal, since time.Time) bool {
-	return s != nil && s.UpdatedAt.After(since) && s.RecentErrors[schema.ClassThroughput] > 0
+// throttleSeen reports whether s has the 130429 reported at since, whose
+// own time is errAt, so that its rate has stage 2's own slowing. Stage 2
+// stamps its signal with the time of the number's latest throughput error
+// (throttled_at, whole seconds): one at or after errAt has it. A signal of
+// the seconds before the report reached wahook (stage 2 rewrites a sending
+// number's signal every second) has not, even when it counts an earlier
+// 130429 of the last minute, and the halving holds until one that has
+// comes (or throttleHold). A signal without throttled_at (a wahook before
+// it) has the error when it is written after the report and counts a
+// throughput error.
+func throttleSeen(s *schema.PacingSignal, since, errAt time.Time) bool {
+	switch {
+	case s == nil:
+		return false
+	case s.ThrottledAt != nil:
+		return !s.ThrottledAt.Before(errAt.Truncate(time.Second))
+	}
+	return s.UpdatedAt.After(since) && s.RecentErrors[schema.ClassThroughput] > 0
 }
 
 // rebucket gives the number a new bucket at rate r, and wakes the Waits
@@ -733,13 +777,13 @@ func (p *Pacer) onCooldown(key string, value []byte) {
 // minute) or at once after NATS reconnects: the client's own watch may take
 // many seconds to notice that the server it read from went away, and a stop
 // written meanwhile would be missed.
-func (p *Pacer) watch(ctx context.Context, bucket string, apply func(key string, value []byte)) {
+func (p *Pacer) watch(ctx context.Context, bucket string, apply func(key string, value []byte), loaded chan struct{}) {
 	const minBackoff = 250 * time.Millisecond
 	backoff := minBackoff
 	var failLog every
 	failing := false
 	for ctx.Err() == nil {
-		live, err := p.watchOnce(ctx, bucket, apply)
+		live, err := p.watchOnce(ctx, bucket, apply, loaded)
 		if ctx.Err() != nil {
 			return
 		}
@@ -766,16 +810,29 @@ func (p *Pacer) watch(ctx context.Context, bucket string, apply func(key string,
 	}
 }
 
+// closeOnce closes ch unless it is closed. Only the watch's goroutine
+// closes it.
+func closeOnce(ch chan struct{}) {
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+}
+
 // errReconnected ends a watch when NATS reconnects.
 var errReconnected = errors.New("nats reconnected")
 
 // watchOnce watches the bucket until an error, ctx's end or a reconnect.
 // live is whether the watch delivered the bucket's values.
-func (p *Pacer) watchOnce(ctx context.Context, bucket string, apply func(string, []byte)) (live bool, err error) {
+func (p *Pacer) watchOnce(ctx context.Context, bucket string, apply func(string, []byte), loaded chan struct{}) (live bool, err error) {
 	reconnected := p.js.Conn().StatusChanged(nats.CONNECTED)
 	defer p.js.Conn().RemoveStatusListener(reconnected)
 	kv, err := p.js.KeyValue(ctx, bucket)
 	if err != nil {
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			closeOnce(loaded) // no value written yet: nothing to wait for
+		}
 		return false, err
 	}
 	w, err := kv.WatchAll(ctx)
@@ -795,6 +852,7 @@ func (p *Pacer) watchOnce(ctx context.Context, bucket string, apply func(string,
 			}
 			if e == nil {
 				live = true
+				closeOnce(loaded)
 				continue // the initial values are in
 			}
 			switch e.Operation() {

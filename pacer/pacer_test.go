@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +24,7 @@ import (
 	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/pacer"
 	"github.com/wahook/wahook/processor"
+	"github.com/wahook/wahook/processor/pacing"
 	"github.com/wahook/wahook/processor/stage2"
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/schematest"
@@ -951,6 +953,78 @@ func TestHalvingHoldsUntilTheSignalHasTheError(t *testing.T) {
 	}
 }
 
+// TestHalvingHoldsPastAnEarlierThrottle: a second 130429 within a minute
+// of the first. Every signal then counts a throughput error among its
+// recent ones, and the first written after the report (before the report
+// reached stage 2) ended the halving, which sent the number back to the
+// rate that had just failed. Stage 2's signal says when the latest
+// throughput error was (throttled_at): only one at or after the reported
+// error's own time ends the halving.
+func TestHalvingHoldsPastAnEarlierThrottle(t *testing.T) {
+	const id = "100000000000095"
+	e := newEnv(t, nil)
+	e.stopStage2() // the test writes the signals itself
+	p := e.pacer(func(c *pacer.Config) { c.NoReport = true })
+	first := time.Now().Add(-20 * time.Second).UTC().Truncate(time.Second)
+	sig := func(throttledAt time.Time) {
+		t.Helper()
+		at := time.Now()
+		if err := e.putSignal(schema.PacingSignal{PhoneNumberID: id, UpdatedAt: at.UTC(), TierMPS: 80, TierSource: "default", Advice: schema.AdviceSlowDown,
+			RecommendedMPS: 40, ThrottledAt: &throttledAt, RecentErrors: map[schema.ErrorClass]int{schema.ClassThroughput: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		e.applied(p, id, at)
+	}
+	sig(first) // stage 2 slowed the number after the first 130429
+	if r, fb := p.Rate(id); r != 40 || fb {
+		t.Fatalf("rate %v (fallback %v), want the signal's 40", r, fb)
+	}
+	errAt := time.Now().UTC()
+	p.Outcome(pacer.Result{SendResult: schema.SendResult{PhoneNumberID: id, Status: schema.SendFailed, ErrorCode: 130429,
+		Timestamp: schema.Timestamp{Time: errAt}}})
+	if r, _ := p.Rate(id); r != 20 {
+		t.Fatalf("after the second 130429: %v mps, want 20", r)
+	}
+	sig(first) // stage 2's rewrite before the report reached it
+	if r, _ := p.Rate(id); r != 20 {
+		t.Errorf("a signal with only the earlier 130429 ended the halving: %v mps, want 20", r)
+	}
+	sig(errAt.Truncate(time.Second)) // stage 2 has the reported error
+	if r, _ := p.Rate(id); r != 40 {
+		t.Errorf("the signal that has the error: %v mps, want its 40", r)
+	}
+}
+
+// TestPairStrikesAsStage2Counts: a sender that waited out a 131056's
+// cool-down and met 131056 again is the next strike in a row while the
+// cool-down is kept (its end and its wait once more), as stage 2 counts
+// it. The pacer counted it only within 6 s of the end, so after a 16 s
+// wait a retry 7 s late started again at 6 s where stage 2 wrote 64 s.
+func TestPairStrikesAsStage2Counts(t *testing.T) {
+	const id, to = "100000000000096", "15550000960"
+	e := newEnv(t, nil)
+	e.stopStage2()
+	p := e.pacer(func(c *pacer.Config) { c.NoReport = true })
+	t0 := time.Now().UTC()
+	var clock time.Time
+	pacer.SetOutcomeClock(t, func() time.Time { return clock })
+	var prev *schema.PairCooldown
+	// Each retry comes a few seconds after the last cool-down ended.
+	for i, late := range []time.Duration{0, 4 * time.Second, 4 * time.Second, 7 * time.Second, 20 * time.Second, 500 * time.Second} {
+		clock = t0
+		if prev != nil {
+			clock = prev.Until.Add(late)
+		}
+		want, _ := pacing.NextCooldown(prev, id, "r", fmt.Sprint("e", i), clock)
+		d := p.Outcome(pacer.Result{SendResult: schema.SendResult{PhoneNumberID: id, Recipient: to, Status: schema.SendFailed, ErrorCode: 131056,
+			Timestamp: schema.Timestamp{Time: clock}}})
+		if got := want.Until.Sub(clock); d.After != got {
+			t.Errorf("131056 %d, %v after the last cool-down's end: wait %v, want stage 2's %v (strike %d)", i+1, late, d.After, got, want.Strikes)
+		}
+		prev = &want
+	}
+}
+
 // TestSignalStampedAhead: wahook's clock ran an hour ahead, then was set
 // back. Every signal written after that is older than the one held, and
 // all were dropped, a stop among them, while the one held counted as fresh
@@ -1046,5 +1120,139 @@ func TestStopDuringPairWait(t *testing.T) {
 	}
 	if stopped == 0 {
 		t.Error("no Wait answered ErrStopped")
+	}
+}
+
+// TestCooldownDuringPairWait: as TestStopDuringPairWait, with a 131056 for
+// the recipient reported meanwhile. The wait for the pair's token saw
+// stops and pauses only, and let the send go into the cool-down, which
+// would have met 131056 again and doubled the strikes.
+func TestCooldownDuringPairWait(t *testing.T) {
+	const id, to = "100000000000097", "15550000971"
+	e := newEnv(t, nil)
+	e.stopStage2()
+	p := e.pacer(func(c *pacer.Config) { c.NoReport = true; c.PairBurst = 1; c.PairInterval = 3 * time.Second })
+	now := time.Now()
+	if err := e.putSignal(schema.PacingSignal{PhoneNumberID: id, UpdatedAt: now.UTC(), TierMPS: 80, TierSource: "default",
+		Advice: schema.AdviceOK, RecommendedMPS: 1}); err != nil {
+		t.Fatal(err)
+	}
+	e.applied(p, id, now)
+	if err := p.Wait(context.Background(), id, "15550000970"); err != nil { // the number's token of this second
+		t.Fatal(err)
+	}
+	type result struct {
+		err error
+		at  time.Time
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
+	defer cancel()
+	results := make(chan result, 2)
+	for range 2 {
+		go func() {
+			err := p.Wait(ctx, id, to)
+			results <- result{err, time.Now()}
+		}()
+	}
+	// One goes after a second (and is the send that meets 131056), the
+	// other after two, then waits for the pair rule's 3 s: the cool-down
+	// comes during that wait.
+	time.Sleep(2600 * time.Millisecond)
+	reported := time.Now()
+	d := p.Outcome(pacer.Result{SendResult: schema.SendResult{PhoneNumberID: id, Recipient: to, Status: schema.SendFailed, ErrorCode: 131056}})
+	coolEnd := reported.Add(d.After)
+	held := 0
+	for range 2 {
+		select {
+		case r := <-results:
+			switch {
+			case r.err == nil && r.at.After(reported) && r.at.Before(coolEnd):
+				t.Errorf("Wait let a send go %v into the recipient's cool-down of %v", r.at.Sub(reported), d.After)
+			case errors.Is(r.err, context.DeadlineExceeded):
+				held++
+			case r.err != nil:
+				t.Errorf("Wait: %v", r.err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("Wait did not return")
+		}
+	}
+	if held != 1 {
+		t.Errorf("%d Waits held by the cool-down until their context ended, want 1", held)
+	}
+}
+
+// TestNewHoldsWrittenSignals: a sender that starts while a number is
+// stopped. New returned before the watch had read the bucket, and the
+// first Waits went at the fallback rate into the stop; now New returns
+// once the signals already written are held.
+func TestNewHoldsWrittenSignals(t *testing.T) {
+	const id = "100000000000098"
+	e := newEnv(t, nil)
+	e.stopStage2()
+	until := time.Now().Add(10 * time.Minute).UTC().Truncate(time.Second)
+	if err := e.putSignal(schema.PacingSignal{PhoneNumberID: id, UpdatedAt: time.Now().UTC(), TierMPS: 80, TierSource: "default",
+		Advice: schema.AdviceStop, StopUntil: &until, Reason: "131048: spam rate limit hit"}); err != nil {
+		t.Fatal(err)
+	}
+	p := e.pacer(func(c *pacer.Config) { c.NoReport = true })
+	if s, ok := p.Signal(id); !ok || s.Advice != schema.AdviceStop {
+		t.Fatalf("the signal when New returned: %+v (held %v), want the stop", s, ok)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := p.Wait(ctx, id, "15550000980"); !errors.Is(err, pacer.ErrStopped) {
+		t.Errorf("the first Wait: %v; want ErrStopped", err)
+	}
+}
+
+// TestNewWithoutJetStream: a NATS that does not answer JetStream's API
+// (here one without JetStream) does not hold New past StartWait, and the
+// numbers go at the fallback rate; a context that ends first is New's
+// error.
+func TestNewWithoutJetStream(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: schematest.FreePort(t), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	defer srv.Shutdown()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := pacer.DefaultConfig()
+	cfg.NoReport = true
+	cfg.StartWait = 700 * time.Millisecond
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	start := time.Now()
+	p, err := pacer.New(context.Background(), js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	defer func() { _ = p.Close(context.Background()) }()
+	if took < cfg.StartWait || took > cfg.StartWait+5*time.Second {
+		t.Errorf("New returned after %v, want after the start wait of %v", took, cfg.StartWait)
+	}
+	if r, fb := p.Rate("100000000000099"); !fb || r != 64 {
+		t.Errorf("rate %v (fallback %v), want the fallback 64", r, fb)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	cfg.StartWait = time.Minute
+	if p2, err := pacer.New(ctx, js, cfg); !errors.Is(err, context.DeadlineExceeded) {
+		if p2 != nil {
+			_ = p2.Close(context.Background())
+		}
+		t.Errorf("New with a context that ends first: %v, want its deadline", err)
 	}
 }

@@ -355,7 +355,7 @@ func (r *reporter) take(n int) {
 // 413, or a 4xx whose error names the results or the body. Trying it again
 // as it is fails the same way, for good (a result it finds wrong), or
 // for now (forNow: 403 or 404, a number the token may not report for, or
-// that wahook has seen no webhook of yet).
+// that wahook has seen no webhook of yet; not a 404 of a result's waba_id).
 type refusedError struct {
 	status    int
 	code      string
@@ -382,8 +382,10 @@ func refused(status int, body []byte) error {
 	e := doc.Error
 	if status == http.StatusRequestEntityTooLarge || (status/100 == 4 &&
 		(e.Parameter == "body" || e.Parameter == "results" || strings.HasPrefix(e.Parameter, "results["))) {
-		return &refusedError{status: status, code: e.Code, parameter: e.Parameter, message: e.Message,
-			forNow: status == http.StatusForbidden || status == http.StatusNotFound}
+		// A 404 naming a result's waba_id is that result's own: a WABA
+		// the token's tenant does not own. Refused for good.
+		forNow := (status == http.StatusForbidden || status == http.StatusNotFound) && !strings.HasSuffix(e.Parameter, ".waba_id")
+		return &refusedError{status: status, code: e.Code, parameter: e.Parameter, message: e.Message, forNow: forNow}
 	}
 	return nil
 }

@@ -74,8 +74,11 @@ type wahookLike struct {
 	// unknown is a number wahook answers 404 for, as it does for a tenant's
 	// number it has seen no webhook of yet.
 	unknown string
-	posts   int
-	stored  []schema.SendResult
+	// foreignWaba is a WABA wahook answers 404 for in a result's waba_id,
+	// as it does for one the tenant does not own.
+	foreignWaba string
+	posts       int
+	stored      []schema.SendResult
 }
 
 func (s *wahookLike) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -97,6 +100,11 @@ func (s *wahookLike) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if s.unknown != "" && res.PhoneNumberID == s.unknown {
 			w.WriteHeader(http.StatusNotFound)
 			fmt.Fprintf(w, `{"error":{"code":"not_found","message":"not found","parameter":"results[%d].phone_number_id"}}`, i)
+			return
+		}
+		if s.foreignWaba != "" && res.WabaID == s.foreignWaba {
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprintf(w, `{"error":{"code":"not_found","message":"not found","parameter":"results[%d].waba_id"}}`, i)
 			return
 		}
 		if res.MessageID == s.refuse {
@@ -295,6 +303,36 @@ func TestReportHeldForNow(t *testing.T) {
 	if err := p2.Close(context.Background()); err != nil {
 		t.Errorf("Close after the drop: %v; want nil (nothing was dropped at Close)", err)
 	}
+}
+
+// TestReportForeignWaba: wahook answers 404 for a result that names a WABA
+// the token's tenant does not own. That is the result's own fault, for
+// good: it is dropped alone and the number's other results are stored.
+// Before, every 404 was taken for a number wahook does not know yet, and
+// all the batch's results of that number were held and tried again
+// together for 10 minutes, then dropped.
+func TestReportForeignWaba(t *testing.T) {
+	pacer.SetHeld(t, 100*time.Millisecond, 10*time.Minute)
+	w := &wahookLike{foreignWaba: "999000000000001"}
+	srv := httptest.NewServer(w)
+	defer srv.Close()
+	p := httpPacer(t, srv.URL)
+	for i := range 20 {
+		res := accepted(i)
+		if i == 5 {
+			res.WabaID = w.foreignWaba
+		}
+		p.Outcome(res)
+	}
+	testutil.Eventually(t, 10*time.Second, "the other results stored and the foreign one dropped", func() (bool, string) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		st := p.Stats()
+		return len(w.stored) == 19 && st.Reported == 19 && st.ReportDropped == 1 && st.ReportHeld == 0, fmt.Sprintf("%d stored, %+v", len(w.stored), st)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = p.Close(ctx)
 }
 
 // TestCloseEndedContext: Close given a context that has already ended

@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"math"
 	"strings"
 	"time"
 )
@@ -86,6 +87,30 @@ type PairCooldown struct {
 	// newest last (8 at most): one of them delivered again adds no strike.
 	EventIDs []string `json:"event_ids,omitempty"`
 }
+
+// Meta's pair rule after a 131056, as stage 2 writes the cool-downs and the
+// pacer keeps them: a wait of 4^X seconds, X the 131056 in a row for the
+// pair before this one, never less than the pair interval (about one
+// message per 6 s to one recipient), and X at most MaxPairStrikes-1 (4^6 s,
+// about 68 minutes).
+const (
+	PairRuleInterval = 6 * time.Second
+	MaxPairStrikes   = 7
+)
+
+// PairCooldownWait is the wait of a cool-down of strikes 131056 in a row:
+// 4^(strikes-1) seconds, never less than PairRuleInterval.
+func PairCooldownWait(strikes int) time.Duration {
+	strikes = min(max(strikes, 1), MaxPairStrikes)
+	return max(time.Duration(math.Pow(4, float64(strikes-1)))*time.Second, PairRuleInterval)
+}
+
+// Kept is when the cool-down stops counting strikes: its Until and its
+// wait once more. A 131056 for the pair before then is the next strike in
+// a row: a sender that waited until Until, sent again and was refused again
+// waits 4^X. Counted only until Until, the strikes started again at every
+// cool-down a sender obeyed, and its wait never grew past 6 s.
+func (c PairCooldown) Kept() time.Time { return c.Until.Add(PairCooldownWait(c.Strikes)) }
 
 // PacingSubject is the subject on which a number's signal is published on
 // every change.

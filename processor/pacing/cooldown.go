@@ -1,7 +1,6 @@
 package pacing
 
 import (
-	"math"
 	"slices"
 	"time"
 
@@ -12,25 +11,15 @@ import (
 // same recipient, bursts allowed; after 131056, wait 4^X seconds, X the
 // number of 131056 in a row for the pair (0 for the first).
 const (
-	PairInterval   = 6 * time.Second
-	maxPairStrikes = 7 // 4^6 s is about 68 min; longer waits are capped there
+	PairInterval   = schema.PairRuleInterval
+	maxPairStrikes = schema.MaxPairStrikes
 	// MaxPairCooldown is the longest a pair's cool-down runs from its
 	// event: 4^6 s.
 	MaxPairCooldown = 4096 * time.Second
 )
 
-// pairWait is the wait of a cool-down of strikes strikes: 4^(strikes-1)
-// seconds, never less than the pair interval.
-func pairWait(strikes int) time.Duration {
-	return max(time.Duration(math.Pow(4, float64(max(strikes, 1)-1)))*time.Second, PairInterval)
-}
-
-// CooldownKept is when a cool-down's entry goes: its until, and its wait
-// once more. A 131056 for the pair before then is the next strike in a
-// row: a sender that waited until until, sent again and was refused again
-// waits 4^X. Counted only until until, the strikes started again at every
-// cool-down a sender obeyed, and its wait never grew past 6 s.
-func CooldownKept(c schema.PairCooldown) time.Time { return c.Until.Add(pairWait(c.Strikes)) }
+// CooldownKept is when a cool-down's entry goes (schema.PairCooldown.Kept).
+func CooldownKept(c schema.PairCooldown) time.Time { return c.Kept() }
 
 // NextCooldown is a pair's cool-down after the 131056 eventID at at: one
 // more strike than prev if prev is still kept then (CooldownKept), and a
@@ -46,7 +35,7 @@ func NextCooldown(prev *schema.PairCooldown, phoneNumberID, recipient, eventID s
 	if prev != nil && at.Before(CooldownKept(*prev)) {
 		strikes = min(prev.Strikes+1, maxPairStrikes)
 	}
-	wait := pairWait(strikes)
+	wait := schema.PairCooldownWait(strikes)
 	until := at.Add(wait).UTC()
 	if prev != nil && prev.Until.After(until) {
 		until = prev.Until
