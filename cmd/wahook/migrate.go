@@ -7,6 +7,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -106,16 +108,56 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	// The migrations get a budget of their own: on a cluster each
 	// statement waits for every replica, and another process may hold the
 	// lock while it applies them.
+	// ClickHouse may still be starting (compose starts migrate with it, and
+	// nothing starts migrate again): the connection is tried again within
+	// the same budget. A migration that fails is not: the server answered.
 	mctx, mcancel := context.WithTimeout(ctx, migrateTimeout)
 	defer mcancel()
-	conn, db, err := openClickHouse(mctx, &po, migrationLock(pub.JetStream(), kv, log), log)
+	conn, db, err := waitForClickHouse(mctx, &po, log)
 	if err != nil {
 		return err
 	}
-	conn.Close()
+	defer conn.Close()
+	if err := migrateClickHouse(mctx, conn, db, &po, migrationLock(pub.JetStream(), kv, log), log); err != nil {
+		return err
+	}
 	fmt.Fprintf(stdout, "clickhouse database %s migrated\n", db)
 	return nil
 }
+
+// waitForClickHouse connects to the ClickHouse of o.dsn, trying again with a
+// growing wait while it cannot be reached (refused, reset, no answer in
+// time), until ctx ends. A server that answers with an error (a wrong
+// password, an unknown user) is not tried again, nor is a DSN that cannot
+// be parsed. Each failure is logged naming the servers by host and port,
+// never the DSN, which may hold a password.
+func waitForClickHouse(ctx context.Context, o *processOptions, log *zap.Logger) (driver.Conn, string, error) {
+	if _, _, err := parseClickHouseDSN(o.dsn); err != nil {
+		return nil, "", err
+	}
+	start := time.Now()
+	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		actx, acancel := context.WithTimeout(ctx, clickHouseAttemptTimeout)
+		conn, db, err := connectClickHouse(actx, o)
+		acancel()
+		if err == nil {
+			return conn, db, nil
+		}
+		if errors.As(err, new(*clickhouse.Exception)) {
+			return nil, "", err
+		}
+		if ctx.Err() == nil {
+			log.Warn("clickhouse not reachable, retrying", zap.Error(err), zap.Duration("in", wait))
+		}
+		if ctx.Err() != nil || !sleepCtx(ctx, wait) {
+			return nil, "", fmt.Errorf("clickhouse not reachable, tried for %v: %w", time.Since(start).Round(time.Second), err)
+		}
+	}
+}
+
+// clickHouseAttemptTimeout bounds one attempt of waitForClickHouse to
+// connect and ping.
+const clickHouseAttemptTimeout = 20 * time.Second
 
 // natsTimeout bounds wahook migrate's streams and buckets, retries
 // included; natsAttemptTimeout one attempt.

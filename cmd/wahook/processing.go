@@ -363,6 +363,23 @@ const leaseRequestTimeout = 5 * time.Second
 // openClickHouse connects and, unless told not to, applies the migrations
 // under lock (nil: none).
 func openClickHouse(ctx context.Context, o *processOptions, lock migrations.Lock, log *zap.Logger) (driver.Conn, string, error) {
+	conn, db, err := connectClickHouse(ctx, o)
+	if err != nil {
+		return nil, "", err
+	}
+	if o.migrate {
+		if err := migrateClickHouse(ctx, conn, db, o, lock, log); err != nil {
+			conn.Close()
+			return nil, "", err
+		}
+	}
+	return conn, db, nil
+}
+
+// connectClickHouse opens a connection to the ClickHouse of o.dsn and pings
+// it; it returns the database wahook's tables are in too. Its errors name
+// the servers by host and port, never the DSN (it may hold a password).
+func connectClickHouse(ctx context.Context, o *processOptions) (driver.Conn, string, error) {
 	opts, db, err := parseClickHouseDSN(o.dsn)
 	if err != nil {
 		return nil, "", err
@@ -375,16 +392,19 @@ func openClickHouse(ctx context.Context, o *processOptions, lock migrations.Lock
 		conn.Close()
 		return nil, "", fmt.Errorf("clickhouse %v: %w", opts.Addr, err)
 	}
-	if o.migrate {
-		res, err := migrations.Apply(ctx, conn, db, migrations.WithCluster(o.chCluster), migrations.WithLock(lock))
-		if err != nil {
-			conn.Close()
-			return nil, "", fmt.Errorf("migrate clickhouse: %w", err)
-		}
-		log.Info("clickhouse migrated", zap.String("database", db), zap.String("server", res.ServerVersion.String()),
-			zap.Strings("applied", res.Applied))
-	}
 	return conn, db, nil
+}
+
+// migrateClickHouse applies the migrations to db on conn under lock (nil:
+// none).
+func migrateClickHouse(ctx context.Context, conn driver.Conn, db string, o *processOptions, lock migrations.Lock, log *zap.Logger) error {
+	res, err := migrations.Apply(ctx, conn, db, migrations.WithCluster(o.chCluster), migrations.WithLock(lock))
+	if err != nil {
+		return fmt.Errorf("migrate clickhouse: %w", err)
+	}
+	log.Info("clickhouse migrated", zap.String("database", db), zap.String("server", res.ServerVersion.String()),
+		zap.Strings("applied", res.Applied))
+	return nil
 }
 
 // stage1Deps are what stage 1 and replay need, set up in order.
