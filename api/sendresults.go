@@ -29,7 +29,7 @@ const intakeTimeout = 5 * time.Second
 func (s *Server) sendResults(c *fiber.Ctx) error {
 	if s.cfg.Intake == nil {
 		return s.writeError(c, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
-			Message: "send-result intake is off: this API runs without NATS"})
+			Message: "send-result intake is off: this API runs without NATS, or with --send-results=false"})
 	}
 	body, err := httpbody.Read(c.Request(), bodyLimit) // in memory of its own: Fiber reuses its buffer
 	switch {

@@ -237,13 +237,17 @@ func (a *apiServer) part() part {
 func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	f := newFlags("api", stderr)
 	var (
-		ao   apiOptions
-		no   natsOptions
-		logo logOptions
-		dsn  string
+		ao          apiOptions
+		no          natsOptions
+		logo        logOptions
+		dsn         string
+		sendResults bool
 	)
 	ao.register(f)
-	no.register(f, "NATS server URLs, comma-separated, for POST /api/v1/send-results (empty: that route answers 503)")
+	no.register(f, "NATS server URLs, comma-separated, for POST /api/v1/send-results and the pacing signals (/api/v1/pacing, /api/v1/pacing/stream) (empty: those answer 503)")
+	f.Section("query API", func() {
+		f.BoolVar(&sendResults, "send-results", true, "store send results of POST /api/v1/send-results in NATS (false: that route answers 503; the pacing signals are still read from --nats-url)")
+	})
 	f.StringVar(&dsn, "clickhouse-dsn", "clickhouse://127.0.0.1:9000/wahook", "ClickHouse, native protocol: clickhouse://user:password@host:9000/database (secret)")
 	f.Secret("clickhouse-dsn")
 	logo.register(f)
@@ -276,8 +280,15 @@ func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 			return err
 		}
 		p.add(part{name: "nats connection drained", stop: func() error { return drainNATS(nc) }})
-		if ao.cfg.Intake, err = intake(nc); err != nil {
+		js, err := jetstream.New(nc)
+		if err != nil {
 			return err
+		}
+		ao.cfg.Pacing = pacingBucket{js} // the pacing readers, with or without the intake
+		if sendResults {
+			ao.cfg.Intake = rawPublisher{js}
+		} else {
+			log.Info("send-result intake off (--send-results=false): POST /api/v1/send-results answers 503")
 		}
 	}
 	reg := newRegistry()

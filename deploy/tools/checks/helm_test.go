@@ -2,6 +2,9 @@ package checks
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -43,6 +46,8 @@ var helmCases = []struct {
 		external: map[string][]string{"wahook": {"app-secret", "verify-token", "api-token", "phone-hash-key", "clickhouse-dsn"}}},
 	{name: "single-process-monitored", args: helmSecrets("--set", "process.replicas=1", "--set", "serviceMonitor.enabled=true", "--set", "ingest.hpa.enabled=false", "--set", "secrets.clickhouseDSN=clickhouse://u:p@ch:9000/wahook", "--set", "nats.credsSecret=nats-creds")},
 	{name: "migrate-extra-args", args: helmSecrets(migrateExtraArgs...)},
+	{name: "api-pacing-without-send-results", args: helmSecrets("--set", "api.sendResults=false", "--set", "nats.credsSecret=nats-creds")},
+	{name: "dsn-from-chart-secret", args: helmSecrets("--set", "clickhouse.dsnFromSecret=true", "--set", "secrets.clickhouseDSN=clickhouse://u:p@ch:9000/wahook")},
 }
 
 // migrateExtraArgs: an ack timeout over the RAW stream's default duplicate
@@ -79,6 +84,80 @@ func TestHelmRefusesPlaceholderSecrets(t *testing.T) {
 	}
 	if out, err := template("--set", "existingSecret=wahook"); err != nil {
 		t.Errorf("helm template with existingSecret and the placeholders unused: %v\n%s", err, out)
+	}
+}
+
+// clickhouse.dsnFromSecret without a DSN in the chart's Secret
+// (secrets.clickhouseDSN) or an existing Secret is refused, naming the
+// values to set: the pods read the key clickhouse-dsn, which the chart's
+// Secret has only from secrets.clickhouseDSN, and a pod naming a missing
+// key never starts (CreateContainerConfigError).
+func TestHelmRefusesDSNFromSecretWithoutKey(t *testing.T) {
+	helm := tool(t, "helm")
+	template := func(args ...string) (string, error) {
+		return run(t, 2*time.Minute, repoRoot, nil, helm, append([]string{"template", "wahook", chartDir()}, helmSecrets(args...)...)...)
+	}
+	out, err := template("--set", "clickhouse.dsnFromSecret=true")
+	if err == nil || !strings.Contains(out, "clickhouse.dsnFromSecret is true, but secrets.clickhouseDSN is empty") {
+		t.Errorf("helm template with clickhouse.dsnFromSecret and no DSN in a Secret: err %v, want a refusal naming secrets.clickhouseDSN:\n%s", err, out)
+	}
+	for _, ok := range [][]string{
+		{"--set", "clickhouse.dsnFromSecret=true", "--set", "secrets.clickhouseDSN=clickhouse://u:p@ch:9000/wahook"},
+		{"--set", "clickhouse.dsnFromSecret=true", "--set", "existingSecret=wahook"},
+		{"--set", "clickhouse.dsnFromSecret=false"},
+	} {
+		if out, err := template(ok...); err != nil {
+			t.Errorf("helm template %v: %v\n%s", ok, err, out)
+		}
+	}
+}
+
+// The api gets NATS whenever it serves send results or the pacing signals
+// (/api/v1/pacing and its stream answer 503 without it): with
+// api.sendResults=false it runs with --send-results=false and still has
+// NATS and its credentials; only with api.pacing=false too does it run
+// without NATS.
+func TestHelmAPINATS(t *testing.T) {
+	helm := tool(t, "helm")
+	for _, c := range []struct {
+		name        string
+		args        []string
+		nats        bool
+		sendResults string // --send-results in wahook api's effective configuration
+	}{
+		{"defaults", nil, true, "true"},
+		{"send results off", []string{"--set", "api.sendResults=false"}, true, "false"},
+		{"send results and pacing off", []string{"--set", "api.sendResults=false", "--set", "api.pacing=false"}, false, "false"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out := mustRun(t, 2*time.Minute, repoRoot, helm, append([]string{"template", "wahook", chartDir()}, helmSecrets(append(c.args, "--set", "nats.credsSecret=nats-creds")...)...)...)
+			r := decodeStrict(t, "helm template "+c.name, out)
+			found := false
+			for _, d := range r.deployments {
+				for _, ct := range d.Spec.Template.Spec.Containers {
+					if len(ct.Args) == 0 || ct.Args[0] != "api" {
+						continue
+					}
+					found = true
+					inv := podInvocation("Deployment "+d.Name, ct)
+					if dump := checkInvocation(t, inv); dump != nil && dump["send-results"].value != c.sendResults {
+						t.Errorf("%s: wahook api runs with --send-results=%s, want %s", d.Name, dump["send-results"].value, c.sendResults)
+					}
+					_, url := inv.env["WAHOOK_NATS_URL"]
+					_, creds := inv.env["WAHOOK_NATS_CREDS"]
+					mounted := false
+					for _, m := range ct.VolumeMounts {
+						mounted = mounted || m.Name == "nats-creds"
+					}
+					if url != c.nats || creds != c.nats || mounted != c.nats {
+						t.Errorf("%s: WAHOOK_NATS_URL %v, WAHOOK_NATS_CREDS %v, creds mounted %v; want NATS %v", d.Name, url, creds, mounted, c.nats)
+					}
+				}
+			}
+			if !found {
+				t.Fatal("no api Deployment rendered")
+			}
+		})
 	}
 }
 
@@ -223,6 +302,12 @@ func checkRendered(t *testing.T, r *rendered, external map[string][]string) {
 	}
 	for _, j := range r.jobs {
 		pods = append(pods, podOwner{"Job", j.Name, j.Spec.Template.Labels, j.Spec.Template.Spec, 1})
+		// Kubernetes ends the Job at its deadline: wahook migrate's own
+		// budget must end first, so that it fails with its own error.
+		budget := migrateBudget(t)
+		if d := j.Spec.ActiveDeadlineSeconds; d != nil && time.Duration(*d)*time.Second < budget+time.Minute {
+			t.Errorf("Job %s: activeDeadlineSeconds %d is not a minute over wahook migrate's own budget of %v (cmd/wahook/migrate.go): Kubernetes kills a slow migration before it reports its error", j.Name, *d, budget)
+		}
 	}
 	subs := map[string]bool{}
 	metricsPorts := map[string]string{} // workload -> port of its /metrics
@@ -486,4 +571,29 @@ func servicePortTarget(s *corev1.Service, name string, target *podOwner) string 
 		}
 	}
 	return ""
+}
+
+// migrateBudget is how long wahook migrate may run by its own timeouts, as
+// cmd/wahook/migrate.go sets them: natsTimeout for the streams and buckets,
+// then migrateTimeout for ClickHouse.
+func migrateBudget(t *testing.T) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, "cmd", "wahook", "migrate.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total time.Duration
+	for _, name := range []string{"natsTimeout", "migrateTimeout"} {
+		m := regexp.MustCompile(`\b` + name + `\s*=\s*(\d+)\s*\*\s*time\.(Minute|Second)\b`).FindSubmatch(b)
+		if m == nil {
+			t.Fatalf("cmd/wahook/migrate.go: no %s = N * time.Minute (or time.Second) to read wahook migrate's budget from", name)
+		}
+		n, _ := strconv.Atoi(string(m[1]))
+		unit := time.Minute
+		if string(m[2]) == "Second" {
+			unit = time.Second
+		}
+		total += time.Duration(n) * unit
+	}
+	return total
 }

@@ -54,6 +54,12 @@ partition of its own: more would make every process pod exit. */ -}}
 {{- if and (ge $ack 0) (ge $window 0) (gt $ack $window) -}}
 {{- fail (printf "ingest.ackTimeout (%s) is longer than ingest.rawDuplicateWindow (%s), and ingest refuses to start so: raise ingest.rawDuplicateWindow to at least the ack timeout" .Values.ingest.ackTimeout .Values.ingest.rawDuplicateWindow) -}}
 {{- end -}}
+{{- /* clickhouse.dsnFromSecret reads the key clickhouse-dsn of the Secret:
+the chart's own writes it only from secrets.clickhouseDSN, and pods naming a
+missing key never start (CreateContainerConfigError). */ -}}
+{{- if and .Values.clickhouse.dsnFromSecret (not .Values.existingSecret) (not .Values.secrets.clickhouseDSN) -}}
+{{- fail "clickhouse.dsnFromSecret is true, but secrets.clickhouseDSN is empty and no existingSecret is set: the chart's Secret would have no clickhouse-dsn key for the pods to read. Set secrets.clickhouseDSN (the DSN with its password), or existingSecret to a Secret of your own with the key clickhouse-dsn, or clickhouse.dsnFromSecret=false to use clickhouse.dsn" -}}
+{{- end -}}
 {{- /* The secrets.* defaults are public placeholders: refuse to render
 with one left (the whole value, an element of a comma-separated list, or
 the secret of NAME=SECRET), unless existingSecret names the Secret to use. */ -}}
