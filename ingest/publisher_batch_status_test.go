@@ -1,9 +1,12 @@
 package ingest
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestBatchPublisherEndsBatchWhenConnectionDrops: a dropped connection ends
@@ -21,6 +24,30 @@ func TestBatchPublisherEndsBatchWhenConnectionDrops(t *testing.T) {
 		p.connectionChanged(tt.status)
 		if tt.ends && (p.cur != nil || !b.ending) || !tt.ends && (p.cur != b || b.ending) {
 			t.Errorf("%s: current batch %v, ending %v; want the batch ended: %v", tt.status, p.cur, b.ending, tt.ends)
+		}
+	}
+}
+
+// TestStorageRefused: the refusals for want of room, as a PubAck's API
+// error and as the batch publisher words a batch's refusal, make /readyz
+// fail; the account's limits (10002) among them, which an external NATS
+// with per-account limits answers. A message's own refusal does not.
+func TestStorageRefused(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{&jetstream.APIError{Code: 400, ErrorCode: 10002, Description: "resource limits exceeded for account"}, true},
+		{&jetstream.APIError{Code: 500, ErrorCode: 10047, Description: "insufficient storage resources available"}, true},
+		{fmt.Errorf("publish: %w", &jetstream.APIError{Code: 503, ErrorCode: 10023, Description: "insufficient resources"}), true},
+		{errors.New("stream refused the message: resource limits exceeded for account (10002)"), true},
+		{errors.New("stream refused the message: insufficient storage resources available (10047)"), true},
+		{errors.New("stream refused the message: message size exceeds maximum allowed (10054)"), false},
+		{&jetstream.APIError{Code: 400, ErrorCode: 10054, Description: "message size exceeds maximum allowed"}, false},
+		{errors.New("nats: timeout"), false},
+	} {
+		if got := storageRefused(c.err); got != c.want {
+			t.Errorf("storageRefused(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/wahook/wahook/internal/httpbody"
+	"github.com/wahook/wahook/internal/jserr"
 	"github.com/wahook/wahook/internal/throttle"
 	"github.com/wahook/wahook/schema"
 )
@@ -70,15 +72,20 @@ type Server struct {
 const storageFullFor = 5 * time.Second
 
 // storageRefused reports whether err is JetStream refusing a body for want
-// of storage: insufficient resources (10023), or the account's or
-// server's storage spent (10047), as a PubAck error or a batch's refusal.
+// of room (jserr.StoreFull: insufficient resources, the account's limits,
+// the server's storage spent), as a PubAck error or a batch's refusal
+// ("... (10047)").
 func storageRefused(err error) bool {
 	var api *jetstream.APIError
 	if errors.As(err, &api) {
-		return api.ErrorCode == 10023 || api.ErrorCode == 10047
+		return jserr.StoreFull(int(api.ErrorCode))
 	}
 	msg := err.Error()
-	return strings.Contains(msg, "(10023)") || strings.Contains(msg, "(10047)")
+	if i := strings.LastIndex(msg, "(100"); i >= 0 && len(msg) >= i+7 && msg[i+6] == ')' {
+		code, err := strconv.Atoi(msg[i+1 : i+6])
+		return err == nil && jserr.StoreFull(code)
+	}
+	return false
 }
 
 // appRoute is what the hot path needs of one configured app.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -423,6 +424,50 @@ func TestStage1OutageDoesNotCountTowardMaxDeliver(t *testing.T) {
 	}
 	if w.outages != 0 || w.alone != 0 {
 		t.Errorf("the writer's faults did not all happen: %d outages, %d refusals alone left", w.outages, w.alone)
+	}
+}
+
+// TestStage1StoreFullIsAnOutage: JetStream refuses every event for want of
+// room (the account's limits reached: 400, err_code 10002; a server's
+// storage spent answers 10047). That was taken for a refusal of the events
+// themselves while NATS and ClickHouse answered: each body was tried
+// alone, struck MaxDeliver times and made a dead letter, and the whole
+// backlog was acked without its rows. Now the bodies wait, and are stored
+// once there is room again.
+func TestStage1StoreFullIsAnOutage(t *testing.T) {
+	p := newPipeline(t, schematest.ClickHouse(t))
+	p.cfg.MaxDeliver = 2
+	const n = 8
+	for i := range n {
+		p.publish("default", statusBody("107655290331184", "15557810001", fmt.Sprintf("wamid.full-%d", i), 1781514312+i))
+	}
+	acc := p.nats.Server().GlobalAccount()
+	limit := func(store int64) {
+		t.Helper()
+		if err := acc.UpdateJetStreamLimits(map[string]server.JetStreamAccountLimits{"": {MaxMemory: -1, MaxStore: store, MaxStreams: -1, MaxConsumers: -1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	limit(int64(acc.JetStreamUsage().Store)) // full: no event fits
+	p.start()
+	// Tried a few times (or, as before, dead letters made of them).
+	testutil.Eventually(t, 30*time.Second, "stage 1 to meet the full store", func() (bool, string) {
+		got, dead := p.metric(0, "wahook_processor_write_failures_total"), p.count("SELECT count() FROM {db}.dead_letters")
+		return got >= 3 || dead > 0, fmt.Sprint(got, " write failures, ", dead, " dead letters")
+	})
+	if got := p.count("SELECT count() FROM {db}.dead_letters"); got != 0 {
+		t.Fatalf("dead letters while the store was full: %d, want 0", got)
+	}
+	if got := p.count("SELECT count() FROM {db}.status_events"); got != 0 {
+		t.Errorf("statuses stored while EVENTS could not take their events: %d, want 0", got)
+	}
+	limit(-1)
+	p.drained(60 * time.Second)
+	if got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events"); got != n {
+		t.Errorf("statuses stored once there was room: %d, want %d", got, n)
+	}
+	if got := p.count("SELECT count() FROM {db}.dead_letters"); got != 0 {
+		t.Errorf("dead letters: %d, want 0", got)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/wahook/wahook/internal/jserr"
 	"github.com/wahook/wahook/schema"
 )
 
@@ -373,6 +374,11 @@ func replyError(m *nats.Msg) error {
 	case r.Error != nil && r.Error.Code == 503:
 		// JetStream is not available now (no quorum, a leader moving).
 		return fmt.Errorf("publish %s: %s (code %d, err_code %d): %w", schema.StreamEvents, r.Error.Description, r.Error.Code, r.Error.ErrCode, errEventsDown)
+	case r.Error != nil && jserr.StoreFull(r.Error.ErrCode):
+		// No room for the event (the account's JetStream limits, the
+		// server's storage or memory spent): the stores are full, not
+		// the event wrong. The bodies wait until room is made.
+		return fmt.Errorf("publish %s: %s (code %d, err_code %d): the store is full: %w", schema.StreamEvents, r.Error.Description, r.Error.Code, r.Error.ErrCode, errEventsDown)
 	case r.Error != nil && r.Error.ErrCode == errCodeDuplicateInProcess:
 		// The same event is being stored by an earlier publish (of a batch
 		// tried again while the first try's publish was still in a

@@ -266,7 +266,7 @@ func TestPublishOversizedEvent(t *testing.T) {
 }
 
 // TestReplyError: what each reply of EVENTS other than a PubAck means to
-// stage 1: the stream not answering, or storing the same event from an
+// stage 1: the stream not answering, no room to store the event, or storing the same event from an
 // earlier try, is an outage (the bodies wait, never dead letters); a
 // refusal of the message itself is not.
 func TestReplyError(t *testing.T) {
@@ -278,6 +278,8 @@ func TestReplyError(t *testing.T) {
 		{"no responders", &nats.Msg{Header: nats.Header{"Status": []string{"503"}}}, true},
 		{"no quorum", &nats.Msg{Data: []byte(`{"error":{"code":503,"err_code":10008,"description":"JetStream system temporarily unavailable"}}`)}, true},
 		{"the same event being stored", &nats.Msg{Data: []byte(`{"error":{"code":409,"err_code":10158,"description":"duplicate message id is in process"}}`)}, true},
+		{"the account's limits", &nats.Msg{Data: []byte(`{"error":{"code":400,"err_code":10002,"description":"resource limits exceeded for account"}}`)}, true},
+		{"the server's storage", &nats.Msg{Data: []byte(`{"error":{"code":500,"err_code":10047,"description":"insufficient storage resources available"}}`)}, true},
 		{"a message too large", &nats.Msg{Data: []byte(`{"error":{"code":400,"err_code":10054,"description":"message size exceeds maximum allowed"}}`)}, false},
 		{"no PubAck", &nats.Msg{Data: []byte(`hello`)}, false},
 	} {
