@@ -113,11 +113,13 @@ func (w *Writer) Ping(ctx context.Context) error {
 // now, whatever they hold: a replicated table read-only or ZooKeeper
 // (Keeper) gone, too many parts waiting for merges, too many queries, an
 // insert whose outcome the server could not tell, the server's or the
-// user's memory spent, a full disk, a query timed out or cancelled (as the
+// user's memory spent, a full disk (and, on 18.16, a part's file not
+// written for want of space: fullDisk), a query timed out or cancelled (as the
 // server stops). The server answers pings meanwhile, so a body failing so
 // on its own was taken for the body's fault, and every body became a dead
 // letter.
 var unavailableCodes = map[int32]string{
+	75:  "CANNOT_WRITE_TO_FILE_DESCRIPTOR",
 	159: "TIMEOUT_EXCEEDED",
 	202: "TOO_MANY_SIMULTANEOUS_QUERIES",
 	225: "NO_ZOOKEEPER",
@@ -130,6 +132,18 @@ var unavailableCodes = map[int32]string{
 	999: "KEEPER_EXCEPTION",
 }
 
+// fullDisk reports whether a server exception's message is a write that
+// failed for want of disk space or quota (ENOSPC, EDQUOT), whatever its
+// code. ClickHouse 18.16 reserves no space before an insert, so a full disk
+// is not its NOT_ENOUGH_SPACE (243) but a failed write of a part's file:
+// "Cannot write to file .../primary.idx, errno: 28, strerror: No space left
+// on device" (75, CANNOT_WRITE_TO_FILE_DESCRIPTOR, in the list: a file the
+// server cannot write is its state, never the rows').
+func fullDisk(msg string) bool {
+	return strings.Contains(msg, "errno: 28,") || strings.Contains(msg, "errno: 122,") ||
+		strings.Contains(msg, "No space left on device")
+}
+
 // Unavailable reports whether err is a ClickHouse exception that says the
 // server cannot take writes now (a replica read-only while ZooKeeper is
 // away, too many parts) rather than that it refused the rows: a write that
@@ -138,6 +152,9 @@ func Unavailable(err error) bool {
 	var ex *clickhouse.Exception
 	if !errors.As(err, &ex) {
 		return false
+	}
+	if fullDisk(ex.Message) {
+		return true
 	}
 	if ex.Code == 252 && strings.Contains(ex.Message, tooManyPartitions) {
 		// The same code refuses an insert block whose rows fall in more

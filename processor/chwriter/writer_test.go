@@ -228,6 +228,19 @@ func TestUnavailable(t *testing.T) {
 			t.Errorf("%d %s: not unavailable", code, name)
 		}
 	}
+	// A full disk on 18.16: the insert's part not written (its answer with
+	// the server's data on a full file system, 2026-12-07), or a file not
+	// even created.
+	for _, full := range []*clickhouse.Exception{
+		{Code: 75, Name: "DB::Exception", Message: "Cannot write to file /var/lib/clickhouse/data/wahook/status_events/" +
+			"tmp_insert_202612_1_1_0/primary.idx, errno: 28, strerror: No space left on device"},
+		{Code: 76, Name: "DB::Exception", Message: "Cannot open file /var/lib/clickhouse/data/wahook/status_events/" +
+			"tmp_insert_202612_1_1_0/checksums.txt, errno: 28, strerror: No space left on device"},
+	} {
+		if !Unavailable(fmt.Errorf("chwriter: insert 3 rows into status_events: send: %w", full)) {
+			t.Errorf("an insert whose part could not be written for want of disk space (%d) is not unavailable", full.Code)
+		}
+	}
 	// TOO_MANY_PARTS also refuses one insert block's rows spread over more
 	// months than max_partitions_per_insert_block: the rows' own failure.
 	rows := &clickhouse.Exception{Code: 252, Name: "DB::Exception", Message: "Too many partitions for single INSERT block (more than 100). " +
