@@ -219,8 +219,13 @@ func (s *Stage2) runGroup(ctx context.Context) error {
 		case <-quit: // Run returned: the message is redelivered after AckWait
 		}
 	}
-	cc, err := pcgroups.ElasticConsume(ctx, s.js, schema.StreamEvents, s.cfg.Durable, s.cfg.Member, deliver, memberConsumer(s.cfg))
+	// pcgroups watches the group's configuration with the context it is
+	// given, until that ends: one of this join's own, or each join again
+	// would leave a watcher behind.
+	joinCtx, leave := context.WithCancel(ctx)
+	cc, err := pcgroups.ElasticConsume(joinCtx, s.js, schema.StreamEvents, s.cfg.Durable, s.cfg.Member, deliver, memberConsumer(s.cfg))
 	if err != nil {
+		leave()
 		return fmt.Errorf("join consumer group %s as %s: %w", s.cfg.Durable, s.cfg.Member, err)
 	}
 	done := cc.Done()
@@ -228,6 +233,7 @@ func (s *Stage2) runGroup(ctx context.Context) error {
 	defer func() {
 		close(quit)
 		cc.Stop()
+		defer leave()
 		if done != nil {
 			<-done
 		}
@@ -242,12 +248,22 @@ func (s *Stage2) runGroup(ctx context.Context) error {
 	s.seedHeld(ctx)
 
 	nextRefresh := time.Now().Add(s.cfg.Refresh)
-	timer := time.NewTimer(time.Until(s.nextWake(nextRefresh)))
+	// The member's consumer is looked for every check: pcgroups makes it
+	// again only when the membership changes, and its reader ends for good
+	// when the consumer is deleted (by hand, or by the server once it is
+	// inactive for its threshold).
+	check := min(consumerCheck, s.cfg.StallAfter/2)
+	nextCheck, missing := time.Now().Add(check), 0
+	wake := func() time.Duration { return time.Until(minTime(s.nextWake(nextRefresh), nextCheck)) }
+	timer := time.NewTimer(wake())
 	defer timer.Stop()
 	// stop writes what is pending and returns err; with ctx ended, nil:
 	// the watchers (pcgroups' and ownership's) end with ctx too, and may be
-	// seen first.
+	// seen first. A change of ownership not applied yet goes first: the
+	// numbers of a partition that moved are not written over their new
+	// owner's.
 	stop := func(err error) error {
+		_ = s.pollOwnership(ctx)
 		ferr := s.lastFlush()
 		if ctx.Err() != nil {
 			if ferr != nil {
@@ -283,11 +299,45 @@ func (s *Stage2) runGroup(ctx context.Context) error {
 			}
 			s.handle(ctx, msg)
 		case <-timer.C:
+			// As for a message: a partition that moved meanwhile is not
+			// written by the tick.
+			if err := s.pollOwnership(ctx); err != nil {
+				return stop(err)
+			}
 		}
 		now := time.Now()
 		nextRefresh = s.tick(ctx, now, nextRefresh)
-		timer.Reset(time.Until(s.nextWake(nextRefresh)))
+		if !now.Before(nextCheck) {
+			if s.memberConsumerGone(ctx) && own.count > 0 {
+				// Twice in a row: a membership change deletes the consumer
+				// and makes it again in a moment.
+				if missing++; missing >= 2 {
+					return stop(fmt.Errorf("consume group %s: member %s: %w", s.cfg.Durable, s.cfg.Member, jetstream.ErrConsumerNotFound))
+				}
+			} else {
+				missing = 0
+			}
+			nextCheck = now.Add(check)
+		}
+		timer.Reset(wake())
 	}
+}
+
+// memberConsumerGone reports whether this member's consumer on the group's
+// stream is known not to exist (an answer of not found; any other failure
+// says nothing).
+func (s *Stage2) memberConsumerGone(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := s.js.Consumer(ctx, groupStream(s.cfg.Durable), s.cfg.Member)
+	return errors.Is(err, jetstream.ErrConsumerNotFound)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // consumeError is a failure of a group member that was consuming: Run

@@ -134,14 +134,17 @@ func (s *Stage2) Run(ctx context.Context) error {
 				// Joining failed (a cluster still forming): try again.
 				s.log.Warn("stage 2 could not join its group, retrying", zap.Error(err), zap.Duration("in", wait))
 				if sleepCtx(ctx, wait); ctx.Err() != nil {
-					return nil
+					return s.unwritten()
 				}
 				continue
 			}
 			s.m.restarts.Inc()
 			s.log.Warn("stage 2 group member stopped, joining again", zap.Error(err), zap.Duration("in", wait))
+			// Stopped while out of the group: the signals its last flush
+			// could not write are not written now (their partitions may
+			// have moved), and the stop says so.
 			if sleepCtx(ctx, wait); ctx.Err() != nil {
-				return nil
+				return s.unwritten()
 			}
 		}
 	}
@@ -199,6 +202,12 @@ func (s *Stage2) Run(ctx context.Context) error {
 // (it returned nil, and the process exited 0).
 func (s *Stage2) lastFlush() error {
 	s.w.flush(context.Background(), time.Now(), true)
+	return s.unwritten()
+}
+
+// unwritten is errSignalsNotWritten with how many numbers' signals are
+// pending, or nil when none is.
+func (s *Stage2) unwritten() error {
 	n := 0
 	for _, d := range s.w.dirty {
 		if d.dirty && !d.gone {

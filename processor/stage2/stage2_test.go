@@ -422,6 +422,72 @@ func TestRunRecreatesDeletedConsumer(t *testing.T) {
 	}
 }
 
+// TestGroupMemberRecreatesDeletedConsumer: a group member whose consumer
+// is deleted (by hand, or by the server once it was inactive for its
+// threshold) joins again. pcgroups makes a member's consumer again only
+// when the membership changes, and its reader ended for good: the member
+// kept its partitions and applied none of their events, and the group's
+// work queue grew until the sourcing stopped for every member.
+func TestGroupMemberRecreatesDeletedConsumer(t *testing.T) {
+	h := start(t, sec(12), func(c *Config) {
+		c.Partitions, c.Member, c.Members = 8, "a", []string{"a"}
+		c.StallAfter = 2 * time.Second // a look for the consumer every second
+	})
+	h.traffic("8002", 0, 10, 10, 0)
+	h.flushed()
+	h.waitSignal("8002", "the first events", func(s schema.PacingSignal) bool { return s.Observed.S10 == 10 })
+	if err := h.js.DeleteConsumer(context.Background(), groupStream(h.cfg.Durable), h.cfg.Member); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the member joined again", func() (bool, string) {
+		_, err := h.js.Consumer(context.Background(), groupStream(h.cfg.Durable), h.cfg.Member)
+		n := metricValue(h.s.m.restarts)
+		return err == nil && n >= 1, fmt.Sprintf("restarts %v, %v", n, err)
+	})
+	h.traffic("8003", 0, 10, 10, 0)
+	h.flushed()
+	h.waitSignal("8003", "events after the consumer came back", func(s schema.PacingSignal) bool { return s.Observed.S10 == 10 })
+	select {
+	case err := <-h.done:
+		t.Fatalf("Run returned: %v", err)
+	default:
+	}
+}
+
+// TestGroupStopWhileOutOfTheGroup: a member whose consumer ended while its
+// signals could not be written (the pacing bucket gone), stopped while it
+// waited to join again, returned nil: the process exited 0 with the
+// signals not written. The stop says so, as one in the group does.
+func TestGroupStopWhileOutOfTheGroup(t *testing.T) {
+	h := start(t, sec(22), func(c *Config) {
+		c.Partitions, c.Member, c.Members = 8, "a", []string{"a"}
+		c.StallAfter = 2 * time.Second // a look for the consumer every second
+	})
+	h.sent1("8102", "before", sec(10))
+	h.flushed()
+	h.waitSignal("8102", "the first signal", func(s schema.PacingSignal) bool { return s.Observed.S60 > 0 })
+	if err := h.js.DeleteKeyValue(context.Background(), schema.BucketPacing); err != nil {
+		t.Fatal(err)
+	}
+	h.sent1("8102", "after", sec(11))
+	h.flushed()
+	h.eventually("a write refused", func() (bool, string) {
+		n := metricValue(h.s.m.writeFails.WithLabelValues(schema.BucketPacing))
+		return n >= 1, fmt.Sprintf("failed writes %v", n)
+	})
+	// Out of the group: its consumer gone, it waits 250 ms to join again.
+	if err := h.js.DeleteConsumer(context.Background(), groupStream(h.cfg.Durable), h.cfg.Member); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the member out of the group", func() (bool, string) {
+		n := metricValue(h.s.m.restarts)
+		return n >= 1, fmt.Sprintf("restarts %v", n)
+	})
+	if err := h.closeErr(); err == nil || !strings.Contains(err.Error(), "stopped with signals not written: 1 signal(s) not written") {
+		t.Errorf("Run: %v, want the signal not written said", err)
+	}
+}
+
 // reading waits until stage 2 reads its consumer (a pull request of its
 // waits there).
 func (h *harness) reading() {
