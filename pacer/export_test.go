@@ -27,3 +27,6 @@ func SetOutcomeClock(t *testing.T, now func() time.Time) {
 	outcomeNow = now
 	t.Cleanup(func() { outcomeNow = old })
 }
+
+// Wakeups is how many times Waits were woken by a change, in all pacers.
+func Wakeups() int64 { return wakeups.Load() }

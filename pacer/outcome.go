@@ -229,7 +229,7 @@ func (p *Pacer) pairStrike(id, recipient string, now time.Time) time.Duration {
 	if until.After(pr.coolUntil) {
 		pr.coolUntil = until
 	}
-	p.broadcast()
+	p.wake(p.number(id))
 	return pr.coolUntil.Sub(now)
 }
 
@@ -245,7 +245,7 @@ func (p *Pacer) paused(id string, now time.Time) time.Duration {
 	if until.After(n.pauseUntil) {
 		n.pauseUntil = until
 	}
-	p.broadcast()
+	p.wake(n)
 	return n.pauseUntil.Sub(now)
 }
 
@@ -257,5 +257,5 @@ func (p *Pacer) stopped(id string, now time.Time, reason string) {
 	if until := now.Add(stopHold); until.After(n.stopUntil) {
 		n.stopUntil, n.stopReason = until, reason
 	}
-	p.broadcast()
+	p.wake(n)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,7 +67,7 @@ type Pacer struct {
 	numbers   map[string]*number
 	cooldowns map[string]time.Time // wahook's cool-downs by PairCooldownKey
 	pairs     map[string]*pair     // the local pair rule by PairCooldownKey
-	changed   chan struct{}        // closed and replaced when a signal or cool-down changes
+	byKey     map[string]*number   // the numbers by their KV key (schema.PacingKey), for cool-downs
 
 	rep *reporter
 
@@ -84,12 +85,13 @@ type number struct {
 	id       string
 	lim      *rate.Limiter
 	sig      *schema.PacingSignal
-	sigAt    time.Time // when sig came, by this process's clock
-	tier     float64   // the last known tier (0: none)
-	fallback bool      // the fallback rate applies now
-	used     bool      // Wait or Rate was asked about it: its fallback is logged and counted
-	throttle float64   // rate cap after a 130429 reported through Outcome
-	thrUntil time.Time // until then, or a signal that has the error (throttleSeen)
+	sigAt    time.Time     // when sig came, by this process's clock
+	tier     float64       // the last known tier (0: none)
+	fallback bool          // the fallback rate applies now
+	used     bool          // Wait or Rate was asked about it: its fallback is logged and counted
+	changed  chan struct{} // closed and replaced when its signal, holds, rate or a cool-down of its recipients changes
+	throttle float64       // rate cap after a 130429 reported through Outcome
+	thrUntil time.Time     // until then, or a signal that has the error (throttleSeen)
 	thrSince time.Time
 	thrErrAt time.Time   // the reported 130429's own time (its result's timestamp)
 	thrTimer *time.Timer // refreshes the number at thrUntil
@@ -132,7 +134,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pacer, error
 		numbers:   map[string]*number{},
 		cooldowns: map[string]time.Time{},
 		pairs:     map[string]*pair{},
-		changed:   make(chan struct{}),
+		byKey:     map[string]*number{},
 	}
 	if js == nil {
 		cfg.Logger.Warn("pacer: no JetStream: no pacing signal or cool-down is watched; every number is sent at the fallback rate, and results are reported over HTTP only")
@@ -319,7 +321,7 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 		}
 		p.refresh(n, now)
 		h := n.hold(now, p.cfg.MaintenanceMargin)
-		changed := p.changed
+		changed := n.changed
 		var coolUntil time.Time
 		var local bool
 		if key != "" && h.until.IsZero() {
@@ -383,7 +385,7 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 		now = time.Now()
 		lim := n.lim
 		tok := lim.ReserveN(now, 1)
-		changed = p.changed
+		changed = n.changed
 		p.mu.Unlock()
 		if d := tok.DelayFrom(now); d > 0 {
 			if dl, ok := ctx.Deadline(); ok && now.Add(d).After(dl) {
@@ -427,7 +429,7 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 				at := now.Add(d)
 				for {
 					p.mu.Lock()
-					changed = p.changed
+					changed = n.changed
 					now = time.Now()
 					h = n.hold(now, p.cfg.MaintenanceMargin)
 					cooled := p.cooled(key, now)
@@ -490,13 +492,14 @@ func (p *Pacer) waitToken(ctx context.Context, n *number, key string, lim *rate.
 		case <-t.C:
 			return false, nil
 		case <-changed:
+			wakeups.Add(1)
 		}
 		p.mu.Lock()
 		now := time.Now()
 		h := n.hold(now, p.cfg.MaintenanceMargin)
 		rebuilt := n.lim != lim
 		cooled := p.cooled(key, now)
-		changed = p.changed
+		changed = n.changed
 		p.mu.Unlock()
 		if rebuilt {
 			return true, nil
@@ -531,9 +534,13 @@ func sleepUntil(ctx context.Context, t time.Time, changed <-chan struct{}) error
 		return ctx.Err()
 	case <-tm.C:
 	case <-changed:
+		wakeups.Add(1)
 	}
 	return nil
 }
+
+// wakeups counts the Waits woken by a change, for tests.
+var wakeups atomic.Int64
 
 // hash is the key of recipient: its keyed hash in wahook's form
 // (schema.Recipient), as wahook keys its cool-downs.
@@ -551,8 +558,9 @@ func (p *Pacer) number(id string) *number {
 	n := p.numbers[id]
 	if n == nil {
 		r := p.cfg.FallbackShare * p.cfg.FallbackTierMPS * p.cfg.Share
-		n = &number{id: id, lim: rate.NewLimiter(rate.Limit(r), p.burst(r))}
+		n = &number{id: id, lim: rate.NewLimiter(rate.Limit(r), p.burst(r)), changed: make(chan struct{})}
 		p.numbers[id] = n
+		p.byKey[schema.PacingKey(id)] = n
 		p.fallbackOn(n, "no signal yet")
 	}
 	return n
@@ -680,7 +688,7 @@ func (p *Pacer) rebucket(n *number, r float64, now time.Time) {
 	n.lim = rate.NewLimiter(rate.Limit(r), b)
 	// Full when made; b-whole taken frac tokens' time ago leaves level now.
 	n.lim.ReserveN(now.Add(-time.Duration(frac/r*float64(time.Second))), b-whole)
-	p.broadcast()
+	p.wake(n)
 }
 
 func (p *Pacer) fallbackOn(n *number, why string) {
@@ -710,10 +718,23 @@ func (p *Pacer) fallbackOff(n *number) {
 	}
 }
 
-// broadcast wakes the Waits that wait for a change. p.mu is held.
-func (p *Pacer) broadcast() {
-	close(p.changed)
-	p.changed = make(chan struct{})
+// wake wakes the Waits of the number n that wait for a change: the Waits
+// of other numbers sleep on (a sender with many Waits queued over many
+// numbers would otherwise wake them all at every signal of any). p.mu is
+// held.
+func (p *Pacer) wake(n *number) {
+	close(n.changed)
+	n.changed = make(chan struct{})
+}
+
+// wakeKey wakes the Waits of the number of the pair cool-down key (its
+// part before the recipient's hash), if any. p.mu is held.
+func (p *Pacer) wakeKey(key string) {
+	if i := strings.LastIndexByte(key, '.'); i > 0 {
+		if n := p.byKey[key[:i]]; n != nil {
+			p.wake(n)
+		}
+	}
 }
 
 // onSignal applies a value of wahook_pacing (nil value: the key went).
@@ -747,7 +768,7 @@ func (p *Pacer) onSignal(key string, value []byte) {
 		n.tier = float64(s.TierMPS)
 	}
 	p.refresh(n, now)
-	p.broadcast()
+	p.wake(n)
 }
 
 // onCooldown applies a value of wahook_pair_cooldown (nil: the key went).
@@ -756,7 +777,7 @@ func (p *Pacer) onCooldown(key string, value []byte) {
 	defer p.mu.Unlock()
 	if value == nil {
 		delete(p.cooldowns, key)
-		p.broadcast()
+		p.wakeKey(key)
 		return
 	}
 	var c schema.PairCooldown
@@ -769,7 +790,7 @@ func (p *Pacer) onCooldown(key string, value []byte) {
 	} else {
 		delete(p.cooldowns, key)
 	}
-	p.broadcast()
+	p.wakeKey(key)
 }
 
 // watch follows a bucket's keys, waiting for the bucket to exist, and

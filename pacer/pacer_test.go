@@ -1256,3 +1256,43 @@ func TestNewWithoutJetStream(t *testing.T) {
 		t.Errorf("New with a context that ends first: %v, want its deadline", err)
 	}
 }
+
+// TestOtherNumbersDoNotWakeWaits: Waits queued on one number sleep on while
+// the signals of others change. One channel for all numbers woke every
+// queued Wait at every signal of any number: a sender with 1,000 Waits
+// queued over 100 numbers, each signal rewritten every second or faster,
+// woke a goroutine and took the pacer's lock a million times a second.
+func TestOtherNumbersDoNotWakeWaits(t *testing.T) {
+	const queued, other = "100000000000101", "100000000000102"
+	e := newEnv(t, nil)
+	e.stopStage2()
+	p := e.pacer(func(c *pacer.Config) { c.NoReport = true })
+	put := func(id string, mps float64) {
+		t.Helper()
+		at := time.Now()
+		if err := e.putSignal(schema.PacingSignal{PhoneNumberID: id, UpdatedAt: at.UTC(), TierMPS: 80, TierSource: "default",
+			Advice: schema.AdviceOK, RecommendedMPS: mps}); err != nil {
+			t.Fatal(err)
+		}
+		e.applied(p, id, at)
+	}
+	put(queued, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = p.Wait(ctx, queued, "") }()
+	}
+	defer func() { cancel(); wg.Wait() }()
+	time.Sleep(300 * time.Millisecond) // queued for their tokens, 1 a second
+	before := pacer.Wakeups()
+	for i := range 30 {
+		put(other, float64(40+i%2))
+	}
+	// The Waits that got their token meanwhile (one a second) are not
+	// woken; a Wait of the queued number that woke at each signal of the
+	// other would count about 10 x 30.
+	if woke := pacer.Wakeups() - before; woke > 5 {
+		t.Errorf("%d wake-ups of Waits queued on one number during 30 signals of another; want none", woke)
+	}
+}
