@@ -12,9 +12,13 @@ import (
 	"github.com/wahook/wahook/schema"
 )
 
-// wahook exports no metric of error codes by class or of the numbers' advice,
-// so the alerts on them are Grafana alert rules on ClickHouse, over the last
-// 15 minutes of failures_by_minute, one alert instance per number.
+// The per-number alerts: wahook's metrics count errors by class and numbers
+// by advice for the whole service (the Prometheus rules WahookQualityErrors,
+// WahookThroughputErrors, WahookNumbersAtStop), with no number label, so
+// the alerts that name the number are Grafana alert rules on ClickHouse,
+// over the last 15 minutes of failures_by_minute, one alert instance per
+// number. Their names say "Number" so that the two kinds, routed to one
+// Alertmanager, neither group nor silence together.
 
 // alertWindow is the range each rule reads, in seconds.
 const alertWindow = 15 * 60
@@ -58,25 +62,25 @@ type alertSpec struct {
 
 var alertSpecs = []alertSpec{
 	{
-		uid: "wahook-quality-errors", title: "WahookQualityErrors", severity: "critical", forArg: "0s", above: 0,
+		uid: "wahook-quality-errors", title: "WahookNumberQualityErrors", severity: "critical", forArg: "0s", above: 0,
 		sql:         errorsBy("class", string(schema.ClassQuality)),
 		summary:     "Number {{ $labels.phone_number_id }}: {{ $values.A }} quality errors (" + codesOf(schema.ClassQuality) + ") in 15 minutes",
 		description: "Meta limits the number for spam or quality; the verdict is stop: pause its campaigns and look at its templates and opt-ins.",
 	},
 	{
-		uid: "wahook-throughput-errors", title: "WahookThroughputErrors", severity: "warning", forArg: "5m", above: 10,
+		uid: "wahook-throughput-errors", title: "WahookNumberThroughputErrors", severity: "warning", forArg: "5m", above: 10,
 		sql:         errorsBy("class", string(schema.ClassThroughput)),
 		summary:     "Number {{ $labels.phone_number_id }}: {{ $values.A }} throughput errors (" + codesOf(schema.ClassThroughput) + ") in 15 minutes",
 		description: "The number sends faster than its tier: its verdict is slow_down. Senders that follow wahook_pacing's recommended rate should not see these.",
 	},
 	{
-		uid: "wahook-numbers-stop", title: "WahookNumbersAtStop", severity: "critical", forArg: "0s", above: 0,
+		uid: "wahook-numbers-stop", title: "WahookNumberStopErrors", severity: "critical", forArg: "0s", above: 0,
 		sql:         errorsBy("verdict", string(schema.VerdictStop)),
 		summary:     "Number {{ $labels.phone_number_id }}: {{ $values.A }} errors with the verdict stop in 15 minutes",
 		description: "Errors whose verdict is stop (quality, policy, payment, auth): stop sending from the number; wahook_pacing carries its advice.",
 	},
 	{
-		uid: "wahook-numbers-slow-down", title: "WahookNumbersAtSlowDown", severity: "warning", forArg: "5m", above: 10,
+		uid: "wahook-numbers-slow-down", title: "WahookNumberSlowDownErrors", severity: "warning", forArg: "5m", above: 10,
 		sql:         errorsBy("verdict", string(schema.VerdictSlowDown)),
 		summary:     "Number {{ $labels.phone_number_id }}: {{ $values.A }} errors with the verdict slow_down in 15 minutes",
 		description: "Errors whose verdict is slow_down: the number should queue and send slower; wahook_pacing carries its recommended rate.",
