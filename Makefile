@@ -1,6 +1,7 @@
 # wahook: see README.md. Every target works on a fresh Debian machine.
 
 GO ?= go
+export PATH := $(PATH):/usr/local/go/bin
 
 .PHONY: build test run lint fuzz bench clean
 

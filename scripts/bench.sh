@@ -111,7 +111,9 @@ mkdir -p "$out"
 source scripts/benchlib.sh
 wahook_bin
 if [ "$PIPELINE" != 1 ]; then BREAKDOWN=0; fi
-if [ "$BREAKDOWN" = 1 ] && ! "$WAHOOK_BIN" serve -h 2>&1 | grep -q -- --pprof-listen; then
+# The help is read whole before it is searched: grep -q leaving early would
+# end wahook with SIGPIPE, and pipefail would take that for "no flag".
+if [ "$BREAKDOWN" = 1 ] && ! grep -q -- --pprof-listen <<<"$("$WAHOOK_BIN" serve -h 2>&1 || true)"; then
 	echo "bench: $WAHOOK_BIN has no --pprof-listen: no cost breakdown" >&2
 	BREAKDOWN=0
 fi

@@ -80,8 +80,8 @@ cmd_install() {
 		command -v sudo >/dev/null 2>&1 || die "install needs root or sudo"
 		sudo=(sudo)
 	fi
-	"${sudo[@]}" apt-get update
-	"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y clickhouse-server clickhouse-client
+	"${sudo[@]}" apt-get -o DPkg::Lock::Timeout=300 update
+	"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y clickhouse-server clickhouse-client curl
 	find_server || die "clickhouse-server still not found after apt-get install"
 	find_client || die "clickhouse-client still not found after apt-get install"
 	echo "installed: ${SERVER[*]}"

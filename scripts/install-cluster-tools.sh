@@ -2,12 +2,13 @@
 # install-cluster-tools.sh: what the cluster suite (deploy/local/clustertest)
 # and deploy/local/cluster.sh need beyond scripts/clickhouse.sh install:
 # Debian's zookeeper package (ClickHouse 18.16's coordination service; it
-# brings a Java runtime). nats-server is built from the Go module by
-# cluster.sh itself. With CI=true, a failed install fails.
+# brings a Java runtime) and curl (cluster.sh and the suite read the
+# servers' HTTP endpoints with it). nats-server is built from the Go module
+# by cluster.sh itself. With CI=true, a failed install fails.
 set -euo pipefail
 
-if [[ -f /usr/share/java/zookeeper.jar ]] && command -v java >/dev/null 2>&1; then
-	echo "zookeeper already installed"
+if [[ -f /usr/share/java/zookeeper.jar ]] && command -v java >/dev/null 2>&1 && command -v curl >/dev/null 2>&1; then
+	echo "zookeeper and curl already installed"
 	exit 0
 fi
 sudo=()
@@ -19,7 +20,8 @@ if [[ $(id -u) != 0 ]]; then
 	fi
 	sudo=(sudo)
 fi
-"${sudo[@]}" apt-get update
-"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y zookeeper
+# A fresh machine's own apt runs (apt-daily) may hold dpkg's lock a while.
+"${sudo[@]}" apt-get -o DPkg::Lock::Timeout=300 update
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y zookeeper curl
 [[ -f /usr/share/java/zookeeper.jar ]] || { echo "install-cluster-tools.sh: zookeeper.jar still missing" >&2; exit 1; }
-echo "installed: zookeeper"
+echo "installed: zookeeper, curl"

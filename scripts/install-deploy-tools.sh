@@ -17,10 +17,10 @@ command -v docker-compose >/dev/null || missing+=(docker-compose)
 if [ ${#missing[@]} -gt 0 ]; then
 	sudo=""
 	[ "$(id -u)" -eq 0 ] || sudo="sudo"
-	$sudo apt-get update -qq
+	$sudo apt-get -o DPkg::Lock::Timeout=300 update -qq
 	# Debian's prometheus package starts a service where systemd runs; the
 	# tests use their own prometheus on a free port and never talk to it.
-	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+	$sudo env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends \
 		$(printf '%s\n' "${missing[@]}" | sort -u) >/dev/null
 fi
 

@@ -30,6 +30,7 @@
 #   WAHOOK_BIN=/tmp/wahook ./scripts/soak.sh  # that binary, built elsewhere
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/go/bin"
 
 RATE=${RATE:-}
 FRACTION=${FRACTION:-0.5}

@@ -121,8 +121,8 @@ func uiTraffic(now time.Time) [][]byte {
 // live page is pushed a signal change (the lag is logged); a tenant's token
 // shows its WABA only, and its own number; the console stays free of
 // errors.
-// Screenshots go to $WAHOOK_UI_ARTIFACTS (default: a temporary directory
-// named in the log).
+// Screenshots go to $WAHOOK_UI_ARTIFACTS (default: wahook-ui-screenshots
+// under the system's temporary directory, kept across runs).
 func TestDashboardInBrowser(t *testing.T) {
 	browser := chromiumPath(t)
 	ch := schematest.ClickHouse(t)
