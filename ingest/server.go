@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 	"golang.org/x/sync/semaphore"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/wahook/wahook/internal/httpbody"
 	"github.com/wahook/wahook/internal/jserr"
@@ -34,13 +35,15 @@ type ReadyFunc func(ctx context.Context) error
 
 // Server is the webhook endpoint.
 type Server struct {
-	cfg     Config
-	app     *fiber.App
-	pub     Publisher
-	ready   ReadyFunc
-	log     *zap.Logger
-	metrics *metrics
-	apps    map[string]*appRoute
+	cfg   Config
+	app   *fiber.App
+	pub   Publisher
+	ready ReadyFunc
+	// readyFlight runs one readiness check at a time (handleReady).
+	readyFlight singleflight.Group
+	log         *zap.Logger
+	metrics     *metrics
+	apps        map[string]*appRoute
 
 	tokenDigest [sha256.Size]byte
 
@@ -334,6 +337,7 @@ func (s *Server) handleHandshake(c *fiber.Ctx) error {
 	}
 	s.metrics.handshakes.WithLabelValues("ok").Inc()
 	c.Set(fiber.HeaderContentType, fiber.MIMETextPlainCharsetUTF8)
+	c.Set(fiber.HeaderXContentTypeOptions, "nosniff") // the challenge is the caller's text
 	return c.SendString(c.Query("hub.challenge"))
 }
 
@@ -532,9 +536,16 @@ func (s *Server) handleReady(c *fiber.Ctx) error {
 		return c.Status(fiber.StatusServiceUnavailable).SendString("not ready: JetStream refuses bodies for want of storage (insufficient resources): free or add storage, or raise --jetstream-max-store")
 	}
 	if s.ready != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if err := s.ready(ctx); err != nil {
+		// One check at a time, shared by the requests that come during it:
+		// /readyz is on the webhook port, and a request to JetStream's API
+		// per hit would let anyone fill the server's API queue, which drops
+		// its whole backlog (the stages' requests with it) once full.
+		v, _, _ := s.readyFlight.Do("", func() (any, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			return s.ready(ctx), nil
+		})
+		if err, _ := v.(error); err != nil {
 			s.metrics.readyFailure.Inc()
 			return c.Status(fiber.StatusServiceUnavailable).SendString("not ready: " + err.Error())
 		}

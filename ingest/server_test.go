@@ -306,6 +306,16 @@ func TestHandshake(t *testing.T) {
 				}
 			})
 		}
+		// The challenge is the caller's text, answered as plain text that a
+		// browser must not sniff into something else.
+		resp, err := h.client.Get(h.base + "/webhook" + q("subscribe", verifyToken, "<html>"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if ct, sniff := resp.Header.Get("Content-Type"), resp.Header.Get("X-Content-Type-Options"); !strings.HasPrefix(ct, "text/plain") || sniff != "nosniff" {
+			t.Errorf("the challenge's answer: Content-Type %q, X-Content-Type-Options %q; want text/plain, nosniff", ct, sniff)
+		}
 		if got := len(h.stored()); got != 0 {
 			t.Fatalf("handshakes stored %d messages, want 0", got)
 		}
