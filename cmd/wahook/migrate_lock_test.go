@@ -166,3 +166,37 @@ func TestMigrationLockLost(t *testing.T) {
 		t.Fatalf("the other's lease after the release: %v, %v", e, err)
 	}
 }
+
+// TestMigrationLockLapsed: the holder stalled past the lease's TTL (a VM
+// paused, SIGSTOP), the lease lapsed; another process may have taken it,
+// migrated and released it meanwhile. The holder's next renewal found the
+// key gone and took it anew, and went on migrating as if it had held it
+// throughout. Now a renewal that takes the lease anew ends the context
+// Apply runs under.
+func TestMigrationLockLapsed(t *testing.T) {
+	js := leaseJetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// Renewals every 500 ms.
+	if _, err := funnel.NewLease(ctx, js, migrationsLeaseKey, "bucket", 2*time.Second, 1); err != nil {
+		t.Fatal(err)
+	}
+	held, release, err := migrationLock(js, 1, zaptest.NewLogger(t))(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	kv, err := js.KeyValue(ctx, "wahook_leases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Lapsed, and free again: the other process has come and gone.
+	if err := kv.Delete(ctx, migrationsLeaseKey); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lock's context still open 5 s after the lease lapsed and was taken anew by its renewal")
+	}
+}

@@ -265,6 +265,10 @@ func migrationLock(js jetstream.JetStream, replicas int, log *zap.Logger) migrat
 				return nil, nil, fmt.Errorf("%w: %w", errMigratingElsewhere, ctx.Err())
 			}
 		}
+		// Held from this tenure on: a renewal that finds the lease gone
+		// (lapsed, while this process was stalled) and takes it anew has
+		// lost it all the same, as another may have migrated meanwhile.
+		tenure := lease.Tenure()
 		held, lost := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() {
@@ -281,6 +285,9 @@ func migrationLock(js jetstream.JetStream, replicas int, log *zap.Logger) migrat
 					rctx, cancel := context.WithTimeout(held, min(leaseRequestTimeout, lease.TTL()/4))
 					ok, err := lease.Hold(rctx)
 					cancel()
+					if ok && lease.Tenure() != tenure {
+						ok, err = false, errors.New("the lease lapsed and was taken anew: another process may have migrated meanwhile")
+					}
 					if !ok && held.Err() == nil {
 						log.Warn("lost the migrations lease while migrating: stopping", zap.Error(err))
 						lost()
