@@ -20,3 +20,11 @@ func SetLiveHeartbeat(t *testing.T, d time.Duration) {
 	liveHeartbeat = d
 	t.Cleanup(func() { liveHeartbeat = old })
 }
+
+// SetNumbersTTL sets how long a tenant's numbers are kept before they are
+// read again, for the test.
+func SetNumbersTTL(t *testing.T, d time.Duration) {
+	old, oldRetry := numbersTTL, numbersRetry
+	numbersTTL, numbersRetry = d, d/2
+	t.Cleanup(func() { numbersTTL, numbersRetry = old, oldRetry })
+}

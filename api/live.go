@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +54,10 @@ type liveHub struct {
 	mu      sync.Mutex
 	byToken map[string]int // open streams by token id
 }
+
+// liveRetryAfter is the Retry-After, in seconds, of a stream refused for
+// want of a place.
+const liveRetryAfter = 5
 
 // open counts a stream of token, or answers the error that refuses it.
 func (h *liveHub) open(token string) *Error {
@@ -108,13 +113,15 @@ type Signals struct {
 
 var errNoPacing = &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "pacing signals are off: this API runs without NATS"}
 
-// visible reports whether the tenant t (nil: all) sees the number's signal.
-func (s *Server) visible(ctx context.Context, t *tenant, id string) bool {
+// visible reports whether the tenant t (nil: all) sees the number's
+// signal; an error when the tenant's numbers could not be read (ClickHouse
+// away, and no list of them read before).
+func (s *Server) visible(ctx context.Context, t *tenant, id string) (bool, error) {
 	if t == nil {
-		return true
+		return true, nil
 	}
 	nums, err := s.numbersOf(ctx, t, id)
-	return err == nil && nums[id]
+	return err == nil && nums[id], err
 }
 
 // decodeSignal reads a KV entry; ok is false for a delete or a value that
@@ -163,7 +170,18 @@ func (s *Server) pacingSnapshot(c *fiber.Ctx) error {
 				})
 				return s.sendJSON(c, out)
 			}
-			if sig, ok := decodeSignal(e); ok && s.visible(ctx, t, sig.PhoneNumberID) {
+			sig, ok := decodeSignal(e)
+			if !ok {
+				continue
+			}
+			vis, err := s.visible(ctx, t, sig.PhoneNumberID)
+			if err != nil {
+				// An empty answer would say the tenant's numbers have no
+				// signal.
+				s.log.Warn("pacing: the tenant's numbers", zap.Error(err))
+				return s.writeError(c, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "ClickHouse did not answer with the token's numbers; retry"})
+			}
+			if vis {
 				out.Signals = append(out.Signals, sig)
 			}
 		}
@@ -191,6 +209,9 @@ func (s *Server) pacingStream(c *fiber.Ctx) error {
 	h := s.live
 	token, _ := c.Locals(localToken).(string)
 	if e := h.open(token); e != nil {
+		// As every 429 and 503 of the API: when to try again (a stream
+		// closed frees its place).
+		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(liveRetryAfter))
 		return s.writeError(c, e)
 	}
 	ctx, cancel := context.WithCancel(h.ctx)
@@ -277,8 +298,11 @@ func (s *Server) pacingStream(c *fiber.Ctx) error {
 					continue
 				}
 				sig, ok := decodeSignal(e)
-				if !ok || !s.visible(ctx, t, sig.PhoneNumberID) {
+				if !ok {
 					continue
+				}
+				if vis, _ := s.visible(ctx, t, sig.PhoneNumberID); !vis {
+					continue // not the tenant's, or its numbers not read yet
 				}
 				b, err := json.Marshal(sig) // one line, as an event's data must be
 				if err != nil || !send("signal", b) {

@@ -79,16 +79,16 @@ func (s *Server) sendResults(c *fiber.Ctx) error {
 		}
 	}
 	tok, _ := c.Locals(localToken).(string)
-	if e := s.numbers.admit(tok, ids); e != nil {
+	fresh, e := s.numbers.admit(tok, ids)
+	if e != nil {
 		s.metrics.numbersRefused.Inc()
-		s.metrics.requests.WithLabelValues("send-results", "403").Inc()
 		return s.writeError(c, e)
 	}
 	ctx, cancel := context.WithTimeout(c.UserContext(), intakeTimeout)
 	defer cancel()
 	if err := s.cfg.Intake.PublishRaw(ctx, schema.SendResultsApp, body); err != nil {
+		s.numbers.forget(tok, fresh) // not stored: its new numbers are not the token's yet
 		s.log.Warn("send results not stored", errField(err))
-		s.metrics.requests.WithLabelValues("send-results", "503").Inc()
 		return s.writeError(c, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Message: "JetStream did not take the document in time; retry"})
 	}

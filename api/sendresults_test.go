@@ -113,6 +113,10 @@ func TestSendResultsIntake(t *testing.T) {
 	if code, _, b := post(t, s, goodResults, "192.0.2.1", tok); code != 503 {
 		t.Fatalf("publish failed: %d %s", code, b)
 	}
+	// Counted once (the handler and writeError both counted it).
+	if n := metricValue(t, s.metrics.requests.WithLabelValues("send-results", "503")); n != 1 {
+		t.Errorf("wahook_api_requests_total{send-results,503} after one 503: %v, want 1", n)
+	}
 	off := intakeServer(t, nil, DefaultLimits(), &clock{t: time.Now()})
 	if code, _, _ := post(t, off, goodResults, "192.0.2.1", tok); code != 503 {
 		t.Fatalf("intake off: %d", code)
@@ -195,6 +199,17 @@ func TestSendResultsNumbersPerToken(t *testing.T) {
 	}
 	if got := metricValue(t, s.metrics.numbersRefused); got != 2 {
 		t.Fatalf("refusals counted: %v, want 2", got)
+	}
+	// A document not stored (JetStream away) does not use up the bound:
+	// its new numbers were counted, and then kept for good.
+	s.numbers = newTokenNumbers(3)
+	pub.err = errors.New("nats: timeout")
+	if code, _, _ := post(t, s, doc("1", "2"), "192.0.2.1", one); code != 503 {
+		t.Fatalf("JetStream away: %d, want 503", code)
+	}
+	pub.err = nil
+	if code, _, b := post(t, s, doc("3", "4", "5"), "192.0.2.1", one); code != 202 {
+		t.Errorf("three numbers after a document of two was not stored: %d %s, want 202", code, b)
 	}
 }
 

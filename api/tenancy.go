@@ -201,14 +201,15 @@ type tenantNumbers struct {
 }
 
 type numbersEntry struct {
-	at  time.Time
-	ids map[string]bool
+	at     time.Time
+	ids    map[string]bool
+	failed time.Time // the last read that failed after at (zero: none)
 }
 
 // numbersTTL is how long a tenant's numbers are kept before they are read
 // again; fresh forces a read when a number is not among them and the list
 // is older than numbersRetry.
-const (
+var (
 	numbersTTL   = 30 * time.Second
 	numbersRetry = 2 * time.Second
 )
@@ -223,6 +224,9 @@ func (s *Server) numbersOf(ctx context.Context, t *tenant, want string) (map[str
 	if ok && now.Sub(e.at) < numbersTTL && (want == "" || e.ids[want] || now.Sub(e.at) < numbersRetry) {
 		return e.ids, nil
 	}
+	if ok && now.Sub(e.failed) < numbersRetry {
+		return e.ids, nil // ClickHouse failed a moment ago: the last list read
+	}
 	v, err, _ := tn.reads.Do(t.key(), func() (any, error) {
 		// Bounded by the query timeout, not by the request that came
 		// first: the others wait for this read too (a live stream's
@@ -231,6 +235,16 @@ func (s *Server) numbersOf(ctx context.Context, t *tenant, want string) (map[str
 		defer cancel()
 		ids, err := s.store.WabaNumbers(rctx, t.wabas)
 		if err != nil {
+			// ClickHouse away: the last list read serves meanwhile (the
+			// pacing signals and the send-result intake need NATS alone),
+			// read again at most every numbersRetry.
+			tn.mu.Lock()
+			defer tn.mu.Unlock()
+			if e, ok := tn.entries[t.key()]; ok {
+				e.failed = now
+				tn.entries[t.key()] = e
+				return e.ids, nil
+			}
 			return nil, err
 		}
 		set := make(map[string]bool, len(ids))

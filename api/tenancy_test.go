@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -498,8 +499,8 @@ func TestLiveStreamsPerToken(t *testing.T) {
 	}
 	resp := open(tokenA)
 	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusTooManyRequests {
-		t.Errorf("a third stream of the token: %d %s, want 429", resp.StatusCode, b)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("a third stream of the token: %d %s (Retry-After %q), want 429 with Retry-After", resp.StatusCode, b, resp.Header.Get("Retry-After"))
 	}
 	if resp := open(tokenB); resp.StatusCode != http.StatusOK {
 		t.Errorf("another token's stream: %d", resp.StatusCode)
@@ -576,6 +577,68 @@ func (c *countingConn) Query(ctx context.Context, query string, args ...any) (dr
 		c.numberReads.Add(1)
 	}
 	return c.Conn.Query(ctx, query, args...)
+}
+
+// failingConn answers every read of a tenant's numbers with an error while
+// fail is set: ClickHouse away.
+type failingConn struct {
+	driver.Conn
+	fail atomic.Bool
+}
+
+func (c *failingConn) Query(ctx context.Context, query string, args ...any) (driver.Rows, error) {
+	if c.fail.Load() && strings.Contains(query, "SELECT DISTINCT phone_number_id FROM (") {
+		return nil, errors.New("dial tcp 127.0.0.1:9000: connect: connection refused")
+	}
+	return c.Conn.Query(ctx, query, args...)
+}
+
+// TestTenantNumbersWhileClickHouseIsAway: a scoped token's pacing signals
+// need NATS alone, but the tenant's numbers come from ClickHouse. With
+// ClickHouse away once the list was 30 s old, GET /api/v1/pacing answered
+// 200 with no signal at all (and the stream dropped every signal, the
+// send-result intake answered 503). The last list read serves meanwhile;
+// with none read yet, the snapshot answers 503 rather than an empty list.
+func TestTenantNumbersWhileClickHouseIsAway(t *testing.T) {
+	api.SetNumbersTTL(t, 200*time.Millisecond)
+	d := generate(60)
+	ch := load(t, d)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kv := pacingBucket(t)
+	n3 := numbers[2].id
+	b, _ := json.Marshal(schema.PacingSignal{Version: schema.PacingVersion, PhoneNumberID: n3, UpdatedAt: time.Now().UTC(), TierMPS: 80, Advice: schema.AdviceOK, RecommendedMPS: 40})
+	if _, err := kv.Put(ctx, schema.PacingKey(n3), b); err != nil {
+		t.Fatal(err)
+	}
+	cfg := tenantConfig()
+	cfg.Pacing = kv
+	conn := &failingConn{Conn: ch.Conn}
+	s, err := api.New(cfg, api.NewStore(conn, ch.Database, api.DefaultTiers()), nil, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sigs api.Signals
+	if code, b := getAs(t, s, "/api/v1/pacing", tokenB, &sigs); code != 200 || len(sigs.Signals) != 1 {
+		t.Fatalf("tenant B's snapshot: %d %s", code, b)
+	}
+	conn.fail.Store(true)
+	time.Sleep(300 * time.Millisecond) // the list older than its TTL
+	if code, b := getAs(t, s, "/api/v1/pacing", tokenB, &sigs); code != 200 || len(sigs.Signals) != 1 || sigs.Signals[0].PhoneNumberID != n3 {
+		t.Errorf("tenant B's snapshot with ClickHouse away: %d %s, want its signal from the last list read", code, b)
+	}
+	// A server that never read the list: no answer rather than an empty one.
+	s2, err := api.New(cfg, api.NewStore(conn, ch.Database, api.DefaultTiers()), nil, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, b := getAs(t, s2, "/api/v1/pacing", tokenB, nil); code != http.StatusServiceUnavailable {
+		t.Errorf("tenant B's snapshot, its numbers never read, ClickHouse away: %d %s, want 503", code, b)
+	}
+	conn.fail.Store(false)
+	if code, b := getAs(t, s2, "/api/v1/pacing", tokenB, &sigs); code != 200 || len(sigs.Signals) != 1 {
+		t.Errorf("tenant B's snapshot once ClickHouse is back: %d %s", code, b)
+	}
 }
 
 // TestTenantNumbersReadOnceAtATime: every request of a scoped token for a

@@ -27,9 +27,9 @@ func newTokenNumbers(max int) *tokenNumbers {
 // admit records the numbers of a document sent with token, or, when they
 // would take it past the bound, records none and returns the error to
 // answer.
-func (g *tokenNumbers) admit(token string, ids []string) *Error {
+func (g *tokenNumbers) admit(token string, ids []string) ([]string, *Error) {
 	if g.max <= 0 {
-		return nil
+		return nil, nil
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -51,7 +51,7 @@ func (g *tokenNumbers) admit(token string, ids []string) *Error {
 		}
 	}
 	if len(known)+len(fresh) > g.max {
-		return &Error{Status: http.StatusForbidden, Code: CodeTooManyNumbers, Parameter: "results",
+		return nil, &Error{Status: http.StatusForbidden, Code: CodeTooManyNumbers, Parameter: "results",
 			Message: fmt.Sprintf("this token has reported %d phone number ids and may report at most %d (--api-max-numbers-per-token); nothing was stored", len(known), g.max)}
 	}
 	if known == nil && len(fresh) > 0 {
@@ -61,5 +61,18 @@ func (g *tokenNumbers) admit(token string, ids []string) *Error {
 	for _, id := range fresh {
 		known[id] = struct{}{}
 	}
-	return nil
+	return fresh, nil
+}
+
+// forget takes back the numbers admit counted for a document that was not
+// stored after all: they do not use up the token's bound.
+func (g *tokenNumbers) forget(token string, fresh []string) {
+	if len(fresh) == 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, id := range fresh {
+		delete(g.seen[token], id)
+	}
 }
