@@ -46,6 +46,9 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		f.WriteDump(stdout)
 		return nil
 	}
+	if err := no.validate(); err != nil {
+		return err
+	}
 	if err := io_.stream.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}

@@ -39,6 +39,10 @@ type processOptions struct {
 	// storeContent switches content storage on: the text of inbound
 	// messages goes into inbound_messages.content and their EVENTS.
 	storeContent bool
+	// oneShot is a command that ends (replay): a ClickHouse that answers
+	// with a refusal (a wrong password, a failed migration) ends it with
+	// that error, where a service waits for the server to be put right.
+	oneShot bool
 	// funnel is the funnel resolver's configuration; Interval 0 runs none.
 	funnel funnel.Config
 }
@@ -449,6 +453,8 @@ func setupStage1(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *process
 		switch {
 		case errors.Is(err, errMigratingElsewhere):
 			log.Info("stage 1 waits for another process to finish migrating clickhouse; webhooks are kept in RAW meanwhile", zap.Error(err))
+		case o.oneShot && errors.As(err, new(*clickhouse.Exception)):
+			return false // the server answered: trying again answers the same
 		case errors.As(err, new(natsError)):
 			if !natsAway(ctx, nc, js, err) {
 				// Not away: refusing for good (JetStream off, the

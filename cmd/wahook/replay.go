@@ -45,6 +45,9 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if from.After(now.Add(time.Minute)) {
 		return fmt.Errorf("%w: --since %s is in the future (now %s): nothing would be replayed", errUsage, from.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 	}
+	if err := no.validate(); err != nil {
+		return err
+	}
 	if err := po.validate(); err != nil {
 		return err
 	}
@@ -58,6 +61,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer closeNATS()
+	po.oneShot = true
 	deps, err := setupStage1(ctx, log, nc, &po, eo.dataDir, 1, false)
 	if err != nil {
 		return err

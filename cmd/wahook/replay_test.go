@@ -121,3 +121,43 @@ func TestHashKeyRecordedOnce(t *testing.T) {
 		t.Errorf("exit codes %d and %d; want one 0 (recorded its key) and one 2 (refused)", a, b)
 	}
 }
+
+// TestReplayEndsOnClickHouseRefusal: a replay whose ClickHouse refuses it
+// (here an unknown user; a wrong password, a failed migration alike) waited
+// for the server to be put right, without end: a Job or cron run hung,
+// logging "clickhouse not ready". It ends with the server's answer; a
+// ClickHouse that is away is still waited for.
+func TestReplayEndsOnClickHouseRefusal(t *testing.T) {
+	js := schematest.StartJetStream(t)
+	ch := schematest.ClickHouse(t)
+	dsn := strings.Replace(ch.DSN, "clickhouse://", "clickhouse://no_such_user:x@", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out, errOut strings.Builder
+	start := time.Now()
+	code := run(ctx, []string{"replay", "--nats-url", js.URL(), "--clickhouse-dsn", dsn, "--phone-hash-key", "replay-test-key", "--since", "1h", "--log-level", "warn"}, &out, &errOut)
+	if code == 0 || ctx.Err() != nil || !strings.Contains(errOut.String(), "no_such_user") {
+		t.Fatalf("replay refused by ClickHouse: exit %d after %v (%v)\n%s\n%s; want the refusal at once", code, time.Since(start).Round(time.Millisecond), ctx.Err(), out.String(), errOut.String())
+	}
+	if strings.Contains(errOut.String(), ":x@") {
+		t.Errorf("the DSN's password is in the output: %s", errOut.String())
+	}
+}
+
+// TestTLSFlagsTogether: --nats-tls-cert without --nats-tls-key is a usage
+// error (exit 2) in every command that connects to NATS; replay and
+// migrate took it and failed at the connection, exit 1, on a file named "".
+func TestTLSFlagsTogether(t *testing.T) {
+	for _, args := range [][]string{
+		{"serve", "--app-secret", "s"},
+		{"process"},
+		{"ingest", "--app-secret", "s"},
+		{"replay", "--since", "1h"},
+		{"migrate"},
+	} {
+		code, _, errOut := runCmd(t, append(args, "--nats-url", "nats://127.0.0.1:1", "--nats-tls-cert", "c.pem")...)
+		if code != 2 || !strings.Contains(errOut, "--nats-tls-cert and --nats-tls-key go together") {
+			t.Errorf("%s with --nats-tls-cert alone: exit %d %q; want 2, the flags named", args[0], code, errOut)
+		}
+	}
+}

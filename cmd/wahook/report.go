@@ -180,7 +180,10 @@ func writeTable(w io.Writer, res any) error {
 			defer fmt.Fprintln(w, "(more rows: raise --limit)")
 		}
 	case *api.Throughput:
-		fmt.Fprintf(w, "number %s, tier %d mps (%s): %d inbound, %d outbound, average %.2f mps, peak %.2f mps (%.0f%% of tier)\n\n",
+		// The peak's share is the highest of the buckets', each against
+		// its own tier: not the peak rate against the tier of --to (an
+		// upgrade within the range changes the tier).
+		fmt.Fprintf(w, "number %s, tier %d mps (%s): %d inbound, %d outbound, average %.2f mps, peak %.2f mps, highest utilization %.0f%% (of the tier of its time)\n\n",
 			r.PhoneNumberID, r.TierMPS, r.TierSource, r.Inbound, r.Outbound, r.AverageMPS, r.PeakMPS, 100*r.PeakUtilization)
 		row("TIME", "INBOUND", "OUTBOUND", "MPS", "TIER", "UTILIZATION")
 		for _, p := range r.Points {
@@ -194,6 +197,15 @@ func writeTable(w io.Writer, res any) error {
 		row("NUMBER", "WABA", "TIER", "SOURCE", "QUALITY", "MESSAGING LIMIT", "LAST UPGRADE", "LAST CHANGE")
 		for _, n := range r.Numbers {
 			row(n.PhoneNumberID, orDash(n.WabaID), n.TierMPS, n.TierSource, n.Quality, orDash(n.MessagingLimit), timeOrDash(n.LastThroughputUpgrade), timeOrDash(n.LastChange))
+		}
+		if len(r.Pending) > 0 {
+			// Number-level events of display numbers no message webhook
+			// has paired with a phone number id yet: they apply once it is.
+			row()
+			row("PENDING DISPLAY NUMBER", "WABA", "EVENTS", "FIRST CHANGE", "LAST CHANGE")
+			for _, p := range r.Pending {
+				row(p.DisplayPhoneNumber, orDash(p.WabaID), p.Events, p.FirstChange.Format(time.RFC3339), p.LastChange.Format(time.RFC3339))
+			}
 		}
 	case *api.DeadLetters:
 		fmt.Fprintf(w, "dead letters %s to %s: %d in %d bodies\n\n", r.From.Format(time.RFC3339), r.To.Format(time.RFC3339), r.Count, r.Bodies)
