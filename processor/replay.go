@@ -88,7 +88,9 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 		if err != nil {
 			return nil, nil, fmt.Errorf("replay consumer: %w", err)
 		}
-		it, err := cons.Messages(jetstream.PullMaxMessages(replayPull))
+		// Bounded by bytes too, as stage 1's reads: 2,000 bodies of up to
+		// the body limit (4 MiB) each, and a refill, were gigabytes.
+		it, err := cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(replayPull, pullBytes))
 		if err != nil {
 			return nil, nil, fmt.Errorf("replay consume: %w", err)
 		}
