@@ -176,6 +176,9 @@ async function route() {
   document.body.dataset.view = name;
   document.body.dataset.loaded = "";
   const fn = VIEWS[name] || renderFailures;
+  // The page before is gone at once: a page still loading, or one that
+  // fails, must not show the last page's tables as its own.
+  view().innerHTML = `<p class="muted" id="view-loading">Loading…</p>`;
   const t0 = performance.now();
   try {
     await fn(path.split("/").slice(1).join("/"));
@@ -345,7 +348,10 @@ function fillThroughput(t, stepSec, from, to) {
   for (const p of t.points) {
     const i = idx.get(Date.parse(p.time) / 1000);
     if (i === undefined) continue;
-    inb[i] = p.inbound / stepSec; outb[i] = p.outbound / stepSec; tier[i] = p.tier_mps;
+    // A last bucket the range cuts (partial) is a rate over the seconds it
+    // covers, as the API's mps: not over the whole step.
+    const secs = p.partial && p.mps > 0 ? (p.inbound + p.outbound) / p.mps : stepSec;
+    inb[i] = p.inbound / secs; outb[i] = p.outbound / secs; tier[i] = p.tier_mps;
   }
   return { xs, inb, outb, tier };
 }
@@ -353,20 +359,24 @@ function fillThroughput(t, stepSec, from, to) {
 async function renderNumber(id) {
   id = decodeURIComponent(id || "");
   const r = range();
-  const span = Math.min(r.to - r.from, 59 * 86400);
-  const from = r.to - span;
-  const secFrom = r.to - 900;
+  // The throughput ends now, not at the preset's next minute: seconds to
+  // come would read as traffic stopped, and the minute under way as a full
+  // one.
+  const end = Math.max(Math.min(r.to, Math.floor(Date.now() / 1000)), r.from + 1);
+  const span = Math.min(end - r.from, 59 * 86400);
+  const from = end - span;
+  const secFrom = end - 900;
   view().innerHTML = `<h1>Number <span id="number-id">${esc(id)}</span></h1>
   <div class="card" id="number-state"></div>
   <div class="card"><div id="tp-minute" class="chart"></div></div>
   <div class="card"><div id="tp-second" class="chart"></div></div>
   <div class="row"><div class="card"><h2>Recent errors by class</h2><div id="number-errors" class="chart"></div><table id="number-errors-table"><thead><tr><th>class</th><th>verdict</th><th class="num">failures</th></tr></thead><tbody></tbody></table></div>
   <div class="card"><h2>Quality and messaging-limit history</h2><table id="number-history"><thead><tr><th>time</th><th>field</th><th>event</th><th>old</th><th>new</th></tr></thead><tbody></tbody></table></div></div>`;
-  const step = autoStep({ from, to: r.to });
+  const step = autoStep({ from, to: end });
   const [nums, perMin, perSec, errTime, sigs] = await Promise.all([
     api("/api/v1/numbers?" + qs({ phone_number_id: id, from: r.from, to: r.to, limit: 100 })),
-    api("/api/v1/throughput?" + qs({ phone_number_id: id, from, to: r.to, step: "1m" })),
-    api("/api/v1/throughput?" + qs({ phone_number_id: id, from: secFrom, to: r.to, step: "1s" })),
+    api("/api/v1/throughput?" + qs({ phone_number_id: id, from, to: end, step: "1m" })),
+    api("/api/v1/throughput?" + qs({ phone_number_id: id, from: secFrom, to: end, step: "1s" })),
     api("/api/v1/failures?" + qs({ phone_number_id: id, from: r.from, to: r.to, group_by: "class", step, limit: 10000 })),
     pacingSignals(),
   ]);
@@ -386,11 +396,11 @@ async function renderNumber(id) {
     <span class="stat">Outbound<b id="number-outbound" data-value="${perMin.outbound}">${fmt(perMin.outbound)}</b></span><span class="stat">Inbound<b id="number-inbound" data-value="${perMin.inbound}">${fmt(perMin.inbound)}</b></span>
     <span class="stat">Peak<b>${fmt(perMin.peak_mps)} mps</b>${pct(perMin.peak_utilization)} of tier</span>
     <p class="muted" id="pacing-note">${esc(pacingNote(sigs))}</p>`;
-  const m = fillThroughput(perMin, 60, from, r.to);
+  const m = fillThroughput(perMin, 60, from, end);
   stacked($("#tp-minute"), "Messages per second, per minute, against the tier", m.xs,
     [{ label: "inbound", color: "#0ea5e9", values: m.inb }, { label: "outbound", color: "#6366f1", values: m.outb }],
     { lines: [{ label: "tier", color: "#dc2626", values: m.tier }], yLabel: "msg/s" });
-  const sc = fillThroughput(perSec, 1, secFrom, r.to);
+  const sc = fillThroughput(perSec, 1, secFrom, end);
   stacked($("#tp-second"), "Messages per second, last 15 minutes of the range", sc.xs,
     [{ label: "inbound", color: "#0ea5e9", values: sc.inb }, { label: "outbound", color: "#6366f1", values: sc.outb }],
     { lines: [{ label: "tier", color: "#dc2626", values: sc.tier }], yLabel: "msg/s" });
@@ -463,6 +473,13 @@ async function renderLive() {
     $("#live-table tbody").innerHTML = rows.map((s) => `<tr data-number="${esc(s.phone_number_id)}" data-advice="${esc(s.advice)}" data-updated="${esc(s.updated_at)}"${flash.has(s.phone_number_id) ? ' class="flash"' : ""}><td><a href="#number/${encodeURIComponent(s.phone_number_id)}">${esc(s.phone_number_id)}</a></td><td>${badge(s.advice)}</td><td class="num">${fmt(s.recommended_mps)}</td><td class="num">${fmt(s.tier_mps)}</td><td class="num">${fmt(s.observed_mps && s.observed_mps["10s"])}</td><td class="num">${pct(s.utilization)}</td><td>${esc(s.quality)}</td><td>${esc(Object.entries(s.recent_errors || {}).map(([k, v]) => k + " " + v).join(", "))}</td><td>${esc(s.reason)}</td><td>${esc(s.updated_at)}</td></tr>`).join("") || `<tr><td colspan="10" class="muted">No signals yet.</td></tr>`;
     flash = new Set();
   };
+  // The table is drawn at most every 100 ms: stage 2 rewrites a busy
+  // number's signal every 100 ms to 1 s, and a draw per event froze the
+  // tab with hundreds of numbers (and replaced the rows under the mouse).
+  let drawTimer = 0;
+  const redraw = () => {
+    if (!drawTimer) drawTimer = setTimeout(() => { drawTimer = 0; if ($("#live-table")) draw(); }, 100);
+  };
   draw();
   const ctrl = new AbortController();
   liveAbort = ctrl;
@@ -484,30 +501,41 @@ async function renderLive() {
     const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
     let buf = "";
     const sent = new Set();
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) return;
-      buf += value;
-      let i;
-      while ((i = buf.indexOf("\n\n")) >= 0) {
-        const block = buf.slice(0, i); buf = buf.slice(i + 2);
-        let event = "message", data = "";
-        for (const line of block.split("\n")) {
-          if (line.startsWith("event: ")) event = line.slice(7);
-          else if (line.startsWith("data: ")) data += line.slice(6);
-        }
-        if (event === "signal") {
-          const s = JSON.parse(data);
-          signals.set(s.phone_number_id, s);
-          sent.add(s.phone_number_id);
-          flash.add(s.phone_number_id);
-          draw();
-        } else if (event === "ready") {
-          for (const id of [...signals.keys()]) if (!sent.has(id)) signals.delete(id);
-          draw();
-          status("connected", "ready");
+    // The server beats every 15 s: a stream silent for 45 s is dead (a
+    // laptop that slept, a network that changed) though no error came,
+    // and is given up for a new one.
+    let heard = Date.now();
+    const watchdog = setInterval(() => { if (Date.now() - heard > 45000) reader.cancel().catch(() => {}); }, 5000);
+    ctrl.signal.addEventListener("abort", () => clearInterval(watchdog), { once: true });
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) return;
+        heard = Date.now();
+        buf += value;
+        let i;
+        while ((i = buf.indexOf("\n\n")) >= 0) {
+          const block = buf.slice(0, i); buf = buf.slice(i + 2);
+          let event = "message", data = "";
+          for (const line of block.split("\n")) {
+            if (line.startsWith("event: ")) event = line.slice(7);
+            else if (line.startsWith("data: ")) data += line.slice(6);
+          }
+          if (event === "signal") {
+            const s = JSON.parse(data);
+            signals.set(s.phone_number_id, s);
+            sent.add(s.phone_number_id);
+            flash.add(s.phone_number_id);
+            redraw();
+          } else if (event === "ready") {
+            for (const id of [...signals.keys()]) if (!sent.has(id)) signals.delete(id);
+            redraw();
+            status("connected", "ready");
+          }
         }
       }
+    } finally {
+      clearInterval(watchdog);
     }
   };
   const pause = (ms) => new Promise((resolve) => { const t = setTimeout(resolve, ms); ctrl.signal.addEventListener("abort", () => { clearTimeout(t); resolve(); }, { once: true }); });
@@ -517,9 +545,15 @@ async function renderLive() {
   try { resp = await open(); } catch (e) { if (e.name === "AbortError") return; }
   if (ctrl.signal.aborted) return;
   if (resp && resp.status === 401) throw new AuthError("token refused");
-  // 404 and the like: this API has no live signals (no NATS); 429 and 503
-  // are for now, and are tried again below.
-  if (resp && !resp.ok && resp.status !== 429 && resp.status !== 503) { $("#live-status").textContent = "not available: " + ((await resp.json().catch(() => ({}))).error || {}).message; return; }
+  // Refusals for good (403, 404) end here; 429 and the 5xx (a proxy's 502
+  // while the API restarts, the API's 503) are for now, and are tried again
+  // below, saying the API's reason.
+  const refusal = async (r) => ((await r.json().catch(() => ({}))).error || {}).message || "HTTP " + r.status;
+  let why = "";
+  if (resp && !resp.ok) {
+    why = await refusal(resp);
+    if (resp.status !== 429 && resp.status < 500) { $("#live-status").textContent = "not available: " + why; return; }
+  }
   if (resp && resp.ok) status("connected", "connected");
   // Read the stream in the background; the view counts as loaded now. When
   // it ends (or could not open for now), say so and connect again, 1 s
@@ -535,13 +569,15 @@ async function renderLive() {
         if (Date.now() - opened > 60000) wait = 1000;
         current = null;
       }
-      status(`disconnected; connecting again in ${Math.round(wait / 1000)} s…`, "disconnected");
+      status(`disconnected${why ? " (" + why + ")" : ""}; connecting again in ${Math.round(wait / 1000)} s…`, "disconnected");
       await pause(wait);
       if (ctrl.signal.aborted) return;
       wait = Math.min(wait * 2, 30000);
       try {
         const next = await open();
-        if (next.status === 401) { status("disconnected: token refused; sign in again", "disconnected"); return; }
+        // As on every page: a token refused signs out.
+        if (next.status === 401) { logout("The token was refused."); return; }
+        why = next.ok ? "" : await refusal(next);
         if (next.ok) { current = next; status("connected", "connected"); }
       } catch (e) { if (e.name === "AbortError") return; }
     }

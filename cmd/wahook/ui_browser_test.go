@@ -611,6 +611,13 @@ func TestDashboardInBrowser(t *testing.T) {
 	if !strings.Contains(heading, "start is before its end") {
 		t.Errorf("an impossible custom range says %q", heading)
 	}
+	// The page that failed shows its error alone: the funnel of the range
+	// before stayed on screen under it, looking current.
+	var stale bool
+	do("nothing of the range before", chromedp.Evaluate(`!!document.querySelector("#funnel-chart, #funnel-sent")`, &stale))
+	if stale {
+		t.Error("the funnel of the range before is still shown beside the refused range's error")
+	}
 	do("back to a day", chromedp.SetValue("#range-preset", "24h", chromedp.ByQuery),
 		chromedp.Evaluate(`document.querySelector("#range-preset").dispatchEvent(new Event("change"))`, nil))
 
