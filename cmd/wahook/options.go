@@ -51,7 +51,7 @@ func (o *ingestOptions) register(f *flags) {
 	})
 	o.registerStream(f, false)
 	f.Section("RAW stream", func() {
-		f.BoolVar(&o.provision, "provision", true, "create or update streams at start-up")
+		f.BoolVar(&o.provision, "provision", true, "create the streams that are missing at start-up (existing ones are changed by wahook migrate)")
 	})
 }
 
