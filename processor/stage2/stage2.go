@@ -550,23 +550,51 @@ func (s *Stage2) cooldown(ctx context.Context, ev *event) error {
 // that a signal of before the start does not stay in the KV. The other
 // numbers are seeded when their next event comes.
 func (s *Stage2) seedHeld(ctx context.Context) {
+	// Tried a few times: a read that fails (an API request lost while a
+	// cluster elects a leader) left the held numbers unseeded, and a stop
+	// with no event after it said stop in the KV for good. The events wait
+	// meanwhile; past the tries, the numbers are seeded by their events.
+	wait := restartMin
+	for try := 1; ; try++ {
+		err := s.seedHeldOnce(ctx)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		if try == seedTries {
+			s.log.Warn("read the held numbers' last signals: giving up; they are seeded by their next events", zap.Error(err), zap.Int("tries", try))
+			return
+		}
+		s.log.Warn("read the held numbers' last signals, retrying", zap.Error(err), zap.Duration("in", wait))
+		if sleepCtx(ctx, wait); ctx.Err() != nil {
+			return
+		}
+		wait *= 2
+	}
+}
+
+// seedTries is how many times seedHeld reads the signals.
+const seedTries = 4
+
+func (s *Stage2) seedHeldOnce(ctx context.Context) error {
 	w, err := s.pacingKV.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
-		s.log.Warn("read the held numbers' last signals", zap.Error(err))
-		return
+		return err
 	}
 	defer w.Stop() //nolint:errcheck // a watcher that cannot stop ends with ctx
 	held := 0
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case e, ok := <-w.Updates():
-			if !ok || e == nil { // nil: every key's last value is in
+			if !ok {
+				return errors.New("the watch of the signals ended before their last values were in")
+			}
+			if e == nil { // nil: every key's last value is in
 				if held > 0 {
 					s.log.Info("seeded the numbers held at the start", zap.Int("numbers", held))
 				}
-				return
+				return nil
 			}
 			var sig schema.PacingSignal
 			if json.Unmarshal(e.Value(), &sig) != nil {

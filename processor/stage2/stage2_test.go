@@ -731,6 +731,28 @@ func TestHeldNumberSeededAtStart(t *testing.T) {
 	h.waitSignal("E", "ok once the stop ended, without an event", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceOK })
 }
 
+// TestHeldNumberSeededAfterAFailedRead: the read of the signals at the
+// start failed once (its request lost, as while a cluster elects a
+// leader): the held numbers were never seeded, and a stop with no event
+// after it said stop in the KV for good. The read is tried again.
+func TestHeldNumberSeededAfterAFailedRead(t *testing.T) {
+	h := start(t, sec(1), nil)
+	h.stop131048("G")
+	h.close()
+	proxy, pjs := h.viaProxy()
+	h.js = pjs
+	// The watches of wahook_pacing are lost on the way, for a while.
+	proxy.Drop("$JS.API.CONSUMER.CREATE.KV_" + schema.BucketPacing)
+	h.run()
+	h.eventually("the first read lost", func() (bool, string) { return proxy.Dropped() > 0, fmt.Sprint(proxy.Dropped()) })
+	proxy.Drop("")
+	h.clock.Set(sec(2000))
+	h.eventually("ok once the stop ended, without an event", func() (bool, string) {
+		s, _, err := h.signal("G")
+		return err == nil && s.Advice == schema.AdviceOK, fmt.Sprintf("%+v %v", s.Advice, err)
+	})
+}
+
 // stop131048 has the number fail a message with 131048 at 0 s and waits
 // until its signal says stop.
 func (h *harness) stop131048(number string) {
