@@ -121,6 +121,9 @@ func (s *Server) visible(ctx context.Context, t *tenant, id string) (bool, error
 		return true, nil
 	}
 	nums, err := s.numbersOf(ctx, t, id)
+	if errors.Is(err, errNumbersUnread) {
+		return false, nil // not in the last list read: not shown until ClickHouse answers
+	}
 	return err == nil && nums[id], err
 }
 

@@ -214,6 +214,10 @@ var (
 	numbersRetry = 2 * time.Second
 )
 
+// errNumbersUnread answers a number not in the last list of a tenant's
+// numbers while ClickHouse cannot read it again: not a not_found.
+var errNumbersUnread = &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "ClickHouse did not answer with the token's numbers; retry"}
+
 // numbersOf is the set of phone number ids of the tenant's WABAs.
 func (s *Server) numbersOf(ctx context.Context, t *tenant, want string) (map[string]bool, error) {
 	tn := s.tenantNumbers
@@ -225,7 +229,12 @@ func (s *Server) numbersOf(ctx context.Context, t *tenant, want string) (map[str
 		return e.ids, nil
 	}
 	if ok && now.Sub(e.failed) < numbersRetry {
-		return e.ids, nil // ClickHouse failed a moment ago: the last list read
+		// ClickHouse failed a moment ago: the last list read, unless the
+		// number asked for is not in it (it may be new).
+		if want == "" || e.ids[want] {
+			return e.ids, nil
+		}
+		return nil, errNumbersUnread
 	}
 	v, err, _ := tn.reads.Do(t.key(), func() (any, error) {
 		// Bounded by the query timeout, not by the request that came
@@ -241,7 +250,9 @@ func (s *Server) numbersOf(ctx context.Context, t *tenant, want string) (map[str
 			tn.mu.Lock()
 			defer tn.mu.Unlock()
 			if e, ok := tn.entries[t.key()]; ok {
-				e.failed = now
+				// Stamped when it failed: a read that timed out took
+				// the query timeout, longer than numbersRetry.
+				e.failed = time.Now()
 				tn.entries[t.key()] = e
 				return e.ids, nil
 			}
@@ -259,7 +270,18 @@ func (s *Server) numbersOf(ctx context.Context, t *tenant, want string) (map[str
 	if err != nil {
 		return nil, err
 	}
-	return v.(map[string]bool), nil
+	ids := v.(map[string]bool)
+	if want != "" && !ids[want] {
+		// The last list, served because this read failed: the number
+		// may be new.
+		tn.mu.Lock()
+		failed := tn.entries[t.key()].failed
+		tn.mu.Unlock()
+		if !failed.Before(now) {
+			return nil, errNumbersUnread
+		}
+	}
+	return ids, nil
 }
 
 // scope narrows q to the tenant t: a WABA or number of q outside it is

@@ -606,10 +606,12 @@ func TestTenantNumbersWhileClickHouseIsAway(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	kv := pacingBucket(t)
-	n3 := numbers[2].id
-	b, _ := json.Marshal(schema.PacingSignal{Version: schema.PacingVersion, PhoneNumberID: n3, UpdatedAt: time.Now().UTC(), TierMPS: 80, Advice: schema.AdviceOK, RecommendedMPS: 40})
-	if _, err := kv.Put(ctx, schema.PacingKey(n3), b); err != nil {
-		t.Fatal(err)
+	n1, n3 := numbers[0].id, numbers[2].id // tenant A's, tenant B's
+	for _, id := range []string{n1, n3} {
+		b, _ := json.Marshal(schema.PacingSignal{Version: schema.PacingVersion, PhoneNumberID: id, UpdatedAt: time.Now().UTC(), TierMPS: 80, Advice: schema.AdviceOK, RecommendedMPS: 40})
+		if _, err := kv.Put(ctx, schema.PacingKey(id), b); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cfg := tenantConfig()
 	cfg.Pacing = kv
@@ -626,6 +628,11 @@ func TestTenantNumbersWhileClickHouseIsAway(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // the list older than its TTL
 	if code, b := getAs(t, s, "/api/v1/pacing", tokenB, &sigs); code != 200 || len(sigs.Signals) != 1 || sigs.Signals[0].PhoneNumberID != n3 {
 		t.Errorf("tenant B's snapshot with ClickHouse away: %d %s, want its signal from the last list read", code, b)
+	}
+	// A number not in the last list (it may be new) is not the tenant's
+	// for now: 503, not 404.
+	if code, b := getAs(t, s, "/api/v1/throughput?phone_number_id="+n1+"&"+rangeParams(""), tokenB, nil); code != http.StatusServiceUnavailable {
+		t.Errorf("a number not in the tenant's last list, ClickHouse away: %d %s, want 503", code, b)
 	}
 	// A server that never read the list: no answer rather than an empty one.
 	s2, err := api.New(cfg, api.NewStore(conn, ch.Database, api.DefaultTiers()), nil, zaptest.NewLogger(t))

@@ -898,7 +898,13 @@ func (p *Pacer) prune(ctx context.Context) {
 			idle := time.Duration(max(p.cfg.PairBurst, 1)) * p.cfg.PairInterval
 			p.mu.Lock()
 			for k, pr := range p.pairs {
-				if now.Sub(pr.last) > idle && now.After(pr.coolUntil) {
+				// Kept while its strikes still count (the cool-down's end
+				// and its wait once more, as stage 2 keeps them).
+				kept := pr.coolUntil
+				if pr.strikes > 0 {
+					kept = kept.Add(schema.PairCooldownWait(pr.strikes))
+				}
+				if now.Sub(pr.last) > idle && now.After(kept) {
 					delete(p.pairs, k)
 				}
 			}

@@ -192,6 +192,7 @@ async function route() {
     // page's elements gone) says nothing about the page shown now.
     if (gen !== routeGen) return;
     if (e instanceof AuthError) return logout("The token was refused.");
+    document.getElementById("view-loading")?.remove();
     view().insertAdjacentHTML("beforeend", `<p class="error" id="view-error">${esc(e.status === 404 ? "Not found." : e.message)}</p>`);
     document.body.dataset.loaded = name + ":error";
   }

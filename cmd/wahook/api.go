@@ -164,13 +164,18 @@ func (p rawPublisher) PublishRaw(ctx context.Context, app string, body []byte) e
 	return err
 }
 
-// intake is the send-result publisher on nc.
-func intake(nc *nats.Conn) (api.Publisher, error) {
+// onNATS gives the API its parts on nc: the pacing readers, and the
+// send-result intake unless sendResults is false.
+func (o *apiOptions) onNATS(nc *nats.Conn, sendResults bool) error {
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return rawPublisher{js}, nil
+	o.cfg.Pacing = pacingBucket{js}
+	if sendResults {
+		o.cfg.Intake = rawPublisher{js}
+	}
+	return nil
 }
 
 // pacingBucket watches wahook_pacing for the live page, opening the bucket
@@ -201,9 +206,6 @@ func startAPI(ctx context.Context, log *zap.Logger, o *apiOptions, dsn string, r
 	store, closeStore, err := openStore(ctx, dsn, tiers)
 	if err != nil {
 		return nil, err
-	}
-	if rp, ok := o.cfg.Intake.(rawPublisher); ok && o.cfg.Pacing == nil {
-		o.cfg.Pacing = pacingBucket{rp.js} // the live page, on the same NATS
 	}
 	srv, err := api.New(o.cfg, store, reg, log.Named("api"))
 	if err != nil {
@@ -280,14 +282,10 @@ func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 			return err
 		}
 		p.add(part{name: "nats connection drained", stop: func() error { return drainNATS(nc) }})
-		js, err := jetstream.New(nc)
-		if err != nil {
+		if err := ao.onNATS(nc, sendResults); err != nil {
 			return err
 		}
-		ao.cfg.Pacing = pacingBucket{js} // the pacing readers, with or without the intake
-		if sendResults {
-			ao.cfg.Intake = rawPublisher{js}
-		} else {
+		if !sendResults {
 			log.Info("send-result intake off (--send-results=false): POST /api/v1/send-results answers 503")
 		}
 	}

@@ -453,7 +453,7 @@ func setupStage1(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *process
 		switch {
 		case errors.Is(err, errMigratingElsewhere):
 			log.Info("stage 1 waits for another process to finish migrating clickhouse; webhooks are kept in RAW meanwhile", zap.Error(err))
-		case o.oneShot && errors.As(err, new(*clickhouse.Exception)):
+		case o.oneShot && errors.As(err, new(*clickhouse.Exception)) && !chwriter.Unavailable(err):
 			return false // the server answered: trying again answers the same
 		case errors.As(err, new(natsError)):
 			if !natsAway(ctx, nc, js, err) {

@@ -130,8 +130,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		}))
 	}
 	if ao.enabled() {
-		ao.cfg.Intake, err = intake(nc)
-		if err != nil {
+		if err := ao.onNATS(nc, true); err != nil {
 			return err
 		}
 		queryAPI, err := startAPI(ctx, log, &ao, po.dsn, reg)

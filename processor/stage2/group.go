@@ -259,11 +259,8 @@ func (s *Stage2) runGroup(ctx context.Context) error {
 	defer timer.Stop()
 	// stop writes what is pending and returns err; with ctx ended, nil:
 	// the watchers (pcgroups' and ownership's) end with ctx too, and may be
-	// seen first. A change of ownership not applied yet goes first: the
-	// numbers of a partition that moved are not written over their new
-	// owner's.
+	// seen first.
 	stop := func(err error) error {
-		_ = s.pollOwnership(ctx)
 		ferr := s.lastFlush()
 		if ctx.Err() != nil {
 			if ferr != nil {
@@ -308,7 +305,7 @@ func (s *Stage2) runGroup(ctx context.Context) error {
 		now := time.Now()
 		nextRefresh = s.tick(ctx, now, nextRefresh)
 		if !now.Before(nextCheck) {
-			if s.memberConsumerGone(ctx) && own.count > 0 {
+			if own.count > 0 && s.memberConsumerGone(ctx) {
 				// Twice in a row: a membership change deletes the consumer
 				// and makes it again in a moment.
 				if missing++; missing >= 2 {
