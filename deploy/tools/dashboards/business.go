@@ -133,13 +133,15 @@ ANY LEFT JOIN
 ) USING phone_number_id
 ORDER BY time, phone_number_id`
 
-	// Quality and messaging-limit changes of each number, each event once.
+	// Quality and messaging-limit changes of each number, each event once:
+	// the copy that names its number before a held one's copy without it
+	// ('' sorted first, until ClickHouse merges them away).
 	sqlQualityTimeline = `SELECT event_time AS time, phone_number_id, display_phone_number, event,
        old_value AS previous_limit, new_value AS messaging_limit
 FROM management_events
 WHERE kind = 'number' AND field = 'phone_number_quality_update'
   AND event_time >= $__fromTime AND event_time < $__toTime
-ORDER BY time DESC, phone_number_id
+ORDER BY time DESC, phone_number_id = '', phone_number_id
 LIMIT 1 BY event_id`
 
 	// The documented funnel (schema/migrations/README.md, "funnel") by
