@@ -44,7 +44,7 @@ func TestReadyChecksOneAtATime(t *testing.T) {
 		defer inFlight.Add(-1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 		}
-		time.Sleep(20 * time.Millisecond) // a JetStream API round trip, slow
+		time.Sleep(100 * time.Millisecond) // a JetStream API round trip, very slow: the requests come during it
 		if failing.Load() {
 			return io.ErrUnexpectedEOF
 		}
