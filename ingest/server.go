@@ -533,7 +533,7 @@ func (s *Server) handleReady(c *fiber.Ctx) error {
 	}
 	if at := s.storageFull.Load(); at != 0 && time.Since(time.Unix(0, at)) < storageFullFor {
 		s.metrics.readyFailure.Inc()
-		return c.Status(fiber.StatusServiceUnavailable).SendString("not ready: JetStream refuses bodies for want of storage (insufficient resources): free or add storage, or raise --jetstream-max-store")
+		return c.Status(fiber.StatusServiceUnavailable).SendString("not ready: JetStream refuses bodies for want of storage (the server's storage, or the account's limits): free or add storage, or raise the limit (--jetstream-max-store with the embedded server; the account's JetStream limits on an external NATS)")
 	}
 	if s.ready != nil {
 		// One check at a time, shared by the requests that come during it:
