@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // The answers of the stream to a BatchPublisher's messages, and what they
@@ -22,9 +23,17 @@ type batchReply struct {
 	Count     uint64 `json:"count"`
 	Duplicate bool   `json:"duplicate"`
 	Error     *struct {
+		Code        int    `json:"code"`
 		ErrCode     int    `json:"err_code"`
 		Description string `json:"description"`
 	} `json:"error"`
+}
+
+// refused is the error of a message the stream refused: JetStream's own
+// (a *jetstream.APIError), so that its code is read as a PubAck's is.
+func (r *batchReply) refused() error {
+	return fmt.Errorf("stream refused the message: %w",
+		&jetstream.APIError{Code: r.Error.Code, ErrorCode: jetstream.ErrorCode(r.Error.ErrCode), Description: r.Error.Description})
 }
 
 // handleReply handles an answer of the stream on a batch's reply subjects.
@@ -75,11 +84,11 @@ func (p *BatchPublisher) handleReply(m *nats.Msg) {
 		}
 		if r.Type == "err" && r.Error != nil {
 			if pd := b.at(r.Seq); pd != nil {
-				pd.refused = fmt.Errorf("stream refused the message: %s (%d)", r.Error.Description, r.Error.ErrCode)
+				pd.refused = r.refused()
 			}
 		}
 	case r.Error != nil:
-		err := fmt.Errorf("stream refused the message: %s (%d)", r.Error.Description, r.Error.ErrCode)
+		err := r.refused()
 		if r.Error.ErrCode == errCodeBatchUnknown {
 			err = nil
 		}

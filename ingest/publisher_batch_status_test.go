@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -33,6 +34,14 @@ func TestBatchPublisherEndsBatchWhenConnectionDrops(t *testing.T) {
 // fail; the account's limits (10002) among them, which an external NATS
 // with per-account limits answers. A message's own refusal does not.
 func TestStorageRefused(t *testing.T) {
+	// A batch's refusal as the stream sends it, read as the publisher does.
+	batchRefusal := func(reply string) error {
+		var r batchReply
+		if err := json.Unmarshal([]byte(reply), &r); err != nil || r.Error == nil {
+			t.Fatalf("%s: %v", reply, err)
+		}
+		return r.refused()
+	}
 	for _, c := range []struct {
 		err  error
 		want bool
@@ -40,9 +49,9 @@ func TestStorageRefused(t *testing.T) {
 		{&jetstream.APIError{Code: 400, ErrorCode: 10002, Description: "resource limits exceeded for account"}, true},
 		{&jetstream.APIError{Code: 500, ErrorCode: 10047, Description: "insufficient storage resources available"}, true},
 		{fmt.Errorf("publish: %w", &jetstream.APIError{Code: 503, ErrorCode: 10023, Description: "insufficient resources"}), true},
-		{errors.New("stream refused the message: resource limits exceeded for account (10002)"), true},
-		{errors.New("stream refused the message: insufficient storage resources available (10047)"), true},
-		{errors.New("stream refused the message: message size exceeds maximum allowed (10054)"), false},
+		{batchRefusal(`{"type":"err","seq":3,"error":{"code":400,"err_code":10002,"description":"resource limits exceeded for account"}}`), true},
+		{batchRefusal(`{"type":"err","seq":3,"error":{"code":500,"err_code":10047,"description":"insufficient storage resources available"}}`), true},
+		{batchRefusal(`{"error":{"code":400,"err_code":10054,"description":"message size exceeds maximum allowed"}}`), false},
 		{&jetstream.APIError{Code: 400, ErrorCode: 10054, Description: "message size exceeds maximum allowed"}, false},
 		{errors.New("nats: timeout"), false},
 	} {

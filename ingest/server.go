@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"net"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,19 +74,10 @@ const storageFullFor = 5 * time.Second
 
 // storageRefused reports whether err is JetStream refusing a body for want
 // of room (jserr.StoreFull: insufficient resources, the account's limits,
-// the server's storage spent), as a PubAck error or a batch's refusal
-// ("... (10047)").
+// the server's storage spent), as a PubAck error or a batch's refusal.
 func storageRefused(err error) bool {
 	var api *jetstream.APIError
-	if errors.As(err, &api) {
-		return jserr.StoreFull(int(api.ErrorCode))
-	}
-	msg := err.Error()
-	if i := strings.LastIndex(msg, "(100"); i >= 0 && len(msg) >= i+7 && msg[i+6] == ')' {
-		code, err := strconv.Atoi(msg[i+1 : i+6])
-		return err == nil && jserr.StoreFull(code)
-	}
-	return false
+	return errors.As(err, &api) && jserr.StoreFull(int(api.ErrorCode))
 }
 
 // appRoute is what the hot path needs of one configured app.
