@@ -18,11 +18,8 @@ const (
 	MaxPairCooldown = 4096 * time.Second
 )
 
-// CooldownKept is when a cool-down's entry goes (schema.PairCooldown.Kept).
-func CooldownKept(c schema.PairCooldown) time.Time { return c.Kept() }
-
 // NextCooldown is a pair's cool-down after the 131056 eventID at at: one
-// more strike than prev if prev is still kept then (CooldownKept), and a
+// more strike than prev if prev is still kept then (schema.PairCooldown.Kept), and a
 // wait of 4^(strikes-1) seconds, never less than the pair interval. An
 // event of one of prev's last strikes, delivered again, leaves prev as it
 // is (same is true): a redelivery after a crash found its own cool-down
@@ -32,7 +29,7 @@ func NextCooldown(prev *schema.PairCooldown, phoneNumberID, recipient, eventID s
 		return *prev, true
 	}
 	strikes := 1
-	if prev != nil && at.Before(CooldownKept(*prev)) {
+	if prev != nil && at.Before(prev.Kept()) {
 		strikes = min(prev.Strikes+1, maxPairStrikes)
 	}
 	wait := schema.PairCooldownWait(strikes)

@@ -262,7 +262,7 @@ func TestPairCooldown(t *testing.T) {
 		}
 	}
 	// Gone (its until, and its wait once more): the count starts again.
-	if g, _ := NextCooldown(&c, "1001", "r1", "g", CooldownKept(c)); g.Strikes != 1 {
+	if g, _ := NextCooldown(&c, "1001", "r1", "g", c.Kept()); g.Strikes != 1 {
 		t.Fatalf("once gone: %+v", g)
 	}
 	// A sender that obeys: it waits until until, sends, and is refused
@@ -276,7 +276,7 @@ func TestPairCooldown(t *testing.T) {
 			t.Fatalf("obeyed cool-down %d, refused again: %+v, want strike %d and a wait of %v", i+1, o, i+2, w)
 		}
 	}
-	if kept := CooldownKept(o); o.Strikes != 5 || !kept.Equal(o.Until.Add(256*time.Second)) {
+	if kept := o.Kept(); o.Strikes != 5 || !kept.Equal(o.Until.Add(256*time.Second)) {
 		t.Fatalf("kept until %v, want until and 256 s", kept)
 	}
 }

@@ -18,7 +18,7 @@ import (
 // writeCooldown writes the cool-down of (number, recipient) after the
 // 131056 eventID at at: one strike more than the entry in the bucket, if
 // that is still kept by then (pacing.NextCooldown). The entry is kept past
-// its until by its wait (pacing.CooldownKept), to count the next strike;
+// its until by its wait (schema.PairCooldown.Kept), to count the next strike;
 // senders go by until. A cool-down no longer kept (a late event) is not
 // written. The write is synchronous: the event is acked only once its
 // cool-down is stored. A failed read or write is returned.
@@ -38,7 +38,7 @@ func (s *Stage2) writeCooldown(ctx context.Context, id, recipient, eventID strin
 		return fmt.Errorf("read cool-down %s: %w", key, err)
 	}
 	c, same := pacing.NextCooldown(prev, id, recipient, eventID, at)
-	ttl := pacing.CooldownKept(c).Sub(s.cfg.Now())
+	ttl := c.Kept().Sub(s.cfg.Now())
 	if ttl <= 0 || same {
 		return nil // gone, or written already for this event or a newer one
 	}
