@@ -914,6 +914,22 @@ func (e *env) applied(p *pacer.Pacer, id string, at time.Time) {
 	})
 }
 
+// signalNow writes s stamped now (tier 80 by default unless s says) and
+// waits until p holds it; it returns the stamp.
+func (e *env) signalNow(p *pacer.Pacer, s schema.PacingSignal) time.Time {
+	e.t.Helper()
+	at := time.Now()
+	s.UpdatedAt = at.UTC()
+	if s.TierMPS == 0 {
+		s.TierMPS, s.TierSource = 80, "default"
+	}
+	if err := e.putSignal(s); err != nil {
+		e.t.Fatal(err)
+	}
+	e.applied(p, s.PhoneNumberID, at)
+	return at
+}
+
 // TestHalvingHoldsUntilTheSignalHasTheError: after a reported 130429 the
 // number's rate is halved until a signal that has the error comes. Stage 2
 // rewrites a sending number's signal every second, and the reports take up
@@ -926,13 +942,8 @@ func TestHalvingHoldsUntilTheSignalHasTheError(t *testing.T) {
 	e := newEnv(t, nil)
 	p := e.pacer(func(c *pacer.Config) { c.NoReport = true })
 	sig := func(mps float64, throughput int, advice schema.Advice) time.Time {
-		at := time.Now()
-		if err := e.putSignal(schema.PacingSignal{PhoneNumberID: id, UpdatedAt: at.UTC(), TierMPS: 80, TierSource: "default", Advice: advice,
-			RecommendedMPS: mps, RecentErrors: map[schema.ErrorClass]int{schema.ClassThroughput: throughput}}); err != nil {
-			t.Fatal(err)
-		}
-		e.applied(p, id, at)
-		return at
+		return e.signalNow(p, schema.PacingSignal{PhoneNumberID: id, Advice: advice,
+			RecommendedMPS: mps, RecentErrors: map[schema.ErrorClass]int{schema.ClassThroughput: throughput}})
 	}
 	sig(40, 0, schema.AdviceOK)
 	if r, fb := p.Rate(id); r != 40 || fb {
@@ -968,12 +979,8 @@ func TestHalvingHoldsPastAnEarlierThrottle(t *testing.T) {
 	first := time.Now().Add(-20 * time.Second).UTC().Truncate(time.Second)
 	sig := func(throttledAt time.Time) {
 		t.Helper()
-		at := time.Now()
-		if err := e.putSignal(schema.PacingSignal{PhoneNumberID: id, UpdatedAt: at.UTC(), TierMPS: 80, TierSource: "default", Advice: schema.AdviceSlowDown,
-			RecommendedMPS: 40, ThrottledAt: &throttledAt, RecentErrors: map[schema.ErrorClass]int{schema.ClassThroughput: 1}}); err != nil {
-			t.Fatal(err)
-		}
-		e.applied(p, id, at)
+		e.signalNow(p, schema.PacingSignal{PhoneNumberID: id, Advice: schema.AdviceSlowDown,
+			RecommendedMPS: 40, ThrottledAt: &throttledAt, RecentErrors: map[schema.ErrorClass]int{schema.ClassThroughput: 1}})
 	}
 	sig(first) // stage 2 slowed the number after the first 130429
 	if r, fb := p.Rate(id); r != 40 || fb {
@@ -1064,6 +1071,22 @@ func TestSignalStampedAhead(t *testing.T) {
 	})
 }
 
+// pairWaitScene is a pacer on id at 1 mps with a pair rule of one send per
+// 3 s, whose token of this second a send to another recipient, first, has
+// taken: the next two sends to one recipient wait for the number's tokens
+// of the next two seconds, and the second of them then for the pair's.
+func pairWaitScene(t *testing.T, id, first string) (*env, *pacer.Pacer) {
+	t.Helper()
+	e := newEnv(t, nil)
+	e.stopStage2() // the test writes the signals itself
+	p := e.pacer(func(c *pacer.Config) { c.NoReport = true; c.PairBurst = 1; c.PairInterval = 3 * time.Second })
+	e.signalNow(p, schema.PacingSignal{PhoneNumberID: id, Advice: schema.AdviceOK, RecommendedMPS: 1})
+	if err := p.Wait(context.Background(), id, first); err != nil { // the number's token of this second
+		t.Fatal(err)
+	}
+	return e, p
+}
+
 // TestStopDuringPairWait: two sends to one recipient waited for the
 // number's token together; the second then waited out the pair rule, and
 // a stop that came meanwhile was not seen: Wait let the send go into the
@@ -1071,17 +1094,7 @@ func TestSignalStampedAhead(t *testing.T) {
 // wait for the number's token does.
 func TestStopDuringPairWait(t *testing.T) {
 	const id = "100000000000094"
-	e := newEnv(t, nil)
-	p := e.pacer(func(c *pacer.Config) { c.NoReport = true; c.PairBurst = 1; c.PairInterval = 3 * time.Second })
-	now := time.Now()
-	if err := e.putSignal(schema.PacingSignal{PhoneNumberID: id, UpdatedAt: now.UTC(), TierMPS: 80, TierSource: "default",
-		Advice: schema.AdviceOK, RecommendedMPS: 1}); err != nil {
-		t.Fatal(err)
-	}
-	e.applied(p, id, now)
-	if err := p.Wait(context.Background(), id, "15550000940"); err != nil { // the number's token of this second
-		t.Fatal(err)
-	}
+	e, p := pairWaitScene(t, id, "15550000940")
 	type result struct {
 		err error
 		at  time.Time
@@ -1129,18 +1142,7 @@ func TestStopDuringPairWait(t *testing.T) {
 // would have met 131056 again and doubled the strikes.
 func TestCooldownDuringPairWait(t *testing.T) {
 	const id, to = "100000000000097", "15550000971"
-	e := newEnv(t, nil)
-	e.stopStage2()
-	p := e.pacer(func(c *pacer.Config) { c.NoReport = true; c.PairBurst = 1; c.PairInterval = 3 * time.Second })
-	now := time.Now()
-	if err := e.putSignal(schema.PacingSignal{PhoneNumberID: id, UpdatedAt: now.UTC(), TierMPS: 80, TierSource: "default",
-		Advice: schema.AdviceOK, RecommendedMPS: 1}); err != nil {
-		t.Fatal(err)
-	}
-	e.applied(p, id, now)
-	if err := p.Wait(context.Background(), id, "15550000970"); err != nil { // the number's token of this second
-		t.Fatal(err)
-	}
+	_, p := pairWaitScene(t, id, "15550000970")
 	type result struct {
 		err error
 		at  time.Time
@@ -1269,12 +1271,7 @@ func TestOtherNumbersDoNotWakeWaits(t *testing.T) {
 	p := e.pacer(func(c *pacer.Config) { c.NoReport = true })
 	put := func(id string, mps float64) {
 		t.Helper()
-		at := time.Now()
-		if err := e.putSignal(schema.PacingSignal{PhoneNumberID: id, UpdatedAt: at.UTC(), TierMPS: 80, TierSource: "default",
-			Advice: schema.AdviceOK, RecommendedMPS: mps}); err != nil {
-			t.Fatal(err)
-		}
-		e.applied(p, id, at)
+		e.signalNow(p, schema.PacingSignal{PhoneNumberID: id, Advice: schema.AdviceOK, RecommendedMPS: mps})
 	}
 	put(queued, 1)
 	ctx, cancel := context.WithCancel(context.Background())
