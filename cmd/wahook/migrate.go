@@ -49,6 +49,9 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := no.validate(); err != nil {
 		return err
 	}
+	if err := eo.validate(f, no); err != nil {
+		return err
+	}
 	if err := io_.stream.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}

@@ -29,10 +29,32 @@ type embeddedOptions struct {
 func (o *embeddedOptions) register(f *flags) {
 	f.Section("embedded NATS server", func() {
 		f.StringVar(&o.dataDir, "data-dir", "./data", "directory of the embedded JetStream store")
-		f.StringVar(&o.listen, "nats-listen", "127.0.0.1:4222", "where the embedded NATS server accepts other clients (empty: none)")
-		f.StringVar(&o.sync, "jetstream-sync", "default", "embedded JetStream fsync: default (every 2 min), always (survives power loss, ~10x slower), or a duration")
-		f.Int64Var(&o.maxStore, "jetstream-max-store", 0, "embedded JetStream file store limit in bytes (0: the server's default)")
+		f.StringVar(&o.listen, "nats-listen", "127.0.0.1:4222", "where the embedded NATS server accepts other clients (empty: none; refused with --nats-url)")
+		f.StringVar(&o.sync, "jetstream-sync", "default", "embedded JetStream fsync: default (every 2 min), always (survives power loss, ~10x slower), or a duration (refused with --nats-url)")
+		f.Int64Var(&o.maxStore, "jetstream-max-store", 0, "embedded JetStream file store limit in bytes (0: the server's default; refused with --nats-url)")
 	})
+}
+
+// validate checks the embedded server's flags: --jetstream-sync's value,
+// and that none of the flags only the embedded server reads is set away from
+// its default (on the command line or by its variable) with --nats-url,
+// where it would be ignored in silence (a --jetstream-max-store meant to
+// bound the store bounds nothing; the external servers' own configuration
+// does). --data-dir is not one of them: the phone hash key is kept under it.
+func (o *embeddedOptions) validate(f *flags, no natsOptions) error {
+	if _, _, err := durationOrAlways(o.sync); err != nil {
+		return err
+	}
+	if no.urls == "" {
+		return nil
+	}
+	for _, name := range []string{"nats-listen", "jetstream-sync", "jetstream-max-store"} {
+		if fl := f.Lookup(name); fl != nil && fl.Value.String() != fl.DefValue {
+			return fmt.Errorf("%w: --%s (%s) is for the embedded NATS server, which does not run with --nats-url: set it on the NATS servers named there, or leave it out",
+				errUsage, name, EnvName(name))
+		}
+	}
+	return nil
 }
 
 // embedded is the embedded nats-server and the lock on its store.

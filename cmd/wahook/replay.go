@@ -48,6 +48,9 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := no.validate(); err != nil {
 		return err
 	}
+	if err := eo.validate(f, no); err != nil {
+		return err
+	}
 	if err := po.validate(); err != nil {
 		return err
 	}

@@ -48,7 +48,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	if err := no.validate(); err != nil {
 		return err
 	}
-	if _, _, err := durationOrAlways(eo.sync); err != nil {
+	if err := eo.validate(f, no); err != nil {
 		return err
 	}
 	if err := po.validate(); err != nil {
