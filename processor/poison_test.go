@@ -719,3 +719,59 @@ func TestStopWithLastBatchNotStored(t *testing.T) {
 		t.Fatalf("stage 1 stopped with its last batch refused: %v", err)
 	}
 }
+
+// cancelAfterWrites is a writer that cancels the replay's context once its
+// first n writes are stored.
+type cancelAfterWrites struct {
+	processor.Writer
+	n      int
+	cancel context.CancelFunc
+}
+
+func (w *cancelAfterWrites) Write(ctx context.Context, rows *schema.Rows) error {
+	if err := w.Writer.Write(ctx, rows); err != nil {
+		return err
+	}
+	if w.n--; w.n == 0 {
+		w.cancel()
+	}
+	return nil
+}
+
+// TestReplayStopsWhereWritten: a replay that stops half way says up to
+// which body it stored, and when that body came: run again from there, it
+// goes on (the command said only why it stopped, so a long replay was run
+// again from its first --since).
+func TestReplayStopsWhereWritten(t *testing.T) {
+	p := newPipeline(t, schematest.ClickHouse(t))
+	const n, batch = 1000, 100
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		p.publish("default", statusBody("107655290331184", "15557810001", fmt.Sprintf("wamid.where-%d", i), 1781514312+i))
+	}
+	cfg := p.cfg
+	cfg.BatchRows = batch
+	cfg.PublishEvents = false
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stopCtx, stop := context.WithCancel(ctx)
+	w := &cancelAfterWrites{Writer: p.writer, n: 3, cancel: stop}
+	res, err := processor.Replay(stopCtx, cfg, p.js, w, p.norm, p.numbers, time.Now().Add(-time.Hour), zaptest.NewLogger(t))
+	if !errors.Is(err, context.Canceled) || ctx.Err() != nil {
+		t.Fatalf("replay stopped after 3 batches: %v (%+v), want context.Canceled", err, res)
+	}
+	if res.WrittenSeq != 3*batch || res.WrittenAt.Before(start.Add(-time.Second)) || res.WrittenAt.After(time.Now()) {
+		t.Fatalf("replay stopped after 3 batches of %d: %+v, want written up to sequence %d, received since the test began", batch, res, 3*batch)
+	}
+	if got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events"); got < 3*batch {
+		t.Errorf("statuses stored: %d, want at least the %d written", got, 3*batch)
+	}
+	// Run again from the time it gave, it stores every body.
+	res, err = processor.Replay(ctx, cfg, p.js, p.writer, p.norm, p.numbers, res.WrittenAt.Truncate(time.Second), zaptest.NewLogger(t))
+	if err != nil || res.FirstSeq > 3*batch || res.LastSeq != n {
+		t.Fatalf("replay from where it stopped: %v, %+v; want sequences from %d or before, to %d", err, res, 3*batch, n)
+	}
+	if got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events"); got != n {
+		t.Errorf("statuses stored: %d, want %d", got, n)
+	}
+}

@@ -25,6 +25,13 @@ type ReplayResult struct {
 	// letters of a batch written again.
 	Batches           int
 	FirstSeq, LastSeq uint64
+	// WrittenSeq is the RAW sequence of the last body of the last batch
+	// stored, and WrittenAt its receive time: a replay that stops (an
+	// error, a signal) has stored every body read up to it, and one run
+	// again from WrittenAt goes on from there (what it reads twice is
+	// stored once).
+	WrittenSeq uint64
+	WrittenAt  time.Time
 }
 
 // Replay feeds the RAW bodies received since `since`, up to the last one
@@ -126,6 +133,9 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 	flush := func() error {
 		if err := r.store(bodies, &rows, &work, false); err != nil {
 			return err
+		}
+		if n := len(bodies); n > 0 {
+			res.WrittenSeq, res.WrittenAt = bodies[n-1].src.RawSeq, bodies[n-1].src.ReceivedAt
 		}
 		rows.Reset()
 		work.reset()

@@ -83,7 +83,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	start := time.Now()
 	res, err := processor.Replay(ctx, po.cfg, deps.js, deps.writer, deps.norm, deps.numbers, from, log)
 	if err != nil {
-		return err
+		return replayStopped(err, res)
 	}
 	held := ""
 	if rawFrom != from {
@@ -92,6 +92,17 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fmt.Fprintf(stdout, "replayed %d bodies (RAW sequences %d-%d) since %s%s: %d rows, %d dead letters, in %s\n",
 		res.Bodies, res.FirstSeq, res.LastSeq, from.Format(time.RFC3339), held, res.Rows, res.DeadLetters, time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// replayStopped is the error of a replay that stopped with err: where it
+// stopped, and the --since that goes on from there (a long replay that met
+// a refusal or a signal was run again from its first --since).
+func replayStopped(err error, res processor.ReplayResult) error {
+	if res.WrittenSeq == 0 {
+		return fmt.Errorf("%w (nothing was written)", err)
+	}
+	return fmt.Errorf("%w (the bodies up to RAW sequence %d are written; to go on from there, run it again with --since %s)",
+		err, res.WrittenSeq, res.WrittenAt.UTC().Truncate(time.Second).Format(time.RFC3339))
 }
 
 // parseSince reads --since: an RFC 3339 time or a duration before now.

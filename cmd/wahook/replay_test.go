@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/wahook/wahook/processor"
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/schematest"
 )
@@ -159,5 +161,22 @@ func TestTLSFlagsTogether(t *testing.T) {
 		if code != 2 || !strings.Contains(errOut, "--nats-tls-cert and --nats-tls-key go together") {
 			t.Errorf("%s with --nats-tls-cert alone: exit %d %q; want 2, the flags named", args[0], code, errOut)
 		}
+	}
+}
+
+// TestReplayStoppedSaysWhere: a replay that stops says where, and the
+// --since that goes on from there, which parseSince takes back.
+func TestReplayStoppedSaysWhere(t *testing.T) {
+	at := time.Date(2026, 12, 7, 10, 11, 12, 900_000_000, time.FixedZone("x", 3600))
+	err := replayStopped(context.Canceled, processor.ReplayResult{Bodies: 700, LastSeq: 700, WrittenSeq: 600, WrittenAt: at})
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "up to RAW sequence 600 are written") ||
+		!strings.Contains(err.Error(), "--since 2026-12-07T09:11:12Z") {
+		t.Fatalf("replay stopped after writing up to 600: %v", err)
+	}
+	if since, perr := parseSince("2026-12-07T09:11:12Z", time.Now()); perr != nil || since.After(at) {
+		t.Errorf("the --since given: %v, %v; want a time at or before the last body written", since, perr)
+	}
+	if err := replayStopped(context.Canceled, processor.ReplayResult{}); !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "nothing was written") {
+		t.Errorf("replay stopped before its first write: %v", err)
 	}
 }
