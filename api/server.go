@@ -136,7 +136,7 @@ var routes = []route{
 	},
 	{
 		Name: "numbers", Path: "/api/v1/numbers", Group: groupReports, Schema: "Numbers",
-		Summary: "Business numbers: tier and its source, quality, messaging limit, last throughput upgrade, maintenance window, recent changes",
+		Summary: "Business numbers with statuses or number events in the range (or asked for by phone_number_id), as of its end: tier and its source, quality, messaging limit, last throughput upgrade, maintenance window, recent changes; and the display numbers waiting for their id",
 		Params:  reportParams(inNumbers, pRecent),
 		run: func(ctx context.Context, s *Store, q Query) (any, error) {
 			return s.Numbers(ctx, q, limitOr(q.Limit, 20))
@@ -230,12 +230,15 @@ func newServer(cfg Config, store *Store, reg prometheus.Registerer, log *zap.Log
 	if log == nil {
 		log = zap.NewNop()
 	}
-	s := &Server{cfg: cfg, store: store, log: log, now: now, metrics: newMetrics(reg), numbers: newTokenNumbers(cfg.MaxNumbersPerToken),
-		tenantNumbers: &tenantNumbers{entries: map[string]numbersEntry{}}, tokens: &tokenSet{file: cfg.TokensFile}}
+	m := newMetrics(reg, cfg.TokensFile != "")
+	s := &Server{cfg: cfg, store: store, log: log, now: now, metrics: m, numbers: newTokenNumbers(cfg.MaxNumbersPerToken),
+		tenantNumbers: &tenantNumbers{entries: map[string]numbersEntry{}},
+		tokens:        &tokenSet{file: cfg.TokensFile, log: log, valid: m.tokensFileValid}}
 	for _, t := range cfg.Tokens {
 		spec, _ := ParseToken(t) // checked by Validate
 		s.tokens.fixed = append(s.tokens.fixed, credentialsOf([]TokenSpec{spec})...)
 	}
+	s.tokens.current(now()) // the tokens file's first read, and its gauge set
 	s.live = newLiveHub(cfg.Pacing, log)
 	l := cfg.Limits
 	s.globalIP, s.globalToken = newWindow("global_ip", l.GlobalIP, now), newWindow("global_token", l.GlobalToken, now)
@@ -387,7 +390,7 @@ func bearerToken(c *fiber.Ctx) string {
 // credentials is the tokens accepted now (the tokens file read again
 // when it changed).
 func (s *Server) credentials() []credential {
-	return s.tokens.current(s.now(), func(err error) { s.log.Warn("tokens file not read; the tokens read before stay", zap.Error(err)) })
+	return s.tokens.current(s.now())
 }
 
 // sameScope reports whether token is still accepted, with the scope t it

@@ -7,7 +7,9 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
@@ -17,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 	"golang.org/x/sync/singleflight"
 )
 
@@ -115,16 +119,38 @@ type credential struct {
 // tokenSet is the accepted tokens: those of the flags, and those of the
 // tokens file, which is read again when it changes (checked at most once
 // a second, on a request).
+//
+// The file fails closed where that is what its operator did, and open
+// where failing closed would lock every tenant out over a slip:
+//   - removed: its tokens are refused (the flags' stay);
+//   - there but not read whole (a typo mid-edit, no permission): the
+//     tokens read before stay, until it reads;
+//   - its last line without a newline: perhaps cut by a write under way
+//     ("NAME:TOKEN" of "NAME:TOKEN:waba=ID" would see every WABA), so
+//     it applies once the file is unchanged at the next check, a second
+//     on; only the first read, at the start, takes it at once.
+//
+// Each of the first two is logged once, and sets the gauge valid to 0.
 type tokenSet struct {
 	fixed []credential
 	file  string
+	log   *zap.Logger
+	valid prometheus.Gauge // wahook_api_tokens_file_valid; nil: none
 
 	mu      sync.Mutex
 	checked time.Time
-	stamp   string // size and modification time of the file read
+	stamp   string // size and modification time of the file applied ("" before the first read)
+	unended string // stamp of a file read whose last line had no newline, not applied yet
 	loaded  []credential
 	lastErr string
 }
+
+// tokensFileRemoved and tokensFileNotRead are what the log says of a
+// tokens file that went away, and of one that is there and cannot be read.
+const (
+	tokensFileRemoved = "tokens file removed: its tokens are refused"
+	tokensFileNotRead = "tokens file not read; the tokens read before stay"
+)
 
 func credentialsOf(specs []TokenSpec) []credential {
 	out := make([]credential, 0, len(specs))
@@ -138,9 +164,8 @@ func credentialsOf(specs []TokenSpec) []credential {
 	return out
 }
 
-// current is the accepted tokens now; onErr hears of a tokens file that
-// could not be read (the tokens read before stay).
-func (ts *tokenSet) current(now time.Time, onErr func(error)) []credential {
+// current is the accepted tokens now.
+func (ts *tokenSet) current(now time.Time) []credential {
 	if ts.file == "" {
 		return ts.fixed
 	}
@@ -148,25 +173,58 @@ func (ts *tokenSet) current(now time.Time, onErr func(error)) []credential {
 	defer ts.mu.Unlock()
 	if now.Sub(ts.checked) >= time.Second || ts.checked.IsZero() {
 		ts.checked = now
-		if fi, err := os.Stat(ts.file); err != nil {
-			ts.report(err, onErr)
-		} else if stamp := fmt.Sprint(fi.Size(), fi.ModTime().UnixNano()); stamp != ts.stamp {
-			specs, err := ReadTokensFile(ts.file)
-			if err != nil {
-				ts.report(err, onErr)
-			} else {
-				ts.stamp, ts.loaded, ts.lastErr = stamp, credentialsOf(specs), ""
-			}
-		}
+		ts.check()
 	}
 	return append(append([]credential{}, ts.fixed...), ts.loaded...)
 }
 
-func (ts *tokenSet) report(err error, onErr func(error)) {
-	if err.Error() != ts.lastErr {
-		ts.lastErr = err.Error()
-		if onErr != nil {
-			onErr(err)
+// check reads the tokens file again when it changed.
+func (ts *tokenSet) check() {
+	fi, err := os.Stat(ts.file)
+	if err == nil {
+		stamp := fmt.Sprint(fi.Size(), fi.ModTime().UnixNano())
+		if stamp == ts.stamp {
+			return
+		}
+		var b []byte
+		if b, err = os.ReadFile(ts.file); err == nil {
+			if i := bytes.LastIndexByte(b, '\n'); len(bytes.TrimSpace(b[i+1:])) > 0 && ts.stamp != "" && stamp != ts.unended {
+				ts.unended = stamp // perhaps a write under way: seen again at the next check
+				return
+			}
+			var specs []TokenSpec
+			if specs, err = parseTokensFile(b); err == nil {
+				ts.stamp, ts.loaded = stamp, credentialsOf(specs)
+				ts.report(true, "", nil)
+				return
+			}
+		}
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		ts.stamp, ts.loaded = "removed", nil
+		ts.report(false, tokensFileRemoved, err)
+		return
+	}
+	ts.report(false, tokensFileNotRead, err)
+}
+
+// report sets the gauge, and logs a failure unless it is the one logged
+// last.
+func (ts *tokenSet) report(ok bool, msg string, err error) {
+	if ok {
+		if ts.valid != nil {
+			ts.valid.Set(1)
+		}
+		ts.lastErr = ""
+		return
+	}
+	if ts.valid != nil {
+		ts.valid.Set(0)
+	}
+	if key := msg + ": " + err.Error(); key != ts.lastErr {
+		ts.lastErr = key
+		if ts.log != nil {
+			ts.log.Warn(msg, zap.String("file", ts.file), zap.Error(err))
 		}
 	}
 }
