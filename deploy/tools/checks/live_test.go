@@ -169,8 +169,14 @@ func TestLive(t *testing.T) {
 	startProcess(t, bin, []string{"process", "--listen", processListen, "--data-dir", t.TempDir(),
 		"--nats-url", "nats://" + natsListen, "--clickhouse-dsn", db.DSN, "--funnel-interval", "0", "--no-pacing", "--log-format", "console",
 	}, cleanEnv([]string{"WAHOOK_PHONE_HASH_KEY=" + livePhoneHashKey}))
-	startProcess(t, bin, []string{"api", "--api-listen", apiAloneListen, "--clickhouse-dsn", db.DSN, "--log-format", "console"},
-		cleanEnv([]string{"WAHOOK_API_TOKEN=" + liveToken}))
+	// api alone reads its token from a tokens file, as a deployment with
+	// tenants does, so that the file's gauge is exported too.
+	tokensFile := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokensFile, []byte("live:"+liveToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startProcess(t, bin, []string{"api", "--api-listen", apiAloneListen, "--clickhouse-dsn", db.DSN, "--api-tokens-file", tokensFile, "--log-format", "console"},
+		cleanEnv(nil))
 	for name, addr := range map[string]string{"process": processListen, "api": apiAloneListen} {
 		testutil.EventuallyErr(t, 90*time.Second, "wahook "+name+" ready", func() error {
 			for _, path := range []string{"/readyz", "/healthz", "/metrics"} {
