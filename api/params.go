@@ -120,6 +120,9 @@ func parseQuery(params []param, values url.Values, now time.Time) (Query, error)
 			return q, BadParameter(name, "unknown parameter; this route accepts %s", acceptedNames(params))
 		}
 	}
+	// An empty value is as if the parameter were absent, for every kind:
+	// step= is one bucket, limit= the default, as an empty item of a list
+	// (code=,131026) is no value (a form sends its empty fields so).
 	get := func(p param) []string {
 		var out []string
 		for _, v := range values[p.Name] {
@@ -131,7 +134,9 @@ func parseQuery(params []param, values url.Values, now time.Time) (Query, error)
 				}
 				continue
 			}
-			out = append(out, strings.TrimSpace(v))
+			if v = strings.TrimSpace(v); v != "" {
+				out = append(out, v)
+			}
 		}
 		if len(out) == 0 && p.Default != "" {
 			out = strings.Split(p.Default, ",")
