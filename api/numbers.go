@@ -103,8 +103,9 @@ func (s *Store) tierAt(n *NumberState, coexistence bool, t time.Time) (int, stri
 }
 
 // Numbers gives the state of the numbers in q.PhoneNumberIDs, or of every
-// number that has management events or statuses in the range. recent is
-// how many changes each lists, newest first.
+// number that has statuses or number events in the range, as of its end
+// (q.To): the events after it are not applied, nor listed. recent is how
+// many changes each lists, newest first.
 func (s *Store) Numbers(ctx context.Context, q Query, recent int) (*Numbers, error) {
 	if q.scoped && len(q.WabaIDs) == 0 {
 		q.WabaIDs = q.scopeWabas // a tenant sees its WABAs' numbers only
@@ -118,8 +119,13 @@ func (s *Store) Numbers(ctx context.Context, q Query, recent int) (*Numbers, err
 		}
 		return n
 	}
+	// The numbers answered: those asked for, and those with statuses or
+	// number events in the range (the events before it only make their
+	// state).
+	listed := map[string]bool{}
 	for _, id := range q.PhoneNumberIDs {
 		get(id)
+		listed[id] = true
 	}
 
 	// Numbers with traffic in the range.
@@ -140,6 +146,7 @@ func (s *Store) Numbers(ctx context.Context, q Query, recent int) (*Numbers, err
 		}
 		if id != "" {
 			get(id).WabaID = waba
+			listed[id] = true
 		}
 	}
 	rows.Close()
@@ -149,7 +156,7 @@ func (s *Store) Numbers(ctx context.Context, q Query, recent int) (*Numbers, err
 
 	// Number events (quality, limits, throughput upgrades, names), each once.
 	var mw where
-	mw.add("kind = 'number' AND phone_number_id != ''")
+	mw.add("kind = 'number' AND phone_number_id != '' AND event_time < toDateTime(?)", unix(q.To))
 	mw.in("phone_number_id", q.PhoneNumberIDs)
 	mw.in("waba_id", q.WabaIDs)
 	rows, err = s.conn.Query(ctx, fmt.Sprintf(`SELECT phone_number_id, display_phone_number, waba_id, field, event,
@@ -169,6 +176,9 @@ LIMIT 1 BY event_id`, s.table("management_events"), mw.sql()), mw.args...)
 		}
 		c.Time = c.Time.UTC()
 		n := get(id)
+		if !c.Time.Before(q.From) {
+			listed[id] = true
+		}
 		if display != "" {
 			n.DisplayPhoneNumber = display
 		}
@@ -212,6 +222,9 @@ LIMIT 1 BY event_id`, s.table("management_events"), mw.sql()), mw.args...)
 		}
 	}
 	for _, n := range states {
+		if !listed[n.PhoneNumberID] {
+			continue
+		}
 		if len(q.WabaIDs) > 0 && !contains(q.WabaIDs, n.WabaID) {
 			continue
 		}
