@@ -219,7 +219,11 @@ const narrowRange = 6 * time.Hour
 // without a message id count by themselves (acceptedSQL).
 func (s *Store) outboundSQL(id string, from, to time.Time, sec uint32) (string, []any) {
 	lo, hi := monthStart(from).AddDate(0, -1, 0), monthStart(to).AddDate(0, 1, 0)
-	args := []any{id, lo.Format("2006-01-02"), monthStart(to).Format("2006-01-02")}
+	// message_lifecycle files a status under the month of its time in the
+	// server's time zone: the months read are the server's too (a month
+	// bounded by UTC's calendar missed, on a server ahead of UTC, the
+	// statuses of a month's last hours, filed under the next).
+	args := []any{id, unix(from), unix(to)}
 	statuses := "'" + strings.Join(schema.OutboundStatuses, "', '") + "'"
 	var narrowLife, narrowSent string
 	var narrowArgs []any
@@ -252,7 +256,7 @@ FROM
     (
         SELECT message_id, toUInt32(%[2]s) AS first
         FROM %[3]s
-        WHERE phone_number_id = ? AND month >= toDate(?) AND month <= toDate(?)%[4]s
+        WHERE phone_number_id = ? AND month >= addMonths(toStartOfMonth(toDateTime(?)), -1) AND month <= toStartOfMonth(toDateTime(?))%[4]s
         GROUP BY message_id
         UNION ALL
         SELECT message_id, toUInt32(min(event_time)) AS first

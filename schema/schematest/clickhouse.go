@@ -65,12 +65,20 @@ type ClickHouseServer struct {
 // test ends. It skips or fails like ClickHouse when the binary is missing.
 func StartClickHouse(t testing.TB) *ClickHouseServer {
 	t.Helper()
+	return StartClickHouseInZone(t, "UTC")
+}
+
+// StartClickHouseInZone is StartClickHouse with the server's time zone set
+// to zone (an IANA name): what toStartOfMonth and the other calendar
+// functions follow, for queries that must not assume a server on UTC.
+func StartClickHouseInZone(t testing.TB, zone string) *ClickHouseServer {
+	t.Helper()
 	argv := clickHouseBinary(t)
 	dir, err := filepath.EvalSymlinks(t.TempDir())
 	if err != nil {
 		t.Fatalf("clickhouse: temp dir: %v", err)
 	}
-	p, elapsed, err := startClickHouseProcess(argv, dir)
+	p, elapsed, err := startClickHouseProcess(argv, dir, zone)
 	if err != nil {
 		t.Fatalf("clickhouse: %v", err)
 	}
@@ -268,7 +276,7 @@ func sharedClickHouse(t testing.TB) (string, error) {
 			shared.err = fmt.Errorf("temp dir: %w", err)
 			return
 		}
-		p, elapsed, err := startClickHouseProcess(argv, dir)
+		p, elapsed, err := startClickHouseProcess(argv, dir, "")
 		if err != nil {
 			shared.err = err
 			return

@@ -49,6 +49,7 @@ type chProcess struct {
 	argv []string
 	dir  string
 	port int
+	zone string // the server's time zone, UTC when ""
 
 	mu  sync.Mutex
 	pid int // 0 while stopped
@@ -58,7 +59,7 @@ func (p *chProcess) addr() string { return net.JoinHostPort("127.0.0.1", strconv
 
 // startClickHouseProcess writes a config under dir and starts a server on a
 // free port, trying another port if the first was taken meanwhile.
-func startClickHouseProcess(argv []string, dir string) (*chProcess, time.Duration, error) {
+func startClickHouseProcess(argv []string, dir, zone string) (*chProcess, time.Duration, error) {
 	start := time.Now()
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
@@ -66,7 +67,7 @@ func startClickHouseProcess(argv []string, dir string) (*chProcess, time.Duratio
 		if port, err = freeTCPPort(); err != nil {
 			return nil, 0, err
 		}
-		p := &chProcess{argv: argv, dir: dir, port: port}
+		p := &chProcess{argv: argv, dir: dir, port: port, zone: zone}
 		if err = p.writeConfig(); err != nil {
 			return nil, 0, err
 		}
@@ -84,6 +85,10 @@ func startClickHouseProcess(argv []string, dir string) (*chProcess, time.Duratio
 // within a second: with the default 10 s, a SIGTERM took 10 s while a client
 // held an idle connection.
 func (p *chProcess) writeConfig() error {
+	zone := p.zone
+	if zone == "" {
+		zone = "UTC"
+	}
 	for _, sub := range []string{"data", "tmp", "user_files", "format_schemas", "log"} {
 		if err := os.MkdirAll(filepath.Join(p.dir, sub), 0o755); err != nil {
 			return fmt.Errorf("config dir: %w", err)
@@ -107,12 +112,12 @@ func (p *chProcess) writeConfig() error {
     <users_config>%[1]s/users.xml</users_config>
     <default_profile>default</default_profile>
     <default_database>default</default_database>
-    <timezone>UTC</timezone>
+    <timezone>%[3]s</timezone>
     <shutdown_wait_unfinished>3</shutdown_wait_unfinished>
     <mark_cache_size>67108864</mark_cache_size>
     <uncompressed_cache_size>67108864</uncompressed_cache_size>
 </yandex>
-`, p.dir, p.port)
+`, p.dir, p.port, zone)
 	users := `<?xml version="1.0"?>
 <yandex>
     <profiles><default><poll_interval>1</poll_interval></default></profiles>
