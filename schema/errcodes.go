@@ -9,23 +9,24 @@ type ErrorClass string
 // The error classes. Their names are part of the query API and of the
 // pacing signal.
 const (
-	ClassThroughput    ErrorClass = "throughput"    // 130429, 4, 80007: the number, app or WABA sends too fast
-	ClassPairRate      ErrorClass = "pair_rate"     // 131056: too many messages to one recipient
-	ClassMaintenance   ErrorClass = "maintenance"   // 131057, 2494100: the account is in maintenance mode
-	ClassQuality       ErrorClass = "quality"       // 131048, 131064: spam or quality limits on the number
-	ClassEngagement    ErrorClass = "engagement"    // 131047, 131049, 130472: the recipient may not be messaged now
-	ClassUndeliverable ErrorClass = "undeliverable" // 131026, 131050, 130403: the recipient cannot or will not receive it
-	ClassTemplate      ErrorClass = "template"      // 132xxx, 134xxx: the template is missing, paused or malformed
-	ClassMedia         ErrorClass = "media"         // 131052, 131053
-	ClassFlow          ErrorClass = "flow"          // 132068, 132069
-	ClassPolicy        ErrorClass = "policy"        // 131031, 368: the business or number is restricted
-	ClassCountry       ErrorClass = "country"       // 130497: the business may not message users in the recipient's country
-	ClassPayment       ErrorClass = "payment"       // 131042, 134011
-	ClassRequest       ErrorClass = "request"       // 100, 131008, 131009, 135000, ...: the request is wrong
-	ClassAuth          ErrorClass = "auth"          // 0, 10, 190, 200-299, 131005: token or permission
-	ClassRegistration  ErrorClass = "registration"  // 133xxx: registration and two-step PIN
-	ClassService       ErrorClass = "service"       // 1, 2, 131000, 131016: Meta's side failed
-	ClassUnknown       ErrorClass = "unknown"       // a code not in the catalogue
+	ClassThroughput     ErrorClass = "throughput"      // 130429, 4, 80007: the number, app or WABA sends too fast
+	ClassPairRate       ErrorClass = "pair_rate"       // 131056: too many messages to one recipient
+	ClassMaintenance    ErrorClass = "maintenance"     // 131057, 2494100: the account is in maintenance mode
+	ClassQuality        ErrorClass = "quality"         // 131048, 131064: spam or quality limits on the number
+	ClassEngagement     ErrorClass = "engagement"      // 131047, 131049, 130472: the recipient may not be messaged now
+	ClassUndeliverable  ErrorClass = "undeliverable"   // 131026, 131050, 130403: the recipient cannot or will not receive it
+	ClassTemplate       ErrorClass = "template"        // 132xxx, 134xxx: the template is missing, paused or malformed
+	ClassMedia          ErrorClass = "media"           // 131052, 131053
+	ClassFlow           ErrorClass = "flow"            // 132068, 132069
+	ClassPolicy         ErrorClass = "policy"          // 131031, 368: the business or number is restricted
+	ClassNumberUnusable ErrorClass = "number_unusable" // 33, 131045, 133010: the number cannot send at all (deleted, not registered)
+	ClassCountry        ErrorClass = "country"         // 130497: the business may not message users in the recipient's country
+	ClassPayment        ErrorClass = "payment"         // 131042, 134011
+	ClassRequest        ErrorClass = "request"         // 100, 131008, 131009, 135000, ...: the request is wrong
+	ClassAuth           ErrorClass = "auth"            // 0, 10, 190, 200-299, 131005: token or permission
+	ClassRegistration   ErrorClass = "registration"    // 133xxx: registration and two-step PIN
+	ClassService        ErrorClass = "service"         // 1, 2, 131000, 131016: Meta's side failed
+	ClassUnknown        ErrorClass = "unknown"         // a code not in the catalogue
 )
 
 // Verdict is what a sender should do after an error of a class.
@@ -60,23 +61,24 @@ var classVerdict = map[ErrorClass]struct {
 	v     Verdict
 	retry bool
 }{
-	ClassThroughput:    {VerdictSlowDown, true},
-	ClassPairRate:      {VerdictWaitRecipient, true},
-	ClassMaintenance:   {VerdictPause, true},
-	ClassQuality:       {VerdictStop, false},
-	ClassEngagement:    {VerdictNotRateLimit, false},
-	ClassUndeliverable: {VerdictNotRateLimit, false},
-	ClassTemplate:      {VerdictNotRateLimit, false},
-	ClassMedia:         {VerdictNotRateLimit, false},
-	ClassFlow:          {VerdictNotRateLimit, false},
-	ClassPolicy:        {VerdictStop, false},
-	ClassCountry:       {VerdictSkipCountry, false},
-	ClassPayment:       {VerdictStop, false},
-	ClassRequest:       {VerdictNotRateLimit, false},
-	ClassAuth:          {VerdictStop, false},
-	ClassRegistration:  {VerdictNotRateLimit, false},
-	ClassService:       {VerdictNotRateLimit, true},
-	ClassUnknown:       {VerdictNotRateLimit, false},
+	ClassThroughput:     {VerdictSlowDown, true},
+	ClassPairRate:       {VerdictWaitRecipient, true},
+	ClassMaintenance:    {VerdictPause, true},
+	ClassQuality:        {VerdictStop, false},
+	ClassEngagement:     {VerdictNotRateLimit, false},
+	ClassUndeliverable:  {VerdictNotRateLimit, false},
+	ClassTemplate:       {VerdictNotRateLimit, false},
+	ClassMedia:          {VerdictNotRateLimit, false},
+	ClassFlow:           {VerdictNotRateLimit, false},
+	ClassPolicy:         {VerdictStop, false},
+	ClassNumberUnusable: {VerdictStop, false},
+	ClassCountry:        {VerdictSkipCountry, false},
+	ClassPayment:        {VerdictStop, false},
+	ClassRequest:        {VerdictNotRateLimit, false},
+	ClassAuth:           {VerdictStop, false},
+	ClassRegistration:   {VerdictNotRateLimit, false},
+	ClassService:        {VerdictNotRateLimit, true},
+	ClassUnknown:        {VerdictNotRateLimit, false},
 }
 
 // catalogue is docs/meta-webhooks.md section 10: code, title, class, and the codes
@@ -117,7 +119,7 @@ var catalogue = []struct {
 	{10, "Permission denied", ClassAuth, nil},
 	{190, "Access token expired", ClassAuth, nil},
 	{131005, "Access denied", ClassAuth, nil},
-	{33, "Business phone number deleted", ClassRequest, nil},
+	{33, "Business phone number deleted", ClassNumberUnusable, nil},
 	{100, "Invalid parameter", ClassRequest, nil},
 	{131008, "Required parameter missing", ClassRequest, nil},
 	{131009, "Parameter value invalid", ClassRequest, nil},
@@ -141,14 +143,14 @@ var catalogue = []struct {
 	{134102, "Template unavailable", ClassTemplate, nil},
 	{132068, "Flow blocked", ClassFlow, nil},
 	{132069, "Flow throttled", ClassFlow, ptr(true)},
-	{131045, "Phone number registration error (incorrect certificate)", ClassRegistration, nil},
+	{131045, "Phone number registration error (incorrect certificate)", ClassNumberUnusable, nil},
 	{133000, "Incomplete deregistration", ClassRegistration, nil},
 	{133004, "Server temporarily unavailable", ClassRegistration, ptr(true)},
 	{133005, "Two-step verification PIN mismatch", ClassRegistration, nil},
 	{133006, "Phone number re-verification needed", ClassRegistration, nil},
 	{133008, "Too many two-step verification PIN guesses", ClassRegistration, nil},
 	{133009, "Two-step verification PIN guessed too fast", ClassRegistration, nil},
-	{133010, "Phone number not registered", ClassRegistration, nil},
+	{133010, "Phone number not registered", ClassNumberUnusable, nil},
 	{133015, "Please wait a few minutes before registering", ClassRegistration, ptr(true)},
 	{133016, "Account register/deregister rate limit exceeded", ClassRegistration, ptr(true)},
 	{1, "API unknown", ClassService, nil},
@@ -202,7 +204,7 @@ func ErrorCodes() []ErrorCode {
 // ErrorClasses lists every class, unknown last.
 func ErrorClasses() []ErrorClass {
 	return []ErrorClass{ClassThroughput, ClassPairRate, ClassMaintenance, ClassQuality, ClassEngagement,
-		ClassUndeliverable, ClassTemplate, ClassMedia, ClassFlow, ClassPolicy, ClassCountry, ClassPayment, ClassRequest,
+		ClassUndeliverable, ClassTemplate, ClassMedia, ClassFlow, ClassPolicy, ClassNumberUnusable, ClassCountry, ClassPayment, ClassRequest,
 		ClassAuth, ClassRegistration, ClassService, ClassUnknown}
 }
 

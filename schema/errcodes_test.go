@@ -24,6 +24,13 @@ func TestLookupErrorVerdicts(t *testing.T) {
 		{134101, ClassTemplate, VerdictNotRateLimit, true},
 		{131000, ClassService, VerdictNotRateLimit, true},
 		{250, ClassAuth, VerdictStop, false},
+		// A number that cannot send at all: every message from it fails
+		// until it is put right (they were a request or registration
+		// error, not_rate_limit, and the signal let its sends go on).
+		{33, ClassNumberUnusable, VerdictStop, false},
+		{131045, ClassNumberUnusable, VerdictStop, false},
+		{133010, ClassNumberUnusable, VerdictStop, false},
+		{133005, ClassRegistration, VerdictNotRateLimit, false},
 	} {
 		e, ok := LookupError(tc.code)
 		if !ok || e.Class != tc.class || e.Verdict != tc.verdict || e.Retryable != tc.retryable || e.Title == "" {

@@ -41,7 +41,7 @@ const (
 )
 
 // numClasses is len(schema.ErrorClasses()); a test keeps them equal.
-const numClasses = 17
+const numClasses = 18
 
 var classIndex = func() map[schema.ErrorClass]int {
 	m := map[schema.ErrorClass]int{}
@@ -235,7 +235,7 @@ func (n *Number) HoldsUntil() int64 {
 // advise is the rule of schema/README.md, first match wins:
 //
 //  1. stop: an error whose verdict is stop (131048, 131064, policy,
-//     payment, auth) in the last 15 min; recommended 0.
+//     number_unusable, payment, auth) in the last 15 min; recommended 0.
 //  2. pause: within a maintenance window (THROUGHPUT_UPGRADE or 131057,
 //     a minute); recommended 0.
 //  3. slow_down after 130429: in the last 10 s, half the outbound rate of

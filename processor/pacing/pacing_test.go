@@ -192,6 +192,20 @@ func TestQualityStop(t *testing.T) {
 	}
 }
 
+// TestUnusableNumberStop: an error saying the number cannot send at all
+// (deleted, not registered) stops it, as a quality error does, and says so
+// by its class.
+func TestUnusableNumberStop(t *testing.T) {
+	for _, code := range []int32{33, 131045, 133010} {
+		n := NewNumber("1001")
+		n.Apply(Event{At: at(10), Codes: []int32{code}})
+		s := n.Signal(t0.Add(11*time.Second), DefaultTiers())
+		if s.Advice != schema.AdviceStop || s.RecommendedMPS != 0 || s.RecentErrors[schema.ClassNumberUnusable] != 1 || s.StopUntil == nil {
+			t.Errorf("after %d: %+v; want stop, its class counted", code, s)
+		}
+	}
+}
+
 // TestQualityByMetaTime: quality and messaging limit follow Meta's time,
 // not the order of delivery: a retried or replayed older event changes
 // neither.
