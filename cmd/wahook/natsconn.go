@@ -36,11 +36,13 @@ func (o *embeddedOptions) register(f *flags) {
 }
 
 // validate checks the embedded server's flags: --jetstream-sync's value,
-// and that none of the flags only the embedded server reads is set away from
-// its default (on the command line or by its variable) with --nats-url,
-// where it would be ignored in silence (a --jetstream-max-store meant to
-// bound the store bounds nothing; the external servers' own configuration
-// does). --data-dir is not one of them: the phone hash key is kept under it.
+// and that none of the flags only the embedded server reads is given on the
+// command line with --nats-url, where it would be ignored in silence (a
+// --jetstream-max-store meant to bound the store bounds nothing; the
+// external servers' own configuration does). Their variables are not
+// refused: a migrate or replay run with --nats-url beside a serve inherits
+// serve's environment. --data-dir is not one of them: the phone hash key is
+// kept under it.
 func (o *embeddedOptions) validate(f *flags, no natsOptions) error {
 	if _, _, err := durationOrAlways(o.sync); err != nil {
 		return err
@@ -49,9 +51,9 @@ func (o *embeddedOptions) validate(f *flags, no natsOptions) error {
 		return nil
 	}
 	for _, name := range []string{"nats-listen", "jetstream-sync", "jetstream-max-store"} {
-		if fl := f.Lookup(name); fl != nil && fl.Value.String() != fl.DefValue {
-			return fmt.Errorf("%w: --%s (%s) is for the embedded NATS server, which does not run with --nats-url: set it on the NATS servers named there, or leave it out",
-				errUsage, name, EnvName(name))
+		if givenOnCommandLine(f, name) {
+			return fmt.Errorf("%w: --%s is for the embedded NATS server, which does not run with --nats-url: set it on the NATS servers named there, or leave it out",
+				errUsage, name)
 		}
 	}
 	return nil
