@@ -11,14 +11,12 @@ type metrics struct {
 	// numbersRefused counts send-result documents refused for taking
 	// their token past the phone number ids it may report.
 	numbersRefused prometheus.Counter
-	// tokensFileValid is 1 while the tokens file in use is the file as
-	// it is, 0 when it is removed or cannot be read (nil without one).
-	tokensFileValid prometheus.Gauge
 }
 
-// newMetrics makes the API's metrics; tokensFile adds the tokens file's
-// gauge (a configuration without one has no such gauge to alert on).
-func newMetrics(reg prometheus.Registerer, tokensFile bool) *metrics {
+// newMetrics makes the API's metrics; tokensFileValid, when there is a
+// tokens file, is its gauge's value (a configuration without one has no
+// such gauge to alert on).
+func newMetrics(reg prometheus.Registerer, tokensFileValid func() float64) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wahook_api_requests_total",
@@ -46,16 +44,13 @@ func newMetrics(reg prometheus.Registerer, tokensFile bool) *metrics {
 			Help: "Send-result documents refused (403 too_many_numbers) because they would take their token past --api-max-numbers-per-token phone number ids.",
 		}),
 	}
-	if tokensFile {
-		m.tokensFileValid = prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "wahook_api_tokens_file_valid",
-			Help: "1 while the tokens accepted are those of --api-tokens-file as it is; 0 when it was removed (its tokens refused) or is there and cannot be read, a typo for instance (the tokens read before stay).",
-		})
-	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.duration, m.limited, m.unauthorized, m.sendResults, m.numbersRefused)
-		if m.tokensFileValid != nil {
-			reg.MustRegister(m.tokensFileValid)
+		if tokensFileValid != nil {
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "wahook_api_tokens_file_valid",
+				Help: "1 while the tokens accepted are those of --api-tokens-file as it is; 0 when it was removed (its tokens refused) or is there and cannot be read, a typo for instance (the tokens read before stay). Each scrape checks the file.",
+			}, tokensFileValid))
 		}
 	}
 	return m

@@ -230,10 +230,13 @@ func newServer(cfg Config, store *Store, reg prometheus.Registerer, log *zap.Log
 	if log == nil {
 		log = zap.NewNop()
 	}
-	m := newMetrics(reg, cfg.TokensFile != "")
-	s := &Server{cfg: cfg, store: store, log: log, now: now, metrics: m, numbers: newTokenNumbers(cfg.MaxNumbersPerToken),
-		tenantNumbers: &tenantNumbers{entries: map[string]numbersEntry{}},
-		tokens:        &tokenSet{file: cfg.TokensFile, log: log, valid: m.tokensFileValid}}
+	tokens := &tokenSet{file: cfg.TokensFile, log: log}
+	var tokensFileValid func() float64
+	if cfg.TokensFile != "" {
+		tokensFileValid = func() float64 { return tokens.validNow(now()) }
+	}
+	s := &Server{cfg: cfg, store: store, log: log, now: now, metrics: newMetrics(reg, tokensFileValid), numbers: newTokenNumbers(cfg.MaxNumbersPerToken),
+		tenantNumbers: &tenantNumbers{entries: map[string]numbersEntry{}}, tokens: tokens}
 	for _, t := range cfg.Tokens {
 		spec, _ := ParseToken(t) // checked by Validate
 		s.tokens.fixed = append(s.tokens.fixed, credentialsOf([]TokenSpec{spec})...)

@@ -19,7 +19,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"golang.org/x/sync/singleflight"
 )
@@ -125,17 +124,19 @@ type credential struct {
 //   - removed: its tokens are refused (the flags' stay);
 //   - there but not read whole (a typo mid-edit, no permission): the
 //     tokens read before stay, until it reads;
-//   - its last line without a newline: perhaps cut by a write under way
-//     ("NAME:TOKEN" of "NAME:TOKEN:waba=ID" would see every WABA), so
-//     it applies once the file is unchanged at the next check, a second
-//     on; only the first read, at the start, takes it at once.
+//   - its last line without a newline, or the file empty: perhaps cut by a
+//     write under way ("NAME:TOKEN" of "NAME:TOKEN:waba=ID" would see
+//     every WABA; a rewrite in place empties the file first), so it
+//     applies once the file is unchanged at the next check, a second on;
+//     only the first read, at the start, takes it at once.
 //
-// Each of the first two is logged once, and sets the gauge valid to 0.
+// Each of the first two is logged once, and makes valid false (the gauge
+// wahook_api_tokens_file_valid, read at each scrape, which checks the file
+// as a request does: an idle API's gauge follows the file too).
 type tokenSet struct {
 	fixed []credential
 	file  string
 	log   *zap.Logger
-	valid prometheus.Gauge // wahook_api_tokens_file_valid; nil: none
 
 	mu      sync.Mutex
 	checked time.Time
@@ -143,6 +144,7 @@ type tokenSet struct {
 	unended string // stamp of a file read whose last line had no newline, not applied yet
 	loaded  []credential
 	lastErr string
+	valid   bool // the tokens are the file's as it is
 }
 
 // tokensFileRemoved and tokensFileNotRead are what the log says of a
@@ -178,17 +180,33 @@ func (ts *tokenSet) current(now time.Time) []credential {
 	return append(append([]credential{}, ts.fixed...), ts.loaded...)
 }
 
+// validNow is wahook_api_tokens_file_valid: 1 while the tokens are the
+// file's as it is, after checking it as current does.
+func (ts *tokenSet) validNow(now time.Time) float64 {
+	ts.current(now)
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.valid {
+		return 1
+	}
+	return 0
+}
+
 // check reads the tokens file again when it changed.
 func (ts *tokenSet) check() {
 	fi, err := os.Stat(ts.file)
 	if err == nil {
 		stamp := fmt.Sprint(fi.Size(), fi.ModTime().UnixNano())
 		if stamp == ts.stamp {
+			// The file applied, back after a version that did not read
+			// (a copy kept with cp -p, moved back).
+			ts.report(true, "", nil)
 			return
 		}
 		var b []byte
 		if b, err = os.ReadFile(ts.file); err == nil {
-			if i := bytes.LastIndexByte(b, '\n'); len(bytes.TrimSpace(b[i+1:])) > 0 && ts.stamp != "" && stamp != ts.unended {
+			i := bytes.LastIndexByte(b, '\n')
+			if (len(b) == 0 || len(bytes.TrimSpace(b[i+1:])) > 0) && ts.stamp != "" && stamp != ts.unended {
 				ts.unended = stamp // perhaps a write under way: seen again at the next check
 				return
 			}
@@ -208,18 +226,12 @@ func (ts *tokenSet) check() {
 	ts.report(false, tokensFileNotRead, err)
 }
 
-// report sets the gauge, and logs a failure unless it is the one logged
-// last.
+// report sets valid, and logs a failure unless it is the one logged last.
 func (ts *tokenSet) report(ok bool, msg string, err error) {
+	ts.valid = ok
 	if ok {
-		if ts.valid != nil {
-			ts.valid.Set(1)
-		}
 		ts.lastErr = ""
 		return
-	}
-	if ts.valid != nil {
-		ts.valid.Set(0)
 	}
 	if key := msg + ": " + err.Error(); key != ts.lastErr {
 		ts.lastErr = key

@@ -177,3 +177,60 @@ func TestTokensFileReadMidWrite(t *testing.T) {
 		t.Errorf("file ending in a newline: the token sees %s, want waba-1,waba-3 at once", got)
 	}
 }
+
+// The gauge follows the file on an idle API: each scrape checks it, as a
+// request does (it moved only when a request came, so an idle API's alert
+// neither fired nor cleared). A good copy of the file moved back over a
+// broken one, its size and time kept, is the file applied: valid again.
+func TestTokensFileGaugeOnIdleAPI(t *testing.T) {
+	start := time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
+	c := &clock{t: start}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tokens")
+	good := "acme:" + fileToken + ":waba=waba-1\n"
+	writeAt(t, file, good, start)
+	_, _, valid := tokensFileServer(t, file, c)
+	step := func() { c.set(c.now().Add(time.Second)) }
+
+	step()
+	writeAt(t, file, "acme:"+fileToken+":wabas=waba-1\n", c.now()) // a typo
+	step()
+	if v := valid(); v != 0 {
+		t.Errorf("gauge %v with a file that does not parse and no request since, want 0", v)
+	}
+	step()
+	writeAt(t, file, good, start) // the kept copy back: the stamp applied
+	step()
+	if v := valid(); v != 1 {
+		t.Errorf("gauge %v with the file applied back and no request since, want 1", v)
+	}
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	step()
+	if v := valid(); v != 0 {
+		t.Errorf("gauge %v with the file removed and no request since, want 0", v)
+	}
+}
+
+// A file emptied by a rewrite in place is not taken at once: it applies
+// once unchanged at the next check, like a cut last line.
+func TestTokensFileEmptiedMidWrite(t *testing.T) {
+	start := time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
+	c := &clock{t: start}
+	file := filepath.Join(t.TempDir(), "tokens")
+	writeAt(t, file, "acme:"+fileToken+":waba=waba-1\n", start)
+	s, _, _ := tokensFileServer(t, file, c)
+	step := func() { c.set(c.now().Add(time.Second)) }
+
+	step()
+	writeAt(t, file, "", c.now()) // truncated, the new content to come
+	step()
+	if got := scopeOf(s, fileToken); got != "waba-1" {
+		t.Errorf("file emptied mid-write: the token is %s, want the scope read before (waba-1)", got)
+	}
+	step()
+	if got := scopeOf(s, fileToken); got != "refused" {
+		t.Errorf("file empty and unchanged since the last check: the token is %s, want refused", got)
+	}
+}
