@@ -196,7 +196,7 @@ LIMIT 1 BY event_id`, s.table("management_events"), mw.sql()), mw.args...)
 	// history or contact-book syncs come in.
 	coexist := map[string]bool{}
 	var cw where
-	cw.add("field IN ('smb_message_echoes', 'history', 'smb_app_state_sync') AND phone_number_id != ''")
+	cw.add("field IN ('smb_message_echoes', 'history', 'smb_app_state_sync') AND phone_number_id != '' AND event_time < toDateTime(?)", unix(q.To))
 	cw.in("phone_number_id", q.PhoneNumberIDs)
 	rows, err = s.conn.Query(ctx, fmt.Sprintf("SELECT DISTINCT phone_number_id FROM %s WHERE %s", s.table("management_events"), cw.sql()), cw.args...)
 	if err != nil {

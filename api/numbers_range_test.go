@@ -56,6 +56,11 @@ func TestNumbersRange(t *testing.T) {
 	if n := ns[numbers[1].id]; n.Quality != "unknown" || n.MessagingLimit != "" || len(n.RecentChanges) != 0 {
 		t.Errorf("the number before it was flagged: %+v", n)
 	}
+	// Its first Business-app echo is at t0+30s, the range's end: not yet
+	// a coexistence number.
+	if n := ns[numbers[2].id]; n.TierMPS != 80 || n.TierSource != api.TierDefault {
+		t.Errorf("the number before its first echo: %+v", n)
+	}
 
 	// Up to just after the FLAGGED, before the upgrade.
 	ns = numbersIn(t0.Add(-time.Hour), d.flaggedAt.Add(time.Second), "")
@@ -64,5 +69,8 @@ func TestNumbersRange(t *testing.T) {
 	}
 	if n := ns[numbers[0].id]; n.TierSource != api.TierDefault || n.LastThroughputUpgrade != nil {
 		t.Errorf("the number before its upgrade: %+v", n)
+	}
+	if n := ns[numbers[2].id]; n.TierMPS != 20 || n.TierSource != api.TierCoexistence {
+		t.Errorf("the number after its first echo: %+v", n)
 	}
 }
