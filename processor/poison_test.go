@@ -747,7 +747,17 @@ func TestReplayStopsWhereWritten(t *testing.T) {
 	const n, batch = 1000, 100
 	start := time.Now()
 	for i := 0; i < n; i++ {
-		p.publish("default", statusBody("107655290331184", "15557810001", fmt.Sprintf("wamid.where-%d", i), 1781514312+i))
+		// Received by an ingest whose clock runs 10 minutes ahead of the
+		// NATS server's: --since is matched against the server's.
+		body := statusBody("107655290331184", "15557810001", fmt.Sprintf("wamid.where-%d", i), 1781514312+i)
+		msg := &nats.Msg{Subject: schema.RawSubject("default"), Data: body, Header: nats.Header{
+			schema.HeaderMsgID:      []string{schema.RawMsgID(body)},
+			schema.HeaderReceivedAt: []string{schema.FormatReceivedAt(time.Now().Add(10 * time.Minute))},
+			schema.HeaderApp:        []string{"default"},
+		}}
+		if _, err := p.js.PublishMsg(context.Background(), msg); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
 	}
 	cfg := p.cfg
 	cfg.BatchRows = batch
@@ -761,7 +771,7 @@ func TestReplayStopsWhereWritten(t *testing.T) {
 		t.Fatalf("replay stopped after 3 batches: %v (%+v), want context.Canceled", err, res)
 	}
 	if res.WrittenSeq != 3*batch || res.WrittenAt.Before(start.Add(-time.Second)) || res.WrittenAt.After(time.Now()) {
-		t.Fatalf("replay stopped after 3 batches of %d: %+v, want written up to sequence %d, received since the test began", batch, res, 3*batch)
+		t.Fatalf("replay stopped after 3 batches of %d: %+v, want written up to sequence %d, stored since the test began", batch, res, 3*batch)
 	}
 	if got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events"); got < 3*batch {
 		t.Errorf("statuses stored: %d, want at least the %d written", got, 3*batch)

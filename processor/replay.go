@@ -26,10 +26,11 @@ type ReplayResult struct {
 	Batches           int
 	FirstSeq, LastSeq uint64
 	// WrittenSeq is the RAW sequence of the last body of the last batch
-	// stored, and WrittenAt its receive time: a replay that stops (an
-	// error, a signal) has stored every body read up to it, and one run
-	// again from WrittenAt goes on from there (what it reads twice is
-	// stored once).
+	// stored, and WrittenAt when RAW stored it (the NATS server's clock,
+	// which a replay's start time is matched against; not ingest's
+	// received-at): a replay that stops (an error, a signal) has stored
+	// every body read up to it, and one run again from WrittenAt goes on
+	// from there (what it reads twice is stored once).
 	WrittenSeq uint64
 	WrittenAt  time.Time
 }
@@ -135,7 +136,7 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 			return err
 		}
 		if n := len(bodies); n > 0 {
-			res.WrittenSeq, res.WrittenAt = bodies[n-1].src.RawSeq, bodies[n-1].src.ReceivedAt
+			res.WrittenSeq, res.WrittenAt = bodies[n-1].src.RawSeq, bodies[n-1].stored
 		}
 		rows.Reset()
 		work.reset()
@@ -230,6 +231,9 @@ func Replay(ctx context.Context, cfg Config, js jetstream.JetStream, w Writer, n
 		}
 		fresh, idle = false, 0
 		b := replayBody{data: msg.Data(), src: SourceOf(msg), id: msg.Headers().Get(schema.HeaderMsgID)}
+		if md, err := msg.Metadata(); err == nil {
+			b.stored = md.Timestamp
+		}
 		if b.src.RawSeq > last {
 			// Past the last body of the start: those before it were
 			// deleted meanwhile.
@@ -302,9 +306,10 @@ var replayWait = 10 * time.Second
 
 // replayBody is a RAW body a replay read.
 type replayBody struct {
-	data []byte
-	src  schema.Source
-	id   string // its Nats-Msg-Id
+	data   []byte
+	src    schema.Source
+	id     string    // its Nats-Msg-Id
+	stored time.Time // when RAW stored it: the time --since is matched against
 }
 
 // replayer stores what Replay reads.
