@@ -19,6 +19,9 @@
 // The signal is a number's rate for all its senders together: processes
 // that send from the same numbers each take their part (Config.Share).
 //
+// Close ends the pacer: the Waits blocked then (for a token, a pause or a
+// cool-down) and every later one return ErrClosed.
+//
 // The package imports only schema, nats.go and golang.org/x/time/rate.
 // docs/pacer.md describes it with the simulator and the campaign that
 // measure it.

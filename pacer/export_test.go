@@ -1,8 +1,11 @@
 package pacer
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
+
+	"github.com/wahook/wahook/schema"
 )
 
 // SetHeld sets how often and how long results wahook refuses for now are
@@ -30,3 +33,16 @@ func SetOutcomeClock(t *testing.T, now func() time.Time) {
 
 // Wakeups is how many times Waits were woken by a change, in all pacers.
 func Wakeups() int64 { return wakeups.Load() }
+
+// Blocked is how many of p's Waits are blocked now: for a token, a hold
+// or a cool-down.
+func Blocked(p *Pacer) int64 { return p.blocked.Load() }
+
+// ApplySignal applies s as if read from wahook_pacing, for the test.
+func (p *Pacer) ApplySignal(s schema.PacingSignal) {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(err)
+	}
+	p.onSignal(schema.PacingKey(s.PhoneNumberID), b)
+}

@@ -1,6 +1,7 @@
 package pacer
 
 import (
+	"container/list"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,6 +24,10 @@ var ErrStopped = errors.New("pacer: number stopped")
 
 // ErrCooldown is what a *CooldownError is.
 var ErrCooldown = errors.New("pacer: recipient in a cool-down")
+
+// ErrClosed is Wait's answer once Close is called: to the Waits blocked
+// then, and to every later one.
+var ErrClosed = errors.New("pacer: closed")
 
 // StopError is Wait's answer for a number whose advice is stop (or that an
 // Outcome stopped): send nothing from it before Until.
@@ -71,9 +76,11 @@ type Pacer struct {
 
 	rep *reporter
 
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	closed atomic.Bool
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	closed  atomic.Bool
+	done    chan struct{} // closed by Close: the blocked Waits return
+	blocked atomic.Int64  // Waits blocked now, for tests
 
 	stats struct {
 		signals, cooldowns, fallbacks, stops, pauses, unanswered atomic.Int64
@@ -90,6 +97,7 @@ type number struct {
 	fallback bool          // the fallback rate applies now
 	used     bool          // Wait or Rate was asked about it: its fallback is logged and counted
 	changed  chan struct{} // closed and replaced when its signal, holds, rate or a cool-down of its recipients changes
+	queue    list.List     // the Waits queued for a token of lim (*waiter), in their order
 	throttle float64       // rate cap after a 130429 reported through Outcome
 	thrUntil time.Time     // until then, or a signal that has the error (throttleSeen)
 	thrSince time.Time
@@ -102,6 +110,16 @@ type number struct {
 	// the latest maintenance window a signal announced
 	maintEnd    time.Time
 	maintReason string
+}
+
+// waiter is a Wait queued for a token of its number's bucket. p.mu guards
+// it.
+type waiter struct {
+	deadline time.Time         // its context's (zero: none)
+	tok      *rate.Reservation // its token, of the number's bucket now
+	at       time.Time         // when tok comes
+	err      error             // its answer when a new rate puts tok past the deadline (then out of the queue)
+	elem     *list.Element
 }
 
 // pair is the local pair rule of one (number, recipient).
@@ -135,6 +153,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pacer, error
 		cooldowns: map[string]time.Time{},
 		pairs:     map[string]*pair{},
 		byKey:     map[string]*number{},
+		done:      make(chan struct{}),
 	}
 	if js == nil {
 		cfg.Logger.Warn("pacer: no JetStream: no pacing signal or cool-down is watched; every number is sent at the fallback rate, and results are reported over HTTP only")
@@ -184,12 +203,16 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pacer, error
 // and waits for the pacer's goroutines. It returns an error naming how many
 // results it dropped (wahook unreachable: three more tries once closing;
 // ctx ended), wrapping ctx's error if ctx ended first; nil when it dropped
-// none. Wait and Outcome
-// must not be called after it.
+// none. The Waits blocked when it is called return ErrClosed at once, as
+// every later Wait does; Outcome must not be called after it.
 func (p *Pacer) Close(ctx context.Context) error {
 	if !p.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	// First, not after the reports: a Wait blocked for a token minutes
+	// away, or a pause, would otherwise hold its caller until its own
+	// context ends.
+	close(p.done)
 	var err error
 	var dropped int64
 	if p.rep != nil {
@@ -298,7 +321,8 @@ type hold struct {
 // *CooldownError at once), then a token of the number's bucket. It returns
 // ctx's error when ctx ends first, or an error that is
 // context.DeadlineExceeded when the bucket's token would come after ctx's
-// deadline. recipient may be empty (no pair rule).
+// deadline (also when a new rate puts it there while Wait waits), or
+// ErrClosed once Close is called. recipient may be empty (no pair rule).
 func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error {
 	key := ""
 	if recipient != "" {
@@ -306,6 +330,9 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 	}
 	paused := false
 	for {
+		if p.closed.Load() {
+			return ErrClosed
+		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -340,7 +367,7 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 				paused = true
 				p.stats.pauses.Add(1)
 			}
-			if err := sleepUntil(ctx, h.until, changed); err != nil {
+			if err := p.sleepUntil(ctx, h.until, changed); err != nil {
 				return err
 			}
 			continue
@@ -348,7 +375,7 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 			if p.cfg.CooldownNoWait {
 				return &CooldownError{PhoneNumberID: phoneNumberID, Until: coolUntil, Local: local}
 			}
-			if err := sleepUntil(ctx, coolUntil, changed); err != nil {
+			if err := p.sleepUntil(ctx, coolUntil, changed); err != nil {
 				return err
 			}
 			continue
@@ -370,29 +397,37 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 				if p.cfg.CooldownNoWait {
 					return &CooldownError{PhoneNumberID: phoneNumberID, Until: until, Local: true}
 				}
-				if err := sleepUntil(ctx, until, changed); err != nil {
+				if err := p.sleepUntil(ctx, until, changed); err != nil {
 					return err
 				}
 				continue
 			}
 		}
-		// The number's token: reserved, then waited for. A stop, pause or
-		// cool-down of the recipient that comes meanwhile gives it back,
-		// and Wait starts over; so does a new bucket (refresh makes one
-		// for each new rate): a caller queued at a low rate does not keep
-		// its late turn, nor one at a high rate its early one.
+		// The number's token: reserved, then waited for in the number's
+		// queue. A stop, pause or cool-down of the recipient that comes
+		// meanwhile gives it back, and Wait starts over; a new rate moves
+		// it to the new bucket, in its turn (rebucket): a caller queued at
+		// a low rate does not keep its late turn, nor one at a high rate
+		// its early one.
 		p.mu.Lock()
 		now = time.Now()
-		lim := n.lim
-		tok := lim.ReserveN(now, 1)
+		tok := n.lim.ReserveN(now, 1)
+		d := tok.DelayFrom(now)
+		var w *waiter
+		if d > 0 {
+			dl, _ := ctx.Deadline()
+			if !dl.IsZero() && now.Add(d).After(dl) {
+				tok.CancelAt(now)
+				p.mu.Unlock()
+				return tooLate(d)
+			}
+			w = &waiter{deadline: dl, tok: tok, at: now.Add(d)}
+			w.elem = n.queue.PushBack(w)
+		}
 		changed = n.changed
 		p.mu.Unlock()
-		if d := tok.DelayFrom(now); d > 0 {
-			if dl, ok := ctx.Deadline(); ok && now.Add(d).After(dl) {
-				p.giveBack(tok)
-				return fmt.Errorf("pacer: %w: the number's next token comes in %v, after the context's deadline", context.DeadlineExceeded, d)
-			}
-			again, err := p.waitToken(ctx, n, key, lim, tok, now.Add(d), changed)
+		if w != nil {
+			again, err := p.waitToken(ctx, n, key, w, now.Add(d), changed)
 			if err != nil {
 				return err
 			}
@@ -445,7 +480,7 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 					if !time.Now().Before(at) {
 						return nil
 					}
-					if err := sleepUntil(ctx, at, changed); err != nil {
+					if err := p.sleepUntil(ctx, at, changed); err != nil {
 						p.giveBack(res)
 						return err
 					}
@@ -475,39 +510,56 @@ func (p *Pacer) giveBack(r *rate.Reservation) {
 	p.mu.Unlock()
 }
 
-// waitToken waits until at, the time of the token tok of the number's
-// bucket lim, or ctx's end (tok given back). A stop or pause of the number,
-// or a cool-down of the pair key, that comes meanwhile gives tok back and
-// answers again: Wait starts over. So does a new bucket of the number (its
-// rate changed): the old one, and tok with it, is dropped. A bucket's rate
-// never changes, so a token given back restores at most one.
-func (p *Pacer) waitToken(ctx context.Context, n *number, key string, lim *rate.Limiter, tok *rate.Reservation, at time.Time, changed <-chan struct{}) (again bool, err error) {
+// tooLate is Wait's answer when the number's token comes in d, after its
+// context's deadline.
+func tooLate(d time.Duration) error {
+	return fmt.Errorf("pacer: %w: the number's next token comes in %v, after the context's deadline", context.DeadlineExceeded, d)
+}
+
+// waitToken waits until at, the time of the token of the waiter w queued on
+// the number n, and takes w out of the queue. ctx's end or Close gives the
+// token back. A stop or pause of the number, or a cool-down of the pair
+// key, that comes meanwhile gives it back and answers again: Wait starts
+// over. A new rate moves the token to the new bucket (rebucket), and the
+// wait goes on to its new time, or ends with w.err. A bucket's rate never
+// changes, so a token given back restores at most one.
+func (p *Pacer) waitToken(ctx context.Context, n *number, key string, w *waiter, at time.Time, changed <-chan struct{}) (again bool, err error) {
+	p.blocked.Add(1)
+	defer p.blocked.Add(-1)
 	t := time.NewTimer(time.Until(at))
 	defer t.Stop()
 	for {
+		var end error
 		select {
 		case <-ctx.Done():
-			p.giveBack(tok)
-			return false, ctx.Err()
+			end = ctx.Err()
+		case <-p.done:
+			end = ErrClosed
 		case <-t.C:
-			return false, nil
 		case <-changed:
 			wakeups.Add(1)
 		}
 		p.mu.Lock()
 		now := time.Now()
+		if w.err != nil { // out of the queue already
+			p.mu.Unlock()
+			return false, w.err
+		}
+		if end == nil && !now.Before(w.at) {
+			n.queue.Remove(w.elem)
+			p.mu.Unlock()
+			return false, nil
+		}
 		h := n.hold(now, p.cfg.MaintenanceMargin)
-		rebuilt := n.lim != lim
-		cooled := p.cooled(key, now)
-		changed = n.changed
+		if end != nil || h.stop || !h.until.IsZero() || p.cooled(key, now) {
+			w.tok.CancelAt(now)
+			n.queue.Remove(w.elem)
+			p.mu.Unlock()
+			return end == nil, end
+		}
+		changed, at = n.changed, w.at
 		p.mu.Unlock()
-		if rebuilt {
-			return true, nil
-		}
-		if h.stop || !h.until.IsZero() || cooled {
-			p.giveBack(tok)
-			return true, nil
-		}
+		t.Reset(at.Sub(now))
 	}
 }
 
@@ -521,17 +573,21 @@ func (p *Pacer) cooled(key string, now time.Time) bool {
 	return p.cooldowns[key].After(now) || (pr != nil && pr.coolUntil.After(now))
 }
 
-// sleepUntil waits until t, a change (changed closed) or ctx's end.
-func sleepUntil(ctx context.Context, t time.Time, changed <-chan struct{}) error {
+// sleepUntil waits until t, a change (changed closed), ctx's end or Close.
+func (p *Pacer) sleepUntil(ctx context.Context, t time.Time, changed <-chan struct{}) error {
 	d := time.Until(t)
 	if d <= 0 {
 		return ctx.Err()
 	}
+	p.blocked.Add(1)
+	defer p.blocked.Add(-1)
 	tm := time.NewTimer(d)
 	defer tm.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-p.done:
+		return ErrClosed
 	case <-tm.C:
 	case <-changed:
 		wakeups.Add(1)
@@ -666,15 +722,15 @@ func throttleSeen(s *schema.PacingSignal, since, errAt time.Time) bool {
 	return s.UpdatedAt.After(since) && s.RecentErrors[schema.ClassThroughput] > 0
 }
 
-// rebucket gives the number a new bucket at rate r, and wakes the Waits
-// queued on the old one: they reserve again on the new one, at the new
-// rate. The old bucket's tokens carry over, up to the new depth (while it
-// owes tokens, its progress toward the next one); its debt (the turns it
-// gave out) does not: the queued Waits take new turns, from that level. Changing the old bucket's rate instead (SetLimitAt) would keep
-// the turns given at the old rate, so a fall would not reach the queued
-// Waits nor a rise release them, and the tokens a queued Wait gives back
-// would be counted against the last turn given, at the new rate: after a
-// rise, far more than one. p.mu is held.
+// rebucket gives the number a new bucket at rate r, and moves the Waits
+// queued on the old one to it, at the new rate. The old bucket's tokens
+// carry over, up to the new depth (while it owes tokens, its progress
+// toward the next one); its debt (the turns it gave out) does not: the
+// queued Waits take new turns, from that level. Changing the old bucket's
+// rate instead (SetLimitAt) would keep the turns given at the old rate, so
+// a fall would not reach the queued Waits nor a rise release them, and the
+// tokens a queued Wait gives back would be counted against the last turn
+// given, at the new rate: after a rise, far more than one. p.mu is held.
 func (p *Pacer) rebucket(n *number, r float64, now time.Time) {
 	b := p.burst(r)
 	// The level carried over: the old bucket's tokens, or, while it owes
@@ -688,6 +744,26 @@ func (p *Pacer) rebucket(n *number, r float64, now time.Time) {
 	n.lim = rate.NewLimiter(rate.Limit(r), b)
 	// Full when made; b-whole taken frac tokens' time ago leaves level now.
 	n.lim.ReserveN(now.Add(-time.Duration(frac/r*float64(time.Second))), b-whole)
+	// The new turns are taken here, in the order the Waits came, not by
+	// each Wait as it wakes: in the order they woke, a Wait could take the
+	// turn of one queued before it and push that one past its deadline. A
+	// Wait whose turn at the new rate comes after its deadline leaves the
+	// queue, and those behind it move up. One whose token has come is
+	// served already (the old bucket counted it).
+	for e := n.queue.Front(); e != nil; {
+		w, next := e.Value.(*waiter), e.Next()
+		if now.Before(w.at) {
+			w.tok = n.lim.ReserveN(now, 1)
+			d := w.tok.DelayFrom(now)
+			w.at = now.Add(d)
+			if !w.deadline.IsZero() && w.at.After(w.deadline) {
+				w.tok.CancelAt(now) // the last turn: all of it back
+				w.err = tooLate(d)
+				n.queue.Remove(e)
+			}
+		}
+		e = next
+	}
 	p.wake(n)
 }
 

@@ -464,7 +464,6 @@ func TestOutcome(t *testing.T) {
 	if err := p.Wait(context.Background(), id, "15550000013"); !errors.As(err, &se) || time.Until(se.Until) < 14*time.Minute {
 		t.Errorf("Wait after 131048: %v", err)
 	}
-
 	// Every result reached the raw stream, batched, as wahook parses them.
 	stream, err := e.js.Stream(context.Background(), "TEST_RAW")
 	if err != nil {
@@ -1291,5 +1290,112 @@ func TestOtherNumbersDoNotWakeWaits(t *testing.T) {
 	// other would count about 10 x 30.
 	if woke := pacer.Wakeups() - before; woke > 5 {
 		t.Errorf("%d wake-ups of Waits queued on one number during 30 signals of another; want none", woke)
+	}
+}
+
+// TestCloseEndsBlockedWaits: Close ends the Waits blocked for a token, a
+// pause and a cool-down with ErrClosed, and a Wait after it answers the
+// same. Before, they stayed blocked until their own context ended (here
+// a minute and more), and a later Wait queued for a token.
+func TestCloseEndsBlockedWaits(t *testing.T) {
+	const id, paused = "100000000000111", "100000000000112"
+	// A token every 100 s, a bucket of one.
+	cfg := pacer.DefaultConfig()
+	cfg.NoReport, cfg.FallbackTierMPS, cfg.FallbackShare, cfg.Share = true, 1, 1, 0.01
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	p, err := pacer.New(context.Background(), nil, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	if err := p.Wait(context.Background(), id, ""); err != nil {
+		t.Fatal(err) // the bucket's one token
+	}
+	p.Outcome(pacer.Result{SendResult: schema.SendResult{PhoneNumberID: paused, ErrorCode: 131057}})                       // a minute's pause
+	p.Outcome(pacer.Result{SendResult: schema.SendResult{PhoneNumberID: id, Recipient: "15550000111", ErrorCode: 131056}}) // 6 s, then a token
+	done := make(chan error, 3)
+	for _, w := range [][2]string{{id, ""}, {paused, ""}, {id, "15550000111"}} {
+		go func() { done <- p.Wait(context.Background(), w[0], w[1]) }()
+	}
+	testutil.Eventually(t, 15*time.Second, "3 Waits blocked", func() (bool, string) {
+		n := pacer.Blocked(p)
+		return n == 3, fmt.Sprint(n)
+	})
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// Far less than the pause or the cool-down, and far more than a
+	// starved machine takes to run a woken goroutine.
+	timeout := time.After(5 * time.Second)
+	for i := range 3 {
+		select {
+		case err := <-done:
+			if !errors.Is(err, pacer.ErrClosed) {
+				t.Errorf("a Wait blocked at Close: %v; want ErrClosed", err)
+			}
+		case <-timeout:
+			t.Fatalf("%d of 3 blocked Waits returned within 5 s of Close", i)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := p.Wait(ctx, paused, ""); !errors.Is(err, pacer.ErrClosed) {
+		t.Errorf("a Wait after Close: %v; want ErrClosed", err)
+	}
+}
+
+// TestRateChangeKeepsTheQueue: a new rate moves the Waits queued on the
+// number to it in the order they came, and each whose turn at the new
+// rate comes before its deadline is served. Before, each queued Wait took
+// a new turn as it woke, in any order: one queued first could get the
+// last turn, and was refused at once with context.DeadlineExceeded,
+// although in its turn it came in time.
+func TestRateChangeKeepsTheQueue(t *testing.T) {
+	const id, queued = "100000000000113", 4
+	p := slowPacer(t, nil)
+	signal := func(mps float64) {
+		p.ApplySignal(schema.PacingSignal{PhoneNumberID: id, Advice: schema.AdviceOK, TierMPS: 80, RecommendedMPS: mps, UpdatedAt: time.Now().UTC()})
+		if r, fb := p.Rate(id); r != mps || fb {
+			t.Fatalf("rate %v (fallback %v), want %v", r, fb, mps)
+		}
+	}
+	signal(2)
+	if err := p.Wait(context.Background(), id, ""); err != nil {
+		t.Fatal(err) // the bucket's one token
+	}
+	start := time.Now()
+	// The i-th has its turn at 2 mps i/2 s after start; at 1 mps, from
+	// the same progress, at most i s after: its deadline, 0.7 s later,
+	// holds for it in its turn, not one turn later.
+	var returned atomic.Int64
+	var mu sync.Mutex
+	var order []int
+	errs := make([]error, queued+1)
+	var wg sync.WaitGroup
+	for i := 1; i <= queued; i++ {
+		ctx, cancel := context.WithDeadline(context.Background(), start.Add(time.Duration(i)*time.Second+700*time.Millisecond))
+		defer cancel()
+		wg.Go(func() {
+			err := p.Wait(ctx, id, "")
+			mu.Lock()
+			order, errs[i] = append(order, i), err
+			mu.Unlock()
+			returned.Add(1)
+		})
+		// Queued one after the other (or served, on a starved machine).
+		testutil.Eventually(t, 15*time.Second, fmt.Sprintf("Wait %d queued", i), func() (bool, string) {
+			n := pacer.Blocked(p) + returned.Load()
+			return n == int64(i), fmt.Sprint(n)
+		})
+	}
+	signal(1)
+	wg.Wait()
+	for i, err := range errs[1:] {
+		if err != nil {
+			t.Errorf("Wait %d of %d queued: %v", i+1, queued, err)
+		}
+	}
+	if !slices.IsSorted(order) {
+		t.Errorf("the queued Waits returned in the order %v; want the order they came", order)
 	}
 }
