@@ -66,12 +66,15 @@ var requestPrefix = func() string {
 //     131056 in a row for the pair before this one; other recipients go on;
 //   - maintenance (131057): the number pauses for a minute (or until the
 //     signal's maintenance_until), then retry;
-//   - stop verdicts (131048, 131064, policy): stop the number, never retry;
+//   - stop verdicts (131048, 131064, policy, a number that cannot send:
+//     33, 133010, ...): stop the number, never retry;
 //     auth and payment errors, and a template that is missing, paused or
 //     wrong: stop the campaign;
 //   - a country the account may not message (130497, verdict
 //     skip_country): drop; the caller skips the country's other recipients;
 //   - undeliverable, engagement and the other errors of one message: drop;
+//   - a flow throttled (132069: ten messages of the flow in the last
+//     hour): retry after an hour, when the flow's hour has passed;
 //   - retryable errors (service, 134101, ...): retry with a backoff of 1 s
 //     doubling with the attempt (to 60 s), dropped after MaxAttempts.
 //
@@ -151,6 +154,11 @@ func (p *Pacer) Outcome(r Result) Decision {
 		p.stopped(res.PhoneNumberID, now, strconv.Itoa(int(e.Code))+": "+d.Reason)
 	default:
 		switch {
+		case e.Code == flowThrottled:
+			// Its backoff of seconds met the same error MaxAttempts
+			// times within a minute, and dropped a message that an
+			// hour later goes.
+			d.Action, d.After = ActionRetry, flowThrottleWait
 		case e.Retryable && attempt < p.cfg.MaxAttempts:
 			d.Action = ActionRetry
 			d.After = retryBackoff(attempt)
@@ -163,6 +171,13 @@ func (p *Pacer) Outcome(r Result) Decision {
 	d.Retry = d.Action == ActionRetry
 	return d
 }
+
+// flowThrottled is Meta's "Flow throttled": ten messages with this flow
+// were sent in the last hour; flowThrottleWait is the wait Meta asks for.
+const (
+	flowThrottled    = 132069
+	flowThrottleWait = time.Hour
+)
 
 // retryBackoff is the wait before the next send of a message whose
 // attempt-th send met a retryable service error: 1 s doubling with the

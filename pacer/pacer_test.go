@@ -425,6 +425,10 @@ func TestOutcome(t *testing.T) {
 		{131000, 1, pacer.ActionRetry, 800 * time.Millisecond, 1200 * time.Millisecond},
 		{131000, 3, pacer.ActionRetry, 3200 * time.Millisecond, 4800 * time.Millisecond},
 		{131000, 5, pacer.ActionDrop, 0, 0},
+		// A flow throttled: ten of its messages in the last hour. A
+		// backoff of seconds met it again until the message was dropped.
+		{132069, 1, pacer.ActionRetry, time.Hour, time.Hour},
+		{132069, 5, pacer.ActionRetry, time.Hour, time.Hour},
 	} {
 		d := p.Outcome(res(c.code, "15550000010", c.attempt))
 		if d.Action != c.action || d.After < c.minAft-50*time.Millisecond || d.After > c.maxAf+50*time.Millisecond || d.Retry != (c.action == pacer.ActionRetry) {
@@ -464,12 +468,22 @@ func TestOutcome(t *testing.T) {
 	if err := p.Wait(context.Background(), id, "15550000013"); !errors.As(err, &se) || time.Until(se.Until) < 14*time.Minute {
 		t.Errorf("Wait after 131048: %v", err)
 	}
+	// 133010: the number is not registered, so every send from it fails:
+	// stop the number (it was dropped message by message).
+	const unregistered = "100000000000044"
+	if d := p.Outcome(pacer.Result{SendResult: schema.SendResult{PhoneNumberID: unregistered, Status: schema.SendFailed, ErrorCode: 133010}}); d.Action != pacer.ActionStopNumber || d.Retry {
+		t.Errorf("133010: %+v", d)
+	}
+	if err := p.Wait(context.Background(), unregistered, ""); !errors.As(err, &se) {
+		t.Errorf("Wait after 133010: %v; want a StopError", err)
+	}
+
 	// Every result reached the raw stream, batched, as wahook parses them.
 	stream, err := e.js.Stream(context.Background(), "TEST_RAW")
 	if err != nil {
 		t.Fatal(err)
 	}
-	const want = 15
+	const want = 18
 	var got []schema.SendResult
 	e.eventually("the results reported", func() (bool, string) {
 		got = got[:0]
