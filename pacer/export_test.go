@@ -46,3 +46,20 @@ func (p *Pacer) ApplySignal(s schema.PacingSignal) {
 	}
 	p.onSignal(schema.PacingKey(s.PhoneNumberID), b)
 }
+
+// QueuedTurns is how far off the turns of the Waits queued on the number
+// id are, in their order.
+func QueuedTurns(p *Pacer, id string) []time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.numbers[id]
+	if n == nil {
+		return nil
+	}
+	var out []time.Duration
+	now := time.Now()
+	for e := n.queue.Front(); e != nil; e = e.Next() {
+		out = append(out, e.Value.(*waiter).at.Sub(now))
+	}
+	return out
+}

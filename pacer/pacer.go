@@ -545,6 +545,9 @@ func (p *Pacer) waitToken(ctx context.Context, n *number, key string, w *waiter,
 			p.mu.Unlock()
 			return false, w.err
 		}
+		if end == nil && p.closed.Load() {
+			end = ErrClosed // Close and the token came together
+		}
 		if end == nil && !now.Before(w.at) {
 			n.queue.Remove(w.elem)
 			p.mu.Unlock()
@@ -552,8 +555,7 @@ func (p *Pacer) waitToken(ctx context.Context, n *number, key string, w *waiter,
 		}
 		h := n.hold(now, p.cfg.MaintenanceMargin)
 		if end != nil || h.stop || !h.until.IsZero() || p.cooled(key, now) {
-			w.tok.CancelAt(now)
-			n.queue.Remove(w.elem)
+			p.leave(n, w, now)
 			p.mu.Unlock()
 			return end == nil, end
 		}
@@ -746,11 +748,19 @@ func (p *Pacer) rebucket(n *number, r float64, now time.Time) {
 	n.lim.ReserveN(now.Add(-time.Duration(frac/r*float64(time.Second))), b-whole)
 	// The new turns are taken here, in the order the Waits came, not by
 	// each Wait as it wakes: in the order they woke, a Wait could take the
-	// turn of one queued before it and push that one past its deadline. A
-	// Wait whose turn at the new rate comes after its deadline leaves the
-	// queue, and those behind it move up. One whose token has come is
-	// served already (the old bucket counted it).
-	for e := n.queue.Front(); e != nil; {
+	// turn of one queued before it and push that one past its deadline.
+	requeue(n, n.queue.Front(), now)
+	p.wake(n)
+}
+
+// requeue gives the Waits queued on n from e on new turns of n.lim, a new
+// bucket, in their order (their tokens of the old one are dropped with
+// it). A Wait whose new turn comes after its deadline leaves the queue
+// with w.err, and those behind it move up. One whose token has come is
+// served already (the old bucket counted it). p.mu is held; the caller
+// wakes the Waits.
+func requeue(n *number, e *list.Element, now time.Time) {
+	for e != nil {
 		w, next := e.Value.(*waiter), e.Next()
 		if now.Before(w.at) {
 			w.tok = n.lim.ReserveN(now, 1)
@@ -764,7 +774,19 @@ func (p *Pacer) rebucket(n *number, r float64, now time.Time) {
 		}
 		e = next
 	}
-	p.wake(n)
+}
+
+// leave takes w out of n's queue before its turn, and its token with it.
+// Given back with CancelAt, a token restores nothing while later ones are
+// taken (x/time/rate), and a chain of them given back last first stops at
+// the first whose time is off by a rounding: the Waits behind w kept their
+// turns and the number its debt (after a pause that sent every queued Wait
+// round again, it sent nothing for as long again). So the number gets a
+// new bucket at its rate, as for a new rate: the debt goes, and the Waits
+// left take their turns again, in their order. p.mu is held.
+func (p *Pacer) leave(n *number, w *waiter, now time.Time) {
+	n.queue.Remove(w.elem)
+	p.rebucket(n, float64(n.lim.Limit()), now)
 }
 
 func (p *Pacer) fallbackOn(n *number, why string) {

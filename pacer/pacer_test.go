@@ -427,8 +427,9 @@ func TestOutcome(t *testing.T) {
 		{131000, 5, pacer.ActionDrop, 0, 0},
 		// A flow throttled: ten of its messages in the last hour. A
 		// backoff of seconds met it again until the message was dropped.
-		{132069, 1, pacer.ActionRetry, time.Hour, time.Hour},
-		{132069, 5, pacer.ActionRetry, time.Hour, time.Hour},
+		{132069, 1, pacer.ActionRetry, 54 * time.Minute, 66 * time.Minute},
+		{132069, 4, pacer.ActionRetry, 54 * time.Minute, 66 * time.Minute},
+		{132069, 5, pacer.ActionDrop, 0, 0},
 	} {
 		d := p.Outcome(res(c.code, "15550000010", c.attempt))
 		if d.Action != c.action || d.After < c.minAft-50*time.Millisecond || d.After > c.maxAf+50*time.Millisecond || d.Retry != (c.action == pacer.ActionRetry) {
@@ -483,7 +484,7 @@ func TestOutcome(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const want = 18
+	const want = 19
 	var got []schema.SendResult
 	e.eventually("the results reported", func() (bool, string) {
 		got = got[:0]
@@ -1411,5 +1412,45 @@ func TestRateChangeKeepsTheQueue(t *testing.T) {
 	}
 	if !slices.IsSorted(order) {
 		t.Errorf("the queued Waits returned in the order %v; want the order they came", order)
+	}
+}
+
+// TestLeavingWaitMovesTheQueueUp: a Wait that leaves the queue before its
+// turn (its context ended) gives its turn to those behind it, in their
+// order. Its token given back restored nothing while later ones were taken
+// (x/time/rate), so those behind kept their late turns and the number
+// owed the difference; after a pause that sent 200 queued Waits round
+// again, it sent nothing for minutes.
+func TestLeavingWaitMovesTheQueueUp(t *testing.T) {
+	const id = "100000000000114"
+	p := slowPacer(t, nil) // a token a second
+	if err := p.Wait(context.Background(), id, ""); err != nil {
+		t.Fatal(err) // the bucket's one token
+	}
+	first, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 3)
+	for i, ctx := range []context.Context{first, context.Background(), context.Background()} {
+		go func() { done <- p.Wait(ctx, id, "") }()
+		testutil.Eventually(t, 15*time.Second, fmt.Sprintf("Wait %d queued", i+1), func() (bool, string) {
+			q := pacer.QueuedTurns(p, id)
+			return len(q) == i+1, fmt.Sprint(q)
+		})
+	}
+	before := pacer.QueuedTurns(p, id)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the first queued Wait, its context cancelled: %v", err)
+	}
+	after := pacer.QueuedTurns(p, id)
+	// Each of the two behind it a turn sooner: within half a turn of the
+	// turns of the first and second, not of the second and third.
+	turn := before[1] - before[0]
+	if len(after) != 2 || (after[0]-before[0]).Abs() > turn/2 || (after[1]-before[1]).Abs() > turn/2 {
+		t.Errorf("turns queued %v; after the first left %v, want the first two's", before, after)
+	}
+	p.Close(context.Background())
+	for range 2 {
+		<-done
 	}
 }
