@@ -77,7 +77,7 @@ var alertSpecs = []alertSpec{
 		uid: "wahook-numbers-stop", title: "WahookNumberStopErrors", severity: "critical", forArg: "0s", above: 0,
 		sql:         errorsBy("verdict", string(schema.VerdictStop)),
 		summary:     "Number {{ $labels.phone_number_id }}: {{ $values.A }} errors with the verdict stop in 15 minutes",
-		description: "Errors whose verdict is stop (quality, policy, payment, auth): stop sending from the number; wahook_pacing carries its advice.",
+		description: "Errors whose verdict is stop (" + classesOf(schema.VerdictStop) + "): stop sending from the number; wahook_pacing carries its advice.",
 	},
 	{
 		uid: "wahook-numbers-slow-down", title: "WahookNumberSlowDownErrors", severity: "warning", forArg: "5m", above: 10,
@@ -85,6 +85,18 @@ var alertSpecs = []alertSpec{
 		summary:     "Number {{ $labels.phone_number_id }}: {{ $values.A }} errors with the verdict slow_down in 15 minutes",
 		description: "Errors whose verdict is slow_down: the number should queue and send slower; wahook_pacing carries its recommended rate.",
 	},
+}
+
+// classesOf lists the error classes whose verdict is v, in the catalogue's
+// order.
+func classesOf(v schema.Verdict) string {
+	var out []string
+	for _, c := range schema.ErrorClasses() {
+		if schema.ClassVerdict(c) == v {
+			out = append(out, string(c))
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // AlertRuleSQL is the SQL of each ClickHouse alert rule, by title.
