@@ -63,3 +63,7 @@ func QueuedTurns(p *Pacer, id string) []time.Duration {
 	}
 	return out
 }
+
+// Buckets is how many buckets p has made for its numbers since New (a new
+// rate, a Wait leaving the queue).
+func Buckets(p *Pacer) int64 { return p.buckets.Load() }

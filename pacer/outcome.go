@@ -74,8 +74,8 @@ var requestPrefix = func() string {
 //     skip_country): drop; the caller skips the country's other recipients;
 //   - undeliverable, engagement and the other errors of one message: drop;
 //   - a flow throttled (132069: ten messages of the flow in the last
-//     hour): retry after an hour (±10%), when the flow's hour has passed,
-//     dropped after MaxAttempts;
+//     hour): retry after an hour (to 72 minutes), when the flow's hour has
+//     passed, dropped after MaxAttempts;
 //   - retryable errors (service, 134101, ...): retry with a backoff of 1 s
 //     doubling with the attempt (to 60 s), dropped after MaxAttempts.
 //
@@ -158,10 +158,12 @@ func (p *Pacer) Outcome(r Result) Decision {
 		case e.Code == flowThrottled && attempt < p.cfg.MaxAttempts:
 			// A backoff of seconds met the same error MaxAttempts times
 			// within a minute, and dropped a message that an hour later
-			// goes. Spread by ±10%, so that a campaign's throttled
-			// messages do not all come back in the same second.
+			// goes. Spread over the 20% after the hour, so that a
+			// campaign's throttled messages do not all come back in the
+			// same second; not before it, when the flow's ten sends of
+			// the hour may still count.
 			d.Action = ActionRetry
-			d.After = time.Duration(float64(flowThrottleWait) * (0.9 + 0.2*rand.Float64()))
+			d.After = time.Duration(float64(flowThrottleWait) * (1 + 0.2*rand.Float64()))
 		case e.Retryable && attempt < p.cfg.MaxAttempts:
 			d.Action = ActionRetry
 			d.After = retryBackoff(attempt)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -81,6 +80,7 @@ type Pacer struct {
 	closed  atomic.Bool
 	done    chan struct{} // closed by Close: the blocked Waits return
 	blocked atomic.Int64  // Waits blocked now, for tests
+	buckets atomic.Int64  // buckets made by newBucket, for tests
 
 	stats struct {
 		signals, cooldowns, fallbacks, stops, pauses, unanswered atomic.Int64
@@ -110,6 +110,11 @@ type number struct {
 	// the latest maintenance window a signal announced
 	maintEnd    time.Time
 	maintReason string
+
+	// abandoned is the times of lim's tokens taken by Waits that left the
+	// queue before their turn (a hold, Close) and whose debt is still in
+	// lim: the next bucket (newBucket) gives those still to come back.
+	abandoned []time.Time
 }
 
 // waiter is a Wait queued for a token of its number's bucket. p.mu guards
@@ -120,6 +125,7 @@ type waiter struct {
 	at       time.Time         // when tok comes
 	err      error             // its answer when a new rate puts tok past the deadline (then out of the queue)
 	elem     *list.Element
+	moved    chan struct{} // told when a new bucket moves at earlier, or sets err
 }
 
 // pair is the local pair rule of one (number, recipient).
@@ -411,6 +417,11 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 		// its early one.
 		p.mu.Lock()
 		now = time.Now()
+		if len(n.abandoned) > 0 {
+			// Waits left during a hold: their turns go before this one
+			// takes its own.
+			p.newBucket(n, float64(n.lim.Limit()), now)
+		}
 		tok := n.lim.ReserveN(now, 1)
 		d := tok.DelayFrom(now)
 		var w *waiter
@@ -421,7 +432,7 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 				p.mu.Unlock()
 				return tooLate(d)
 			}
-			w = &waiter{deadline: dl, tok: tok, at: now.Add(d)}
+			w = &waiter{deadline: dl, tok: tok, at: now.Add(d), moved: make(chan struct{}, 1)}
 			w.elem = n.queue.PushBack(w)
 		}
 		changed = n.changed
@@ -538,6 +549,7 @@ func (p *Pacer) waitToken(ctx context.Context, n *number, key string, w *waiter,
 		case <-t.C:
 		case <-changed:
 			wakeups.Add(1)
+		case <-w.moved:
 		}
 		p.mu.Lock()
 		now := time.Now()
@@ -555,7 +567,9 @@ func (p *Pacer) waitToken(ctx context.Context, n *number, key string, w *waiter,
 		}
 		h := n.hold(now, p.cfg.MaintenanceMargin)
 		if end != nil || h.stop || !h.until.IsZero() || p.cooled(key, now) {
-			p.leave(n, w, now)
+			// A hold or Close sends every queued Wait away: none of them
+			// moves the others up.
+			p.leave(n, w, now, errors.Is(end, ErrClosed) || h.stop || !h.until.IsZero())
 			p.mu.Unlock()
 			return end == nil, end
 		}
@@ -724,23 +738,42 @@ func throttleSeen(s *schema.PacingSignal, since, errAt time.Time) bool {
 	return s.UpdatedAt.After(since) && s.RecentErrors[schema.ClassThroughput] > 0
 }
 
-// rebucket gives the number a new bucket at rate r, and moves the Waits
-// queued on the old one to it, at the new rate. The old bucket's tokens
-// carry over, up to the new depth (while it owes tokens, its progress
-// toward the next one); its debt (the turns it gave out) does not: the
-// queued Waits take new turns, from that level. Changing the old bucket's
-// rate instead (SetLimitAt) would keep the turns given at the old rate, so
-// a fall would not reach the queued Waits nor a rise release them, and the
+// rebucket gives the number a new bucket at rate r (newBucket), and wakes
+// its Waits. p.mu is held.
+func (p *Pacer) rebucket(n *number, r float64, now time.Time) {
+	p.newBucket(n, r, now)
+	p.wake(n)
+}
+
+// newBucket gives the number a new bucket at rate r, and moves the Waits
+// queued on the old one to it, at the new rate, in their order (requeue).
+// The old bucket's tokens carry over, up to the new depth, with the turns
+// it gave that are still to come given back (those of the queued Waits,
+// which take new turns, and of the Waits that left the queue before
+// theirs); its debt does not. Changing the old bucket's rate instead
+// (SetLimitAt) would keep the turns given at the old rate, so a fall
+// would not reach the queued Waits nor a rise release them, and the
 // tokens a queued Wait gives back would be counted against the last turn
 // given, at the new rate: after a rise, far more than one. p.mu is held.
-func (p *Pacer) rebucket(n *number, r float64, now time.Time) {
+func (p *Pacer) newBucket(n *number, r float64, now time.Time) {
+	p.buckets.Add(1)
 	b := p.burst(r)
-	// The level carried over: the old bucket's tokens, or, while it owes
-	// tokens to queued Waits, its progress toward the next one, so that
-	// the queued Waits keep the schedule they had (dropping it, a number
-	// whose rate changes more often than once a token never sent).
-	t := n.lim.TokensAt(now)
-	level := min(max(t, t-math.Floor(t)), float64(b))
+	owed := 0
+	for e := n.queue.Front(); e != nil; e = e.Next() {
+		if now.Before(e.Value.(*waiter).at) {
+			owed++
+		}
+	}
+	for _, at := range n.abandoned {
+		if now.Before(at) {
+			owed++
+		}
+	}
+	n.abandoned = n.abandoned[:0]
+	// Every token of the bucket still to come is one of those turns
+	// (Wait takes a turn and queues under p.mu), so the level without
+	// them is the bucket's tokens plus them.
+	level := min(max(n.lim.TokensAt(now)+float64(owed), 0), float64(b))
 	whole := int(level)
 	frac := level - float64(whole)
 	n.lim = rate.NewLimiter(rate.Limit(r), b)
@@ -750,19 +783,19 @@ func (p *Pacer) rebucket(n *number, r float64, now time.Time) {
 	// each Wait as it wakes: in the order they woke, a Wait could take the
 	// turn of one queued before it and push that one past its deadline.
 	requeue(n, n.queue.Front(), now)
-	p.wake(n)
 }
 
 // requeue gives the Waits queued on n from e on new turns of n.lim, a new
 // bucket, in their order (their tokens of the old one are dropped with
-// it). A Wait whose new turn comes after its deadline leaves the queue
-// with w.err, and those behind it move up. One whose token has come is
-// served already (the old bucket counted it). p.mu is held; the caller
-// wakes the Waits.
+// it), and tells each whose turn moves earlier. A Wait whose new turn
+// comes after its deadline leaves the queue with w.err (told too), and
+// those behind it move up. One whose token has come is served already
+// (the old bucket counted it). p.mu is held.
 func requeue(n *number, e *list.Element, now time.Time) {
 	for e != nil {
 		w, next := e.Value.(*waiter), e.Next()
 		if now.Before(w.at) {
+			old := w.at
 			w.tok = n.lim.ReserveN(now, 1)
 			d := w.tok.DelayFrom(now)
 			w.at = now.Add(d)
@@ -771,22 +804,33 @@ func requeue(n *number, e *list.Element, now time.Time) {
 				w.err = tooLate(d)
 				n.queue.Remove(e)
 			}
+			if w.err != nil || w.at.Before(old) {
+				select {
+				case w.moved <- struct{}{}:
+				default:
+				}
+			}
 		}
 		e = next
 	}
 }
 
-// leave takes w out of n's queue before its turn, and its token with it.
-// Given back with CancelAt, a token restores nothing while later ones are
-// taken (x/time/rate), and a chain of them given back last first stops at
-// the first whose time is off by a rounding: the Waits behind w kept their
-// turns and the number its debt (after a pause that sent every queued Wait
-// round again, it sent nothing for as long again). So the number gets a
-// new bucket at its rate, as for a new rate: the debt goes, and the Waits
-// left take their turns again, in their order. p.mu is held.
-func (p *Pacer) leave(n *number, w *waiter, now time.Time) {
+// leave takes w out of n's queue before its turn. Its token stays taken in
+// the bucket (x/time/rate gives a token back only when no later one is
+// taken; given back last first, a chain of them stops at the first whose
+// time is off by a rounding): its time is kept in n.abandoned, for the
+// next bucket to give back. When w leaves alone (its context, a cool-down
+// of its recipient), the number gets that bucket now, so that the Waits
+// behind w move up in their order (they kept their turns, and the number
+// its debt: after a pause, 200 queued Waits left and it sent nothing for
+// as long again). When every queued Wait leaves (all: a hold, Close), the
+// next Wait to queue makes it, once. p.mu is held.
+func (p *Pacer) leave(n *number, w *waiter, now time.Time, all bool) {
 	n.queue.Remove(w.elem)
-	p.rebucket(n, float64(n.lim.Limit()), now)
+	n.abandoned = append(n.abandoned, w.at)
+	if !all {
+		p.newBucket(n, float64(n.lim.Limit()), now)
+	}
 }
 
 func (p *Pacer) fallbackOn(n *number, why string) {

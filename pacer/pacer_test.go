@@ -427,8 +427,8 @@ func TestOutcome(t *testing.T) {
 		{131000, 5, pacer.ActionDrop, 0, 0},
 		// A flow throttled: ten of its messages in the last hour. A
 		// backoff of seconds met it again until the message was dropped.
-		{132069, 1, pacer.ActionRetry, 54 * time.Minute, 66 * time.Minute},
-		{132069, 4, pacer.ActionRetry, 54 * time.Minute, 66 * time.Minute},
+		{132069, 1, pacer.ActionRetry, time.Hour, 72 * time.Minute},
+		{132069, 4, pacer.ActionRetry, time.Hour, 72 * time.Minute},
 		{132069, 5, pacer.ActionDrop, 0, 0},
 	} {
 		d := p.Outcome(res(c.code, "15550000010", c.attempt))
@@ -1453,4 +1453,62 @@ func TestLeavingWaitMovesTheQueueUp(t *testing.T) {
 	for range 2 {
 		<-done
 	}
+}
+
+// TestHoldEmptiesTheQueueOnce: a pause sends every queued Wait away, and
+// none of them moves the others up (each did: a new bucket and a wake-up
+// of every Wait per Wait that left, so work in the square of the queue,
+// under the pacer's lock). Once the pause ends, the Waits queue again with
+// no debt of the turns they left: the first comes a turn away, not the
+// queue's length.
+func TestHoldEmptiesTheQueueOnce(t *testing.T) {
+	const id, queued = "100000000000115", 40
+	p := slowPacer(t, func(c *pacer.Config) { c.MaintenanceMargin = 0 })
+	signal := func(pauseFor time.Duration) {
+		// A tier of 1 mps: the pacer's rate during the pause is the tier,
+		// and a new rate would make a new bucket anyway.
+		s := schema.PacingSignal{PhoneNumberID: id, Advice: schema.AdviceOK, TierMPS: 1, RecommendedMPS: 1, UpdatedAt: time.Now().UTC()}
+		if pauseFor > 0 {
+			until := time.Now().Add(pauseFor).UTC()
+			s.Advice, s.MaintenanceUntil = schema.AdvicePause, &until
+		}
+		p.ApplySignal(s)
+	}
+	signal(0)
+	if err := p.Wait(context.Background(), id, ""); err != nil {
+		t.Fatal(err) // the bucket's one token
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	for range queued {
+		wg.Go(func() { _ = p.Wait(ctx, id, "") })
+	}
+	testutil.Eventually(t, 15*time.Second, fmt.Sprintf("%d Waits queued", queued), func() (bool, string) {
+		q := pacer.QueuedTurns(p, id)
+		return len(q) == queued, fmt.Sprint(len(q))
+	})
+	before := pacer.Buckets(p)
+	signal(2 * time.Second)
+	testutil.Eventually(t, 15*time.Second, "the queue emptied by the pause", func() (bool, string) {
+		q := pacer.QueuedTurns(p, id)
+		return len(q) == 0, fmt.Sprint(len(q))
+	})
+	if r, _ := p.Rate(id); r != 1 {
+		t.Fatalf("rate %v during the pause, want 1: the test needs one rate throughout", r)
+	}
+	if made := pacer.Buckets(p) - before; made > 1 {
+		t.Errorf("%d buckets made while %d queued Waits left for a pause; want at most one", made, queued)
+	}
+	signal(0) // the pause over: they queue again
+	var q []time.Duration
+	testutil.Eventually(t, 15*time.Second, fmt.Sprintf("%d Waits queued again", queued), func() (bool, string) {
+		q = pacer.QueuedTurns(p, id)
+		return len(q) >= queued-2, fmt.Sprint(len(q))
+	})
+	if q[0] > 1500*time.Millisecond {
+		t.Errorf("the first turn after the pause is %v away; want about a turn (1 s), not the debt of the turns left", q[0])
+	}
+	cancel()
+	wg.Wait()
 }
