@@ -112,9 +112,11 @@ type number struct {
 	maintReason string
 
 	// abandoned is the times of lim's tokens taken by Waits that left the
-	// queue before their turn (a hold, Close) and whose debt is still in
-	// lim: the next bucket (newBucket) gives those still to come back.
+	// queue before their turn, whose debt is still in lim: the next bucket
+	// (newBucket) gives those still to come back; rebuild, that it is
+	// due (leave).
 	abandoned []time.Time
+	rebuild   bool
 }
 
 // waiter is a Wait queued for a token of its number's bucket. p.mu guards
@@ -420,7 +422,8 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 		if len(n.abandoned) > 0 {
 			// Waits left during a hold: their turns go before this one
 			// takes its own.
-			p.newBucket(n, float64(n.lim.Limit()), now)
+			p.newBucket(n, float64(n.lim.Limit()))
+			now = time.Now()
 		}
 		tok := n.lim.ReserveN(now, 1)
 		d := tok.DelayFrom(now)
@@ -567,9 +570,9 @@ func (p *Pacer) waitToken(ctx context.Context, n *number, key string, w *waiter,
 		}
 		h := n.hold(now, p.cfg.MaintenanceMargin)
 		if end != nil || h.stop || !h.until.IsZero() || p.cooled(key, now) {
-			// A hold or Close sends every queued Wait away: none of them
-			// moves the others up.
-			p.leave(n, w, now, errors.Is(end, ErrClosed) || h.stop || !h.until.IsZero())
+			// A hold or Close sends every queued Wait away: they make no
+			// bucket (the next Wait to queue does, once).
+			p.leave(n, w, errors.Is(end, ErrClosed) || h.stop || !h.until.IsZero())
 			p.mu.Unlock()
 			return end == nil, end
 		}
@@ -714,7 +717,7 @@ func (p *Pacer) refresh(n *number, now time.Time) {
 		}
 	}
 	if rate.Limit(r) != n.lim.Limit() {
-		p.rebucket(n, r, now)
+		p.rebucket(n, r)
 	}
 }
 
@@ -740,8 +743,8 @@ func throttleSeen(s *schema.PacingSignal, since, errAt time.Time) bool {
 
 // rebucket gives the number a new bucket at rate r (newBucket), and wakes
 // its Waits. p.mu is held.
-func (p *Pacer) rebucket(n *number, r float64, now time.Time) {
-	p.newBucket(n, r, now)
+func (p *Pacer) rebucket(n *number, r float64) {
+	p.newBucket(n, r)
 	p.wake(n)
 }
 
@@ -754,9 +757,14 @@ func (p *Pacer) rebucket(n *number, r float64, now time.Time) {
 // (SetLimitAt) would keep the turns given at the old rate, so a fall
 // would not reach the queued Waits nor a rise release them, and the
 // tokens a queued Wait gives back would be counted against the last turn
-// given, at the new rate: after a rise, far more than one. p.mu is held.
-func (p *Pacer) newBucket(n *number, r float64, now time.Time) {
+// given, at the new rate: after a rise, far more than one. It reads the
+// clock itself, under p.mu as every reservation is: with a time read
+// before the lock (Outcome's), the bucket's tokens would not have come up
+// to the last reservation's time, while the turns before it counted as
+// still to come, so too many would carry over. p.mu is held.
+func (p *Pacer) newBucket(n *number, r float64) {
 	p.buckets.Add(1)
+	now := time.Now()
 	b := p.burst(r)
 	owed := 0
 	for e := n.queue.Front(); e != nil; e = e.Next() {
@@ -769,7 +777,7 @@ func (p *Pacer) newBucket(n *number, r float64, now time.Time) {
 			owed++
 		}
 	}
-	n.abandoned = n.abandoned[:0]
+	n.abandoned = nil
 	// Every token of the bucket still to come is one of those turns
 	// (Wait takes a turn and queues under p.mu), so the level without
 	// them is the bucket's tokens plus them.
@@ -819,19 +827,34 @@ func requeue(n *number, e *list.Element, now time.Time) {
 // the bucket (x/time/rate gives a token back only when no later one is
 // taken; given back last first, a chain of them stops at the first whose
 // time is off by a rounding): its time is kept in n.abandoned, for the
-// next bucket to give back. When w leaves alone (its context, a cool-down
-// of its recipient), the number gets that bucket now, so that the Waits
-// behind w move up in their order (they kept their turns, and the number
-// its debt: after a pause, 200 queued Waits left and it sent nothing for
-// as long again). When every queued Wait leaves (all: a hold, Close), the
-// next Wait to queue makes it, once. p.mu is held.
-func (p *Pacer) leave(n *number, w *waiter, now time.Time, all bool) {
+// next bucket to give back, so that the Waits behind w move up in their
+// order (they kept their turns, and the number its debt: after a pause,
+// 200 queued Waits left and it sent nothing for as long again). When all
+// the queued Waits leave (a hold, Close), the next Wait to queue makes
+// that bucket, once; when w leaves alone (its context, its recipient's
+// cool-down), it is made a moment later, once for the Waits that leave
+// together (one context over many). A bucket per Wait was work in the
+// square of the queue, under p.mu. p.mu is held.
+func (p *Pacer) leave(n *number, w *waiter, all bool) {
 	n.queue.Remove(w.elem)
 	n.abandoned = append(n.abandoned, w.at)
-	if !all {
-		p.newBucket(n, float64(n.lim.Limit()), now)
+	if all || n.rebuild {
+		return
 	}
+	n.rebuild = true
+	time.AfterFunc(leaveBatch, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		n.rebuild = false
+		if len(n.abandoned) > 0 {
+			p.newBucket(n, float64(n.lim.Limit()))
+		}
+	})
 }
+
+// leaveBatch is how long after a Wait leaves its number's queue the
+// number gets its new bucket.
+const leaveBatch = time.Millisecond
 
 func (p *Pacer) fallbackOn(n *number, why string) {
 	if n.fallback {
