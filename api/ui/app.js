@@ -4,6 +4,18 @@
 "use strict";
 
 const TOKEN_KEY = "wahook-token";
+// FILTERS_TOKEN_KEY holds a tag of the last token signed in with in this
+// tab: a sign-in with another token drops the filters in the location,
+// which were another tenant's (its numbers, its WABAs).
+const FILTERS_TOKEN_KEY = "wahook-filters-token";
+
+// tokenTag tells tokens apart (FNV-1a, 32 bits): it is no secret, and the
+// token itself is in the same storage while signed in.
+function tokenTag(token) {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < token.length; i++) { h ^= token.charCodeAt(i); h = Math.imul(h, 0x01000193) >>> 0; }
+  return h.toString(16);
+}
 const VERDICTS = ["stop", "skip_country", "pause", "slow_down", "wait_recipient", "not_rate_limit"];
 const VERDICT_COLOR = { slow_down: "#f59e0b", wait_recipient: "#8b5cf6", pause: "#3b82f6", stop: "#dc2626", skip_country: "#be185d", not_rate_limit: "#94a3b8", "": "#94a3b8" };
 const CLASS_VERDICT = {};
@@ -647,6 +659,11 @@ document.addEventListener("DOMContentLoaded", () => {
       // button) must not abort it and sign out a valid token.
       await api("/api/v1/error-codes", new AbortController().signal);
       $("#login-token").value = "";
+      // Another token than the last one of this tab: the page stays, its
+      // filters and range go (a link opened in a new tab keeps them).
+      const tag = tokenTag(token), prev = sessionStorage.getItem(FILTERS_TOKEN_KEY);
+      sessionStorage.setItem(FILTERS_TOKEN_KEY, tag);
+      if (prev && prev !== tag && location.hash.includes("?")) history.replaceState(null, "", "#" + hashParams().path);
       await start();
     } catch (err) {
       logout(err instanceof AuthError ? "The token was refused." : err.message);

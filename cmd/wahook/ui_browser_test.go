@@ -699,6 +699,16 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	slowRequests.Store(false)
 	do("funnel at its pace again", fetch.Disable())
+	// Signed in with another token in the same tab, the location's filters
+	// go (they were the last tenant's, here A's number): the page stays.
+	do("tenant sign in over the admin's filters", chromedp.Navigate(apiBase+"/#failures?phone_number_id="+uiNumberA+"&code=130429"), waitLoaded("login"),
+		chromedp.SetValue("#login-token", uiTenantToken, chromedp.ByQuery), chromedp.Click("#login-form button", chromedp.ByQuery))
+	loaded("failures")
+	do("the location after the sign-in", chromedp.Evaluate(`location.hash`, &hash))
+	if hash != "#failures" {
+		t.Errorf("signed in with another token over %s's filters: location %q, want #failures", uiNumberA, hash)
+	}
+	do("log out again", chromedp.Click("#logout", chromedp.ByQuery), waitLoaded("login"))
 	do("tenant sign in", chromedp.Navigate(apiBase+"/#numbers"), waitLoaded("login"),
 		chromedp.SetValue("#login-token", uiTenantToken, chromedp.ByQuery), chromedp.Click("#login-form button", chromedp.ByQuery))
 	loaded("numbers")
