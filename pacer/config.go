@@ -69,8 +69,9 @@ type Config struct {
 	// minute's pause.
 	MaintenanceMargin time.Duration
 	// MaxAttempts is the most sends of one message that Outcome retries
-	// after service errors (5); rate-limit errors are retried without a
-	// limit: they say when.
+	// after service errors and 132069, a flow throttled for the hour (5);
+	// the other rate-limit errors are retried without a limit: they say
+	// when.
 	MaxAttempts int
 
 	// ReportHTTPURL, when set, sends the results to this URL (wahook's

@@ -413,7 +413,8 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 		}
 		// The number's token: reserved, then waited for in the number's
 		// queue. A stop, pause or cool-down of the recipient that comes
-		// meanwhile gives it back, and Wait starts over; a new rate moves
+		// meanwhile takes it out of the queue (leave), and Wait starts
+		// over; a new rate moves
 		// it to the new bucket, in its turn (rebucket): a caller queued at
 		// a low rate does not keep its late turn, nor one at a high rate
 		// its early one.
@@ -531,12 +532,12 @@ func tooLate(d time.Duration) error {
 }
 
 // waitToken waits until at, the time of the token of the waiter w queued on
-// the number n, and takes w out of the queue. ctx's end or Close gives the
-// token back. A stop or pause of the number, or a cool-down of the pair
-// key, that comes meanwhile gives it back and answers again: Wait starts
-// over. A new rate moves the token to the new bucket (rebucket), and the
-// wait goes on to its new time, or ends with w.err. A bucket's rate never
-// changes, so a token given back restores at most one.
+// the number n, and takes w out of the queue. ctx's end or Close takes w
+// out before its turn (leave: the number's next bucket gives the turn
+// back). So does a stop or pause of the number, or a cool-down of the pair
+// key, that comes meanwhile, and it answers again: Wait starts over. A new
+// bucket moves the token (newBucket), and the wait goes on to its new
+// time, or ends with w.err.
 func (p *Pacer) waitToken(ctx context.Context, n *number, key string, w *waiter, at time.Time, changed <-chan struct{}) (again bool, err error) {
 	p.blocked.Add(1)
 	defer p.blocked.Add(-1)

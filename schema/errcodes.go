@@ -24,7 +24,7 @@ const (
 	ClassPayment        ErrorClass = "payment"         // 131042, 134011
 	ClassRequest        ErrorClass = "request"         // 100, 131008, 131009, 135000, ...: the request is wrong
 	ClassAuth           ErrorClass = "auth"            // 0, 10, 190, 200-299, 131005: token or permission
-	ClassRegistration   ErrorClass = "registration"    // 133xxx: registration and two-step PIN
+	ClassRegistration   ErrorClass = "registration"    // 133xxx but 133010: registration and two-step PIN
 	ClassService        ErrorClass = "service"         // 1, 2, 131000, 131016: Meta's side failed
 	ClassUnknown        ErrorClass = "unknown"         // a code not in the catalogue
 )

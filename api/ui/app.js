@@ -660,10 +660,14 @@ document.addEventListener("DOMContentLoaded", () => {
       await api("/api/v1/error-codes", new AbortController().signal);
       $("#login-token").value = "";
       // Another token than the last one of this tab: the page stays, its
-      // filters and range go (a link opened in a new tab keeps them).
+      // filters and range go, and a number's page is Numbers (a link
+      // opened in a new tab keeps them).
       const tag = tokenTag(token), prev = sessionStorage.getItem(FILTERS_TOKEN_KEY);
       sessionStorage.setItem(FILTERS_TOKEN_KEY, tag);
-      if (prev && prev !== tag && location.hash.includes("?")) history.replaceState(null, "", "#" + hashParams().path);
+      if (prev && prev !== tag) {
+        const path = hashParams().path.startsWith("number/") ? "numbers" : hashParams().path;
+        if (location.hash !== "#" + path) history.replaceState(null, "", "#" + path);
+      }
       await start();
     } catch (err) {
       logout(err instanceof AuthError ? "The token was refused." : err.message);

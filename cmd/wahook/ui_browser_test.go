@@ -699,16 +699,25 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	slowRequests.Store(false)
 	do("funnel at its pace again", fetch.Disable())
-	// Signed in with another token in the same tab, the location's filters
-	// go (they were the last tenant's, here A's number): the page stays.
-	do("tenant sign in over the admin's filters", chromedp.Navigate(apiBase+"/#failures?phone_number_id="+uiNumberA+"&code=130429"), waitLoaded("login"),
+	// Signed in with another token than the tab's last, the location's
+	// filters go (they were the last tenant's), the page stays; a number's
+	// page (here A's, which B may not see) is Numbers.
+	do("tenant sign in over the admin's number page", chromedp.Navigate(apiBase+"/#number/"+uiNumberA), waitLoaded("login"),
 		chromedp.SetValue("#login-token", uiTenantToken, chromedp.ByQuery), chromedp.Click("#login-form button", chromedp.ByQuery))
+	loaded("numbers")
+	do("the location after the sign-in", chromedp.Evaluate(`location.hash`, &hash))
+	if hash != "#numbers" {
+		t.Errorf("signed in with another token over %s's page: location %q, want #numbers", uiNumberA, hash)
+	}
+	do("log out again", chromedp.Click("#logout", chromedp.ByQuery), waitLoaded("login"))
+	do("admin sign in over the tenant's filters", chromedp.Navigate(apiBase+"/#failures?phone_number_id="+uiNumberB+"&code=130429"), waitLoaded("login"),
+		chromedp.SetValue("#login-token", uiAdminToken, chromedp.ByQuery), chromedp.Click("#login-form button", chromedp.ByQuery))
 	loaded("failures")
 	do("the location after the sign-in", chromedp.Evaluate(`location.hash`, &hash))
 	if hash != "#failures" {
-		t.Errorf("signed in with another token over %s's filters: location %q, want #failures", uiNumberA, hash)
+		t.Errorf("signed in with another token over the tenant's filters: location %q, want #failures", hash)
 	}
-	do("log out again", chromedp.Click("#logout", chromedp.ByQuery), waitLoaded("login"))
+	do("log out once more", chromedp.Click("#logout", chromedp.ByQuery), waitLoaded("login"))
 	do("tenant sign in", chromedp.Navigate(apiBase+"/#numbers"), waitLoaded("login"),
 		chromedp.SetValue("#login-token", uiTenantToken, chromedp.ByQuery), chromedp.Click("#login-form button", chromedp.ByQuery))
 	loaded("numbers")
