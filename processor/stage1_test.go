@@ -162,11 +162,18 @@ func (p *pipeline) metric(i int, name string) float64 {
 // publish stores a body in RAW as ingest does.
 func (p *pipeline) publish(app string, body []byte) {
 	p.t.Helper()
+	p.publishAt(app, body, time.Now())
+}
+
+// publishAt publishes body as ingest would have received it at t (the
+// minute of receipt is part of a value-level error's id).
+func (p *pipeline) publishAt(app string, body []byte, t time.Time) {
+	p.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	msg := &nats.Msg{Subject: schema.RawSubject(app), Data: body, Header: nats.Header{
 		schema.HeaderMsgID:      []string{schema.RawMsgID(body)},
-		schema.HeaderReceivedAt: []string{schema.FormatReceivedAt(time.Now())},
+		schema.HeaderReceivedAt: []string{schema.FormatReceivedAt(t)},
 		schema.HeaderApp:        []string{app},
 	}}
 	if _, err := p.js.PublishMsg(ctx, msg); err != nil {
