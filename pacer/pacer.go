@@ -442,7 +442,7 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 		changed = n.changed
 		p.mu.Unlock()
 		if w != nil {
-			again, err := p.waitToken(ctx, n, key, w, now.Add(d), changed)
+			again, err := p.waitToken(ctx, n, key, w, changed)
 			if err != nil {
 				return err
 			}
@@ -531,17 +531,17 @@ func tooLate(d time.Duration) error {
 	return fmt.Errorf("pacer: %w: the number's next token comes in %v, after the context's deadline", context.DeadlineExceeded, d)
 }
 
-// waitToken waits until at, the time of the token of the waiter w queued on
+// waitToken waits until w.at, the time of the token of the waiter w queued on
 // the number n, and takes w out of the queue. ctx's end or Close takes w
 // out before its turn (leave: the number's next bucket gives the turn
 // back). So does a stop or pause of the number, or a cool-down of the pair
 // key, that comes meanwhile, and it answers again: Wait starts over. A new
 // bucket moves the token (newBucket), and the wait goes on to its new
 // time, or ends with w.err.
-func (p *Pacer) waitToken(ctx context.Context, n *number, key string, w *waiter, at time.Time, changed <-chan struct{}) (again bool, err error) {
+func (p *Pacer) waitToken(ctx context.Context, n *number, key string, w *waiter, changed <-chan struct{}) (again bool, err error) {
 	p.blocked.Add(1)
 	defer p.blocked.Add(-1)
-	t := time.NewTimer(time.Until(at))
+	t := time.NewTimer(time.Until(w.at))
 	defer t.Stop()
 	for {
 		var end error
@@ -577,7 +577,8 @@ func (p *Pacer) waitToken(ctx context.Context, n *number, key string, w *waiter,
 			p.mu.Unlock()
 			return end == nil, end
 		}
-		changed, at = n.changed, w.at
+		changed = n.changed
+		at := w.at
 		p.mu.Unlock()
 		t.Reset(at.Sub(now))
 	}
@@ -791,17 +792,11 @@ func (p *Pacer) newBucket(n *number, r float64) {
 	// The new turns are taken here, in the order the Waits came, not by
 	// each Wait as it wakes: in the order they woke, a Wait could take the
 	// turn of one queued before it and push that one past its deadline.
-	requeue(n, n.queue.Front(), now)
-}
-
-// requeue gives the Waits queued on n from e on new turns of n.lim, a new
-// bucket, in their order (their tokens of the old one are dropped with
-// it), and tells each whose turn moves earlier. A Wait whose new turn
-// comes after its deadline leaves the queue with w.err (told too), and
-// those behind it move up. One whose token has come is served already
-// (the old bucket counted it). p.mu is held.
-func requeue(n *number, e *list.Element, now time.Time) {
-	for e != nil {
+	// Each whose turn moves earlier is told. One whose new turn comes after
+	// its deadline leaves the queue with w.err (told too), and those behind
+	// it move up. One whose token has come is served already (the old
+	// bucket counted it).
+	for e := n.queue.Front(); e != nil; {
 		w, next := e.Value.(*waiter), e.Next()
 		if now.Before(w.at) {
 			old := w.at
