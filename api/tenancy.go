@@ -130,9 +130,10 @@ type credential struct {
 //     applies once the file is unchanged at the next check, a second on;
 //     only the first read, at the start, takes it at once.
 //
-// Each of the first two is logged once, and makes valid false (the gauge
-// wahook_api_tokens_file_valid, read at each scrape, which checks the file
-// as a request does: an idle API's gauge follows the file too).
+// Each of the first two is logged once, and kept in lastErr until the file
+// reads: the gauge wahook_api_tokens_file_valid is 0 meanwhile (read at
+// each scrape, which checks the file as a request does: an idle API's
+// gauge follows the file too).
 type tokenSet struct {
 	fixed []credential
 	file  string
@@ -143,8 +144,7 @@ type tokenSet struct {
 	stamp   string // size and modification time of the file applied ("" before the first read)
 	unended string // stamp of a file read whose last line had no newline, not applied yet
 	loaded  []credential
-	lastErr string
-	valid   bool // the tokens are the file's as it is
+	lastErr string // the failure logged last; "": the tokens are the file's as it is
 }
 
 // tokensFileRemoved and tokensFileNotRead are what the log says of a
@@ -186,7 +186,7 @@ func (ts *tokenSet) validNow(now time.Time) float64 {
 	ts.current(now)
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	if ts.valid {
+	if ts.lastErr == "" {
 		return 1
 	}
 	return 0
@@ -226,9 +226,9 @@ func (ts *tokenSet) check() {
 	ts.report(false, tokensFileNotRead, err)
 }
 
-// report sets valid, and logs a failure unless it is the one logged last.
+// report notes whether the file was read, and logs a failure unless it is
+// the one logged last.
 func (ts *tokenSet) report(ok bool, msg string, err error) {
-	ts.valid = ok
 	if ok {
 		ts.lastErr = ""
 		return
