@@ -442,7 +442,7 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 		changed = n.changed
 		p.mu.Unlock()
 		if w != nil {
-			again, err := p.waitToken(ctx, n, key, w, changed)
+			again, err := p.waitToken(ctx, n, key, w, now.Add(d), changed)
 			if err != nil {
 				return err
 			}
@@ -531,17 +531,18 @@ func tooLate(d time.Duration) error {
 	return fmt.Errorf("pacer: %w: the number's next token comes in %v, after the context's deadline", context.DeadlineExceeded, d)
 }
 
-// waitToken waits until w.at, the time of the token of the waiter w queued on
+// waitToken waits until at, the time of the token of the waiter w queued on
 // the number n, and takes w out of the queue. ctx's end or Close takes w
 // out before its turn (leave: the number's next bucket gives the turn
 // back). So does a stop or pause of the number, or a cool-down of the pair
 // key, that comes meanwhile, and it answers again: Wait starts over. A new
 // bucket moves the token (newBucket), and the wait goes on to its new
-// time, or ends with w.err.
-func (p *Pacer) waitToken(ctx context.Context, n *number, key string, w *waiter, changed <-chan struct{}) (again bool, err error) {
+// time, or ends with w.err. at is w.at as read under p.mu: newBucket
+// changes w.at, under p.mu.
+func (p *Pacer) waitToken(ctx context.Context, n *number, key string, w *waiter, at time.Time, changed <-chan struct{}) (again bool, err error) {
 	p.blocked.Add(1)
 	defer p.blocked.Add(-1)
-	t := time.NewTimer(time.Until(w.at))
+	t := time.NewTimer(time.Until(at))
 	defer t.Stop()
 	for {
 		var end error
@@ -577,8 +578,7 @@ func (p *Pacer) waitToken(ctx context.Context, n *number, key string, w *waiter,
 			p.mu.Unlock()
 			return end == nil, end
 		}
-		changed = n.changed
-		at := w.at
+		changed, at = n.changed, w.at
 		p.mu.Unlock()
 		t.Reset(at.Sub(now))
 	}
