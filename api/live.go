@@ -204,7 +204,9 @@ func (s *Server) sendJSON(c *fiber.Ctx, v any) error {
 // pacingStream pushes the pacing signals the token may see as server-sent
 // events: first every current one, then each change as stage 2 writes it
 // (event "signal", data the signal's JSON); "ready" once the current ones
-// are sent.
+// are sent; "delete" (data {"phone_number_id": ...}) when the key of a
+// signal the stream sent is deleted or purged (nats kv del, nats kv
+// purge), so that the number leaves the page.
 func (s *Server) pacingStream(c *fiber.Ctx) error {
 	if s.cfg.Pacing == nil {
 		return s.writeError(c, errNoPacing)
@@ -264,6 +266,11 @@ func (s *Server) pacingStream(c *fiber.Ctx) error {
 		if w != nil {
 			updates = w.Updates()
 		}
+		// The numbers of the signals sent, by key: a delete or purge
+		// names the key only, and is sent only for a number this stream
+		// showed (never another tenant's, and not the markers of keys
+		// deleted before it opened).
+		sent := map[string]string{}
 		for {
 			select {
 			case <-ctx.Done():
@@ -298,6 +305,17 @@ func (s *Server) pacingStream(c *fiber.Ctx) error {
 					continue
 				}
 				if e.Operation() != jetstream.KeyValuePut {
+					id, ok := sent[e.Key()]
+					if !ok {
+						continue
+					}
+					delete(sent, e.Key())
+					b, err := json.Marshal(struct {
+						PhoneNumberID string `json:"phone_number_id"`
+					}{id})
+					if err != nil || !send("delete", b) {
+						return
+					}
 					continue
 				}
 				sig, ok := decodeSignal(e)
@@ -311,6 +329,7 @@ func (s *Server) pacingStream(c *fiber.Ctx) error {
 				if err != nil || !send("signal", b) {
 					return
 				}
+				sent[e.Key()] = sig.PhoneNumberID
 			}
 		}
 	})

@@ -117,7 +117,7 @@ func buildOpenAPI() obj {
 	}
 	paths["/api/v1/pacing"] = live("pacing", "Every number's current pacing signal (the wahook_pacing bucket), the most urgent advice first; a scoped token sees its WABAs' numbers only",
 		obj{"description": "the signals", "content": obj{"application/json": obj{"schema": obj{"$ref": "#/components/schemas/Signals"}}}})
-	paths["/api/v1/pacing/stream"] = live("pacing_stream", "The pacing signals as they change, as server-sent events (one event per signal, data: its JSON), after the current ones",
+	paths["/api/v1/pacing/stream"] = live("pacing_stream", "The pacing signals as they change, as server-sent events (one event per signal, data: its JSON), after the current ones; event delete (data: {\"phone_number_id\": ...}) when a number's key is deleted or purged",
 		obj{"description": "an event stream", "content": obj{"text/event-stream": obj{}}})
 	paths["/api/v1/openapi.json"] = obj{"get": obj{
 		"operationId": "openapi", "summary": "This document", "security": []obj{},

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,7 +14,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/wahook/wahook/api"
-	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/processor/funnel"
 )
 
@@ -34,10 +32,6 @@ func TestDashboardLoadTimes(t *testing.T) {
 	events, err := strconv.Atoi(v)
 	if err != nil || events < 3 {
 		t.Fatalf("WAHOOK_UI_TIMING_STATUS_EVENTS=%q", v)
-	}
-	browser, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatal("no chromium: scripts/install-browser.sh installs it")
 	}
 	ctx := context.Background()
 	ch, day := generatedDay(t, events)
@@ -69,23 +63,7 @@ func TestDashboardLoadTimes(t *testing.T) {
 	}()
 	base := "http://" + ln.Addr().String()
 
-	// The browser's profile: removed once its processes have let go of it
-	// (t.TempDir's cleanup fails the test when one still writes there).
-	profile, err := os.MkdirTemp("", "wahook-ui-timing-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer testutil.Poll(5*time.Second, func() bool { return os.RemoveAll(profile) == nil })
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(profile),
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.NoFirstRun, chromedp.WindowSize(1400, 1000))
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx)
-	defer bcancel()
-	bctx, tcancel := context.WithTimeout(bctx, 5*time.Minute)
-	defer tcancel()
+	bctx := chromium(t, 5*time.Minute)
 	if err := chromedp.Run(bctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible("#login-form", chromedp.ByQuery),
 		chromedp.SetValue("#login-token", token1, chromedp.ByQuery), chromedp.Click("#login-form button", chromedp.ByQuery),
 		chromedp.Poll(`document.body.dataset.loaded === "failures"`, nil, chromedp.WithPollingTimeout(30*time.Second))); err != nil {

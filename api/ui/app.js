@@ -386,21 +386,17 @@ async function renderNumber(id) {
   <div class="row"><div class="card"><h2>Recent errors by class</h2><div id="number-errors" class="chart"></div><table id="number-errors-table"><thead><tr><th>class</th><th>verdict</th><th class="num">failures</th></tr></thead><tbody></tbody></table></div>
   <div class="card"><h2>Quality and messaging-limit history</h2><table id="number-history"><thead><tr><th>time</th><th>field</th><th>event</th><th>old</th><th>new</th></tr></thead><tbody></tbody></table></div></div>`;
   const step = autoStep({ from, to: end });
-  const [nums, perMin, perSec, errTime, sigs] = await Promise.all([
+  // The totals by class are a query of their own, as on the Failures
+  // page: the buckets' rows stop at the limit (a long range at a short
+  // step), and their sums undercounted every class past it.
+  const [nums, perMin, perSec, errTime, errs, sigs] = await Promise.all([
     api("/api/v1/numbers?" + qs({ phone_number_id: id, from: r.from, to: r.to, limit: 100 })),
     api("/api/v1/throughput?" + qs({ phone_number_id: id, from, to: end, step: "1m" })),
     api("/api/v1/throughput?" + qs({ phone_number_id: id, from: secFrom, to: end, step: "1s" })),
     api("/api/v1/failures?" + qs({ phone_number_id: id, from: r.from, to: r.to, group_by: "class", step, limit: 10000 })),
+    api("/api/v1/failures?" + qs({ phone_number_id: id, from: r.from, to: r.to, group_by: "class" })),
     pacingSignals(),
   ]);
-  // The totals by class are the sums of its buckets.
-  const totals = new Map();
-  for (const row of errTime.rows) {
-    const o = totals.get(row.class) || { class: row.class, verdict: row.verdict, failures: 0 };
-    o.failures += row.failures;
-    totals.set(row.class, o);
-  }
-  const errs = { rows: [...totals.values()].sort((a, b) => b.failures - a.failures) };
   const n = nums.numbers[0] || {};
   const s = sigs.signals.find((x) => x.phone_number_id === id);
   $("#number-state").innerHTML = `<span class="stat">Tier<b id="number-tier" data-value="${n.tier_mps}">${fmt(n.tier_mps)} mps</b>${esc(n.tier_source)}</span>
@@ -417,7 +413,8 @@ async function renderNumber(id) {
   stacked($("#tp-second"), "Messages per second, last 15 minutes of the range", sc.xs,
     [{ label: "inbound", color: "#0ea5e9", values: sc.inb }, { label: "outbound", color: "#6366f1", values: sc.outb }],
     { lines: [{ label: "tier", color: "#dc2626", values: sc.tier }], yLabel: "msg/s" });
-  $("#number-errors-table tbody").innerHTML = errs.rows.map((x) => `<tr><td>${esc(x.class)}</td><td>${badge(x.verdict)}</td><td class="num">${fmt(x.failures)}</td></tr>`).join("") || `<tr><td colspan="3" class="muted">No errors in this range.</td></tr>`;
+  if (errTime.truncated) $("#number-errors").insertAdjacentHTML("beforebegin", `<p class="muted" id="number-errors-truncated">The chart holds the first 10,000 buckets and classes of the range (a shorter range shows them all); the table counts the whole range.</p>`);
+  $("#number-errors-table tbody").innerHTML = errs.rows.map((x) => `<tr data-class="${esc(x.class)}"><td>${esc(x.class)}</td><td>${badge(x.verdict)}</td><td class="num" data-value="${x.failures}">${fmt(x.failures)}</td></tr>`).join("") || `<tr><td colspan="3" class="muted">No errors in this range.</td></tr>`;
   const sec = { "1m": 60, "1h": 3600, "1d": 86400 }[step];
   const xs = timeline(r.from, r.to, sec), idx = new Map(xs.map((x, i) => [x, i]));
   const cls = errs.rows.map((c) => ({ key: c.class, label: c.class, color: VERDICT_COLOR[c.verdict] || "#94a3b8", values: xs.map(() => 0) }));
@@ -539,6 +536,13 @@ async function renderLive() {
             signals.set(s.phone_number_id, s);
             sent.add(s.phone_number_id);
             flash.add(s.phone_number_id);
+            redraw();
+          } else if (event === "delete") {
+            // The number's key was deleted or purged: its signal is gone,
+            // not merely unchanged.
+            const id = JSON.parse(data).phone_number_id;
+            signals.delete(id);
+            sent.delete(id);
             redraw();
           } else if (event === "ready") {
             for (const id of [...signals.keys()]) if (!sent.has(id)) signals.delete(id);
