@@ -117,11 +117,62 @@ type number struct {
 	// due (leave).
 	abandoned []time.Time
 	rebuild   bool
+	// seq is the place of the last Wait that came for the number: each
+	// takes the next (Wait), and keeps it when it goes round again.
+	seq uint64
+	// away is the Waits a hold of the number keeps from its queue
+	// (*awayWait), in their order (seq): when the hold ends, each takes
+	// its token after those before it (awayBefore).
+	away list.List
+}
+
+// awayWait is a Wait held by a hold of its number, in number.away.
+type awayWait struct {
+	seq  uint64
+	gone chan struct{} // closed when it leaves number.away
+}
+
+// goAway puts the Wait seq in n.away, in its order. p.mu is held.
+func (n *number) goAway(seq uint64) *list.Element {
+	a := &awayWait{seq: seq, gone: make(chan struct{})}
+	e := n.away.Back()
+	for e != nil && e.Value.(*awayWait).seq > seq {
+		e = e.Prev()
+	}
+	if e == nil {
+		return n.away.PushFront(a)
+	}
+	return n.away.InsertAfter(a, e)
+}
+
+// comeBack takes the Wait of e out of n.away and lets the one after it
+// go. p.mu is held.
+func (n *number) comeBack(e *list.Element) {
+	n.away.Remove(e)
+	close(e.Value.(*awayWait).gone)
+}
+
+// awayBefore is the channel to wait on before the Wait seq takes a token
+// of n's bucket: the last Wait held away that came before it (nil: none).
+// self is the Wait's own element of n.away (nil: none). p.mu is held.
+func (n *number) awayBefore(seq uint64, self *list.Element) <-chan struct{} {
+	e := n.away.Back()
+	if self != nil {
+		e = self.Prev()
+	}
+	for e != nil && e.Value.(*awayWait).seq > seq {
+		e = e.Prev()
+	}
+	if e == nil {
+		return nil
+	}
+	return e.Value.(*awayWait).gone
 }
 
 // waiter is a Wait queued for a token of its number's bucket. p.mu guards
 // it.
 type waiter struct {
+	seq      uint64            // its Wait's place among the number's (number.seq)
 	deadline time.Time         // its context's (zero: none)
 	tok      *rate.Reservation // its token, of the number's bucket now
 	at       time.Time         // when tok comes
@@ -331,12 +382,31 @@ type hold struct {
 // context.DeadlineExceeded when the bucket's token would come after ctx's
 // deadline (also when a new rate puts it there while Wait waits), or
 // ErrClosed once Close is called. recipient may be empty (no pair rule).
+// The Waits of one number take its tokens in the order they came, also
+// when one starts over after a pause or its recipient's cool-down.
 func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error {
 	key := ""
 	if recipient != "" {
 		key = schema.PairCooldownKey(phoneNumberID, p.hash(recipient))
 	}
 	paused := false
+	// seq is this Wait's place among the number's Waits: the queue keeps
+	// them in that order (enqueue), also when one goes round again after
+	// a pause or a cool-down of its recipient. away is its element of the
+	// number's Waits held away by a hold: when the hold ends, those that
+	// came before it take their tokens first (awayBefore), so that the
+	// bucket's tokens at hand go to the first to come, not the first to
+	// wake.
+	var seq uint64
+	var n *number
+	var away *list.Element
+	defer func() {
+		if away != nil {
+			p.mu.Lock()
+			n.comeBack(away)
+			p.mu.Unlock()
+		}
+	}()
 	for {
 		if p.closed.Load() {
 			return ErrClosed
@@ -346,7 +416,11 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 		}
 		p.mu.Lock()
 		now := time.Now()
-		n := p.number(phoneNumberID)
+		n = p.number(phoneNumberID)
+		if seq == 0 {
+			n.seq++
+			seq = n.seq
+		}
 		if !n.used {
 			n.used = true
 			if n.fallback {
@@ -364,6 +438,16 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 			if pr := p.pairs[key]; pr != nil && pr.coolUntil.After(coolUntil) {
 				coolUntil, local = pr.coolUntil, true
 			}
+		}
+		switch {
+		case !h.stop && !h.until.IsZero():
+			if away == nil {
+				away = n.goAway(seq)
+			}
+		case away != nil && coolUntil.After(now):
+			// Held by its recipient now: the Waits after it go on.
+			n.comeBack(away)
+			away = nil
 		}
 		p.mu.Unlock()
 
@@ -401,6 +485,12 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 			tokens := pr.lim.TokensAt(now)
 			p.mu.Unlock()
 			if tokens < 1 {
+				if away != nil {
+					p.mu.Lock()
+					n.comeBack(away) // held by its recipient
+					away = nil
+					p.mu.Unlock()
+				}
 				until := now.Add(time.Duration((1 - tokens) * float64(p.cfg.PairInterval)))
 				if p.cfg.CooldownNoWait {
 					return &CooldownError{PhoneNumberID: phoneNumberID, Until: until, Local: true}
@@ -419,6 +509,19 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 		// a low rate does not keep its late turn, nor one at a high rate
 		// its early one.
 		p.mu.Lock()
+		if ch := n.awayBefore(seq, away); ch != nil {
+			// A Wait that came before this one is still held away (the
+			// hold has ended, and it has not woken yet).
+			p.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-p.done:
+				return ErrClosed
+			}
+			continue
+		}
 		now = time.Now()
 		if len(n.abandoned) > 0 {
 			// Waits left during a hold: their turns go before this one
@@ -428,21 +531,28 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 		}
 		tok := n.lim.ReserveN(now, 1)
 		d := tok.DelayFrom(now)
+		if away != nil {
+			n.comeBack(away) // its token taken: the next may take its own
+			away = nil
+		}
 		var w *waiter
+		var at time.Time
 		if d > 0 {
 			dl, _ := ctx.Deadline()
-			if !dl.IsZero() && now.Add(d).After(dl) {
-				tok.CancelAt(now)
+			w = &waiter{seq: seq, deadline: dl, tok: tok, at: now.Add(d), moved: make(chan struct{}, 1)}
+			after, turn := place(n, w, now)
+			if !dl.IsZero() && turn.After(dl) {
+				tok.CancelAt(now) // the last turn: all of it back
 				p.mu.Unlock()
-				return tooLate(d)
+				return tooLate(turn.Sub(now))
 			}
-			w = &waiter{deadline: dl, tok: tok, at: now.Add(d), moved: make(chan struct{}, 1)}
-			w.elem = n.queue.PushBack(w)
+			p.enqueue(n, w, after, now)
+			at = w.at
 		}
 		changed = n.changed
 		p.mu.Unlock()
 		if w != nil {
-			again, err := p.waitToken(ctx, n, key, w, now.Add(d), changed)
+			again, err := p.waitToken(ctx, n, key, w, at, changed)
 			if err != nil {
 				return err
 			}
@@ -581,6 +691,73 @@ func (p *Pacer) waitToken(ctx context.Context, n *number, key string, w *waiter,
 		changed, at = n.changed, w.at
 		p.mu.Unlock()
 		t.Reset(at.Sub(now))
+	}
+}
+
+// place is where the waiter w, whose token of n's bucket is the last
+// taken, goes in n's queue: after the last queued Wait that came before it
+// (after; nil: at the front), with the turn of the first Wait behind it
+// whose turn is still to come, or its own when there is none (turn). p.mu
+// is held.
+func place(n *number, w *waiter, now time.Time) (after *list.Element, turn time.Time) {
+	after = n.queue.Back()
+	for after != nil && after.Value.(*waiter).seq > w.seq {
+		after = after.Prev()
+	}
+	turn = w.at
+	e := n.queue.Front()
+	if after != nil {
+		e = after.Next()
+	}
+	for ; e != nil; e = e.Next() {
+		if b := e.Value.(*waiter); now.Before(b.at) {
+			return after, b.at
+		}
+	}
+	return after, turn
+}
+
+// enqueue puts the waiter w in n's queue after the element after (place).
+// A Wait that went round again (a pause sent every queued Wait away, or
+// its recipient's cool-down held it) goes back before the Waits that came
+// after it, which every new Wait has done from its first turn: it takes
+// the turn of the first of them whose turn is still to come, each of them
+// the next one's, and the last the token w took, the last of the bucket.
+// In the order the Waits woke, the first to come could be served last,
+// past its deadline. One that the move puts past its own deadline leaves
+// the queue with w.err, as in newBucket, and those behind it move up (a
+// moment later: leave). A new Wait, the most of them, goes at the back
+// and moves none. p.mu is held.
+func (p *Pacer) enqueue(n *number, w *waiter, after *list.Element, now time.Time) {
+	if after == nil {
+		w.elem = n.queue.PushFront(w)
+	} else {
+		w.elem = n.queue.InsertAfter(w, after)
+	}
+	var late []*waiter
+	prev := w
+	for e := w.elem.Next(); e != nil; e = e.Next() {
+		b := e.Value.(*waiter)
+		if !now.Before(b.at) {
+			continue // its token has come: it is served
+		}
+		prev.tok, b.tok = b.tok, prev.tok
+		prev.at, b.at = b.at, prev.at
+		if prev != w && !prev.deadline.IsZero() && prev.at.After(prev.deadline) {
+			late = append(late, prev)
+		}
+		prev = b
+	}
+	if prev != w && !prev.deadline.IsZero() && prev.at.After(prev.deadline) {
+		late = append(late, prev)
+	}
+	for _, b := range late {
+		p.leave(n, b, false)
+		b.err = tooLate(b.at.Sub(now))
+		select {
+		case b.moved <- struct{}{}:
+		default:
+		}
 	}
 }
 

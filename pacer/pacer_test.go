@@ -1519,3 +1519,127 @@ func TestHoldEmptiesTheQueueOnce(t *testing.T) {
 	cancel()
 	wg.Wait()
 }
+
+// TestPauseKeepsTheOrder: the Waits a pause sends away from the queue take
+// the number's turns after it in the order they came to Wait, and before
+// the Waits that came during the pause. Each went round again as it woke
+// when the pause ended, and took the next turn then: the queue's order
+// was the order of the wake-ups, and a Wait that came first could be
+// served last, past its deadline.
+func TestPauseKeepsTheOrder(t *testing.T) {
+	const id, before, during = "100000000000116", 12, 4
+	p := slowPacer(t, func(c *pacer.Config) { c.MaintenanceMargin = time.Nanosecond })
+	signal := func(pauseFor time.Duration) {
+		// 10 mps: a bucket one token deep (BurstWindow 100 ms), a turn
+		// every 100 ms.
+		s := schema.PacingSignal{PhoneNumberID: id, Advice: schema.AdviceOK, TierMPS: 10, RecommendedMPS: 10, UpdatedAt: time.Now().UTC()}
+		if pauseFor > 0 {
+			until := time.Now().Add(pauseFor).UTC()
+			s.Advice, s.MaintenanceUntil = schema.AdvicePause, &until
+		}
+		p.ApplySignal(s)
+	}
+	signal(0)
+	if err := p.Wait(context.Background(), id, ""); err != nil {
+		t.Fatal(err) // the bucket's one token
+	}
+	var mu sync.Mutex
+	var order []int
+	var returned atomic.Int64
+	errs := make([]error, before+during)
+	var wg sync.WaitGroup
+	start := func(i int) {
+		wg.Go(func() {
+			err := p.Wait(context.Background(), id, "")
+			mu.Lock()
+			order, errs[i] = append(order, i), err
+			mu.Unlock()
+			returned.Add(1)
+		})
+		// Blocked one after the other (or served, on a starved machine).
+		testutil.Eventually(t, 15*time.Second, fmt.Sprintf("Wait %d blocked", i), func() (bool, string) {
+			n := pacer.Blocked(p) + returned.Load()
+			return n == int64(i+1), fmt.Sprint(n)
+		})
+	}
+	for i := range before {
+		start(i)
+	}
+	signal(2 * time.Second)
+	testutil.Eventually(t, 15*time.Second, "the queue emptied by the pause", func() (bool, string) {
+		q := pacer.QueuedTurns(p, id)
+		return len(q) == 0, fmt.Sprint(len(q))
+	})
+	for i := before; i < before+during; i++ {
+		start(i)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("Wait %d: %v", i, err)
+		}
+	}
+	if !slices.IsSorted(order) {
+		t.Errorf("the Waits returned in the order %v; want the order they came (0-%d before the pause, the rest during it)", order, before-1)
+	}
+}
+
+// TestRecipientWaitKeepsItsPlace: a Wait held by its recipient's pair rule
+// takes, once the rule lets it go, the turn of the first Wait queued on the
+// number after it came, and those behind it move down a turn: the Waits of
+// a number take its tokens in the order they came. It took the queue's
+// last turn, behind every Wait that came while it waited. One that moving
+// down a turn puts past its deadline is refused, as at a new rate.
+func TestRecipientWaitKeepsItsPlace(t *testing.T) {
+	const id, recipient = "100000000000117", "15550000117"
+	p := slowPacer(t, func(c *pacer.Config) { c.PairBurst, c.PairInterval = 1, 500*time.Millisecond })
+	// A token a second (the fallback rate), the bucket's one token and the
+	// pair's taken here: the next Wait to the recipient waits 500 ms for
+	// the pair rule, then for the number's next token, due in 1 s.
+	if err := p.Wait(context.Background(), id, recipient); err != nil {
+		t.Fatal(err)
+	}
+	begin := time.Now()
+	var mu sync.Mutex
+	var order []string
+	errs := map[string]error{}
+	var returned atomic.Int64
+	var wg sync.WaitGroup
+	start := func(ctx context.Context, name, to string, i int) {
+		wg.Go(func() {
+			err := p.Wait(ctx, id, to)
+			mu.Lock()
+			if err == nil {
+				order = append(order, name)
+			}
+			errs[name] = err
+			mu.Unlock()
+			returned.Add(1)
+		})
+		testutil.Eventually(t, 15*time.Second, "Wait "+name+" blocked", func() (bool, string) {
+			n := pacer.Blocked(p) + returned.Load()
+			return n == int64(i), fmt.Sprint(n)
+		})
+	}
+	// D's turn, at 3 s when it comes, is at 4 s once A takes B's: past
+	// its deadline.
+	dctx, cancel := context.WithDeadline(context.Background(), begin.Add(3500*time.Millisecond))
+	defer cancel()
+	bg := context.Background()
+	start(bg, "A", recipient, 1) // held by the pair rule
+	start(bg, "B", "", 2)        // the number's turns at 1, 2 and 3 s
+	start(bg, "C", "", 3)
+	start(dctx, "D", "", 4)
+	wg.Wait()
+	for _, name := range []string{"A", "B", "C"} {
+		if errs[name] != nil {
+			t.Errorf("Wait %s: %v", name, errs[name])
+		}
+	}
+	if want := []string{"A", "B", "C"}; !slices.Equal(order, want) {
+		t.Errorf("the Waits returned in the order %v; want %v, the order they came (A to the recipient held 500 ms by the pair rule, before the turn of B at 1 s)", order, want)
+	}
+	if !errors.Is(errs["D"], context.DeadlineExceeded) {
+		t.Errorf("Wait D, its turn moved past its deadline: %v; want DeadlineExceeded", errs["D"])
+	}
+}
