@@ -132,6 +132,19 @@ type awayWait struct {
 	gone chan struct{} // closed when it leaves number.away
 }
 
+// ticket gives a Wait its place among the number's Waits (seq), if it has
+// none yet: when it first queues for a token, or is first held (by a hold
+// of the number or by its recipient), under the lock that queues or holds
+// it. A place given when it came, before the lock of its token, would let
+// two new Waits take their tokens in the opposite order to their places.
+// p.mu is held.
+func (n *number) ticket(seq *uint64) {
+	if *seq == 0 {
+		n.seq++
+		*seq = n.seq
+	}
+}
+
 // goAway puts the Wait seq in n.away, in its order. p.mu is held.
 func (n *number) goAway(seq uint64) *list.Element {
 	a := &awayWait{seq: seq, gone: make(chan struct{})}
@@ -383,16 +396,17 @@ type hold struct {
 // deadline (also when a new rate puts it there while Wait waits), or
 // ErrClosed once Close is called. recipient may be empty (no pair rule).
 // The Waits of one number take its tokens in the order they came, also
-// when one starts over after a pause or its recipient's cool-down.
+// when one starts over after a pause, or its recipient's pair rule or
+// cool-down.
 func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error {
 	key := ""
 	if recipient != "" {
 		key = schema.PairCooldownKey(phoneNumberID, p.hash(recipient))
 	}
 	paused := false
-	// seq is this Wait's place among the number's Waits: the queue keeps
-	// them in that order (enqueue), also when one goes round again after
-	// a pause or a cool-down of its recipient. away is its element of the
+	// seq is this Wait's place among the number's Waits (ticket): the
+	// queue keeps them in that order (enqueue), also when one goes round
+	// again after a pause, or its recipient's pair rule or cool-down. away is its element of the
 	// number's Waits held away by a hold: when the hold ends, those that
 	// came before it take their tokens first (awayBefore), so that the
 	// bucket's tokens at hand go to the first to come, not the first to
@@ -417,10 +431,6 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 		p.mu.Lock()
 		now := time.Now()
 		n = p.number(phoneNumberID)
-		if seq == 0 {
-			n.seq++
-			seq = n.seq
-		}
 		if !n.used {
 			n.used = true
 			if n.fallback {
@@ -441,13 +451,17 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 		}
 		switch {
 		case !h.stop && !h.until.IsZero():
+			n.ticket(&seq)
 			if away == nil {
 				away = n.goAway(seq)
 			}
-		case away != nil && coolUntil.After(now):
-			// Held by its recipient now: the Waits after it go on.
-			n.comeBack(away)
-			away = nil
+		case coolUntil.After(now):
+			n.ticket(&seq)
+			if away != nil {
+				// Held by its recipient now: the Waits after it go on.
+				n.comeBack(away)
+				away = nil
+			}
 		}
 		p.mu.Unlock()
 
@@ -483,14 +497,15 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 			pr = p.pair(key)
 			pr.last = now
 			tokens := pr.lim.TokensAt(now)
-			p.mu.Unlock()
 			if tokens < 1 {
+				n.ticket(&seq)
 				if away != nil {
-					p.mu.Lock()
 					n.comeBack(away) // held by its recipient
 					away = nil
-					p.mu.Unlock()
 				}
+			}
+			p.mu.Unlock()
+			if tokens < 1 {
 				until := now.Add(time.Duration((1 - tokens) * float64(p.cfg.PairInterval)))
 				if p.cfg.CooldownNoWait {
 					return &CooldownError{PhoneNumberID: phoneNumberID, Until: until, Local: true}
@@ -509,16 +524,27 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 		// a low rate does not keep its late turn, nor one at a high rate
 		// its early one.
 		p.mu.Lock()
+		n.ticket(&seq)
 		if ch := n.awayBefore(seq, away); ch != nil {
 			// A Wait that came before this one is still held away (the
-			// hold has ended, and it has not woken yet).
+			// hold has ended, and it has not woken yet). A hold that
+			// comes meanwhile holds this one too (changed), in its
+			// order among those away.
+			changed = n.changed
 			p.mu.Unlock()
+			p.blocked.Add(1)
+			var end error
 			select {
 			case <-ch:
+			case <-changed:
 			case <-ctx.Done():
-				return ctx.Err()
+				end = ctx.Err()
 			case <-p.done:
-				return ErrClosed
+				end = ErrClosed
+			}
+			p.blocked.Add(-1)
+			if end != nil {
+				return end
 			}
 			continue
 		}
@@ -719,45 +745,51 @@ func place(n *number, w *waiter, now time.Time) (after *list.Element, turn time.
 
 // enqueue puts the waiter w in n's queue after the element after (place).
 // A Wait that went round again (a pause sent every queued Wait away, or
-// its recipient's cool-down held it) goes back before the Waits that came
-// after it, which every new Wait has done from its first turn: it takes
-// the turn of the first of them whose turn is still to come, each of them
-// the next one's, and the last the token w took, the last of the bucket.
-// In the order the Waits woke, the first to come could be served last,
-// past its deadline. One that the move puts past its own deadline leaves
-// the queue with w.err, as in newBucket, and those behind it move up (a
-// moment later: leave). A new Wait, the most of them, goes at the back
-// and moves none. p.mu is held.
+// its recipient's pair rule or cool-down held it) goes back before the
+// Waits that came after it: it takes the turn of the first of them whose
+// turn is still to come, each of them the next one's, and the last the
+// token w took, the last of the bucket. In the order the Waits woke, the
+// first to come could be served last, past its deadline. The first that
+// the move would put past its own deadline leaves the queue instead, with
+// w.err, as in newBucket: it carries w's token, which goes back whole (the
+// bucket's last), and the Waits behind it keep their turns. A new Wait,
+// the most of them, goes at the back and moves none. p.mu is held.
 func (p *Pacer) enqueue(n *number, w *waiter, after *list.Element, now time.Time) {
 	if after == nil {
 		w.elem = n.queue.PushFront(w)
 	} else {
 		w.elem = n.queue.InsertAfter(w, after)
 	}
-	var late []*waiter
-	prev := w
+	// carrier holds w's token, passed down the queue from turn to turn.
+	carrier := w
 	for e := w.elem.Next(); e != nil; e = e.Next() {
 		b := e.Value.(*waiter)
 		if !now.Before(b.at) {
 			continue // its token has come: it is served
 		}
-		prev.tok, b.tok = b.tok, prev.tok
-		prev.at, b.at = b.at, prev.at
-		if prev != w && !prev.deadline.IsZero() && prev.at.After(prev.deadline) {
-			late = append(late, prev)
+		if carrier != w && !carrier.deadline.IsZero() && b.at.After(carrier.deadline) {
+			p.refuse(n, carrier, b.at, now)
+			return
 		}
-		prev = b
+		carrier.tok, b.tok = b.tok, carrier.tok
+		carrier.at, b.at = b.at, carrier.at
+		carrier = b
 	}
-	if prev != w && !prev.deadline.IsZero() && prev.at.After(prev.deadline) {
-		late = append(late, prev)
+	if carrier != w && !carrier.deadline.IsZero() && carrier.at.After(carrier.deadline) {
+		p.refuse(n, carrier, carrier.at, now)
 	}
-	for _, b := range late {
-		p.leave(n, b, false)
-		b.err = tooLate(b.at.Sub(now))
-		select {
-		case b.moved <- struct{}{}:
-		default:
-		}
+}
+
+// refuse takes the queued waiter w, which holds the bucket's last token,
+// out of n's queue with w.err, its token back: its turn would be turn,
+// after its deadline. p.mu is held.
+func (p *Pacer) refuse(n *number, w *waiter, turn, now time.Time) {
+	w.tok.CancelAt(now)
+	n.queue.Remove(w.elem)
+	w.err = tooLate(turn.Sub(now))
+	select {
+	case w.moved <- struct{}{}:
+	default:
 	}
 }
 

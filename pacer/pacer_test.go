@@ -1530,9 +1530,10 @@ func TestPauseKeepsTheOrder(t *testing.T) {
 	const id, before, during = "100000000000116", 12, 4
 	p := slowPacer(t, func(c *pacer.Config) { c.MaintenanceMargin = time.Nanosecond })
 	signal := func(pauseFor time.Duration) {
-		// 10 mps: a bucket one token deep (BurstWindow 100 ms), a turn
-		// every 100 ms.
-		s := schema.PacingSignal{PhoneNumberID: id, Advice: schema.AdviceOK, TierMPS: 10, RecommendedMPS: 10, UpdatedAt: time.Now().UTC()}
+		// 5 mps: a bucket one token deep (BurstWindow 100 ms), a turn
+		// every 200 ms (the Waits' returns are far enough apart to be
+		// seen in order on a loaded machine).
+		s := schema.PacingSignal{PhoneNumberID: id, Advice: schema.AdviceOK, TierMPS: 5, RecommendedMPS: 5, UpdatedAt: time.Now().UTC()}
 		if pauseFor > 0 {
 			until := time.Now().Add(pauseFor).UTC()
 			s.Advice, s.MaintenanceUntil = schema.AdvicePause, &until
@@ -1641,5 +1642,47 @@ func TestRecipientWaitKeepsItsPlace(t *testing.T) {
 	}
 	if !errors.Is(errs["D"], context.DeadlineExceeded) {
 		t.Errorf("Wait D, its turn moved past its deadline: %v; want DeadlineExceeded", errs["D"])
+	}
+}
+
+// TestPauseGivesTheTokensAtHandToTheFirst: when a pause ends, the tokens
+// of the number's bucket at hand (its depth: four here) go to the first
+// four Waits that came during it, not to the first four to wake; the rest
+// follow in their order. Each took a token as it woke, so which four went
+// at once was the scheduler's choice.
+func TestPauseGivesTheTokensAtHandToTheFirst(t *testing.T) {
+	const id, waits, depth = "100000000000118", 8, 4
+	// 2 mps, a bucket 2 s deep: four tokens, then a turn every 500 ms.
+	p := slowPacer(t, func(c *pacer.Config) { c.MaintenanceMargin, c.BurstWindow = time.Nanosecond, 2*time.Second })
+	until := time.Now().Add(2 * time.Second).UTC()
+	p.ApplySignal(schema.PacingSignal{PhoneNumberID: id, Advice: schema.AdvicePause, TierMPS: 2, RecommendedMPS: 2,
+		MaintenanceUntil: &until, UpdatedAt: time.Now().UTC()})
+	var mu sync.Mutex
+	var order []int
+	var wg sync.WaitGroup
+	for i := range waits {
+		wg.Go(func() {
+			if err := p.Wait(context.Background(), id, ""); err != nil {
+				t.Errorf("Wait %d: %v", i, err)
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+		})
+		testutil.Eventually(t, 15*time.Second, fmt.Sprintf("Wait %d held by the pause", i), func() (bool, string) {
+			n := pacer.Blocked(p)
+			return n == int64(i+1), fmt.Sprint(n)
+		})
+	}
+	if time.Now().After(until) {
+		t.Fatal("the pause ended before the Waits were held: the test needs them held")
+	}
+	wg.Wait()
+	// The first four return together, in any order; each of the rest a
+	// turn (500 ms) after the one before.
+	first := slices.Clone(order[:depth])
+	slices.Sort(first)
+	if !slices.Equal(first, []int{0, 1, 2, 3}) || !slices.IsSorted(order[depth:]) || order[depth] != depth {
+		t.Errorf("the Waits returned in the order %v; want 0-3 (in any order: the bucket's four tokens at once), then 4-7 in order", order)
 	}
 }
