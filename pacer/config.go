@@ -2,7 +2,11 @@ package pacer
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
+	"strings"
 	"time"
 )
 
@@ -79,6 +83,12 @@ type Config struct {
 	// wahook.raw._send_results.
 	ReportHTTPURL string
 	APIToken      string
+	// ReportInsecureHTTP lets ReportHTTPURL be plain http:// to a host
+	// other than this machine's loopback: APIToken then crosses the
+	// network in the clear. Set it only where the network itself is
+	// private and protected (a service mesh with its own TLS). Without
+	// it, New refuses such a URL.
+	ReportInsecureHTTP bool
 	// NoReport keeps the results to Outcome's decision and reports nothing.
 	NoReport bool
 	// ReportBatch is the most results in one report (500); ReportInterval
@@ -173,5 +183,42 @@ func (c Config) withDefaults() (Config, error) {
 	case c.MaxAttempts < 1 || c.ReportQueue < 1:
 		return c, errors.New("pacer: max attempts and report queue must be positive")
 	}
+	if c.ReportHTTPURL != "" {
+		if err := checkReportURL(c.ReportHTTPURL, c.ReportInsecureHTTP); err != nil {
+			return c, err
+		}
+	}
 	return c, nil
+}
+
+// checkReportURL reports what is wrong with the report URL u: not an
+// absolute http(s) URL with a host, or plain http to a host other than
+// loopback without insecure (the API token would cross the network in the
+// clear). A wrong URL found here is one error at New, not a failed report
+// every batch.
+func checkReportURL(u string, insecure bool) error {
+	p, err := url.Parse(u)
+	if err != nil {
+		return fmt.Errorf("pacer: report URL: %w", err)
+	}
+	scheme := strings.ToLower(p.Scheme)
+	switch {
+	case scheme != "https" && scheme != "http":
+		return fmt.Errorf("pacer: report URL %s: the scheme must be https (or http)", p.Redacted())
+	case p.Hostname() == "":
+		return fmt.Errorf("pacer: report URL %s has no host", p.Redacted())
+	case scheme == "http" && !insecure && !loopback(p.Hostname()):
+		return fmt.Errorf("pacer: report URL %s is plain http to another host: the API token would cross the network in the clear; use https, or set ReportInsecureHTTP on a private network", p.Redacted())
+	}
+	return nil
+}
+
+// loopback reports whether host is this machine's loopback: localhost or
+// a loopback address.
+func loopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -371,6 +372,47 @@ func TestCloseEndedContext(t *testing.T) {
 		err = p.Close(ctx)
 		if st := p.Stats(); st.Reported+st.ReportDropped != 5 || (st.ReportDropped > 0 && !errors.Is(err, context.Canceled)) {
 			t.Fatalf("run %d: Close: %v, stats %+v; want each of the 5 reported or dropped, and the context's error with the drops", i, err, st)
+		}
+	}
+}
+
+// TestReportURLChecked: New refuses a report URL that is not an absolute
+// http(s) URL with a host, and plain http to a host other than loopback
+// unless ReportInsecureHTTP says the network is private: the API token
+// would cross it in the clear. A wrong URL was taken, and every report
+// failed (or sent the token in the clear) from then on.
+func TestReportURLChecked(t *testing.T) {
+	for _, c := range []struct {
+		url      string
+		insecure bool
+		want     string // in New's error; "" for none
+	}{
+		{"https://wahook.example.com/api/v1/send-results", false, ""},
+		{"http://127.0.0.1:8081/api/v1/send-results", false, ""},
+		{"http://localhost:8081/api/v1/send-results", false, ""},
+		{"http://[::1]:8081/api/v1/send-results", false, ""},
+		{"http://wahook-api:8081/api/v1/send-results", false, "in the clear"},
+		{"http://10.0.0.7:8081/api/v1/send-results", false, "in the clear"},
+		{"http://wahook-api:8081/api/v1/send-results", true, ""},
+		{"ftp://wahook.example.com/send-results", false, "scheme"},
+		{"wahook-api:8081/api/v1/send-results", false, "scheme"},
+		{"https:///api/v1/send-results", false, "no host"},
+		{"http://a b/", false, "report URL"},
+	} {
+		cfg := pacer.DefaultConfig()
+		cfg.ReportHTTPURL, cfg.APIToken, cfg.ReportInsecureHTTP = c.url, "pacer-test-token-0123", c.insecure
+		cfg.Logger = slog.New(slog.DiscardHandler)
+		p, err := pacer.New(context.Background(), nil, cfg)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s (insecure %v): %v; want a pacer", c.url, c.insecure, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s (insecure %v): %v; want an error saying %q", c.url, c.insecure, err, c.want)
+		}
+		if err == nil {
+			if err := p.Close(context.Background()); err != nil {
+				t.Error(err)
+			}
 		}
 	}
 }
