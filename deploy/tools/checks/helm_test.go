@@ -1,9 +1,12 @@
 package checks
 
 import (
+	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -227,6 +230,136 @@ func TestHelmTemplate(t *testing.T) {
 			r := decodeStrict(t, "helm template "+c.name, out)
 			checkRendered(t, r, c.external)
 		})
+	}
+}
+
+// spreadComponents are the components whose pods the chart spreads over
+// nodes by default: ingest's replicas, process's stage 2 group (a
+// StatefulSet) and the api.
+var spreadComponents = []string{"ingest", "process", "api"}
+
+// componentWorkload is a rendered workload of one component: its selector
+// and its pod template's labels and affinity.
+type componentWorkload struct {
+	where    string
+	selector map[string]string
+	labels   map[string]string
+	affinity *corev1.Affinity
+}
+
+// componentWorkloads are the rendered Deployments and StatefulSets by their
+// pods' app.kubernetes.io/component label.
+func componentWorkloads(t *testing.T, r *rendered) map[string]componentWorkload {
+	t.Helper()
+	out := map[string]componentWorkload{}
+	add := func(w componentWorkload) {
+		comp := w.labels["app.kubernetes.io/component"]
+		if _, dup := out[comp]; dup {
+			t.Errorf("two workloads of component %q: %s and %s", comp, out[comp].where, w.where)
+		}
+		out[comp] = w
+	}
+	for _, d := range r.deployments {
+		add(componentWorkload{"Deployment " + d.Name, d.Spec.Selector.MatchLabels, d.Spec.Template.Labels, d.Spec.Template.Spec.Affinity})
+	}
+	for _, s := range r.statefulSets {
+		add(componentWorkload{"StatefulSet " + s.Name, s.Spec.Selector.MatchLabels, s.Spec.Template.Labels, s.Spec.Template.Spec.Affinity})
+	}
+	return out
+}
+
+// checkDefaultAntiAffinity: w's pods prefer, and only prefer, a node
+// without another pod of their own workload (its selector, which matches no
+// other component's pods), so that one node's loss does not take all of
+// them while a one-node cluster still schedules them.
+func checkDefaultAntiAffinity(t *testing.T, w componentWorkload, all map[string]componentWorkload) {
+	t.Helper()
+	if w.affinity == nil || w.affinity.PodAntiAffinity == nil {
+		t.Errorf("%s: no podAntiAffinity: its replicas may all land on one node (affinity %+v)", w.where, w.affinity)
+		return
+	}
+	anti := w.affinity.PodAntiAffinity
+	if len(anti.RequiredDuringSchedulingIgnoredDuringExecution) != 0 {
+		t.Errorf("%s: a required podAntiAffinity by default: replicas beyond the node count never schedule (a one-node cluster runs one)", w.where)
+	}
+	found := false
+	for _, term := range anti.PreferredDuringSchedulingIgnoredDuringExecution {
+		pt := term.PodAffinityTerm
+		if pt.TopologyKey != "kubernetes.io/hostname" || pt.LabelSelector == nil || term.Weight <= 0 {
+			continue
+		}
+		sel := pt.LabelSelector
+		if len(sel.MatchExpressions) != 0 || !maps.Equal(sel.MatchLabels, w.selector) {
+			t.Errorf("%s: podAntiAffinity on kubernetes.io/hostname selects %v %v, the workload's pods are %v", w.where, sel.MatchLabels, sel.MatchExpressions, w.selector)
+			continue
+		}
+		if !selects(sel.MatchLabels, w.labels) {
+			t.Errorf("%s: podAntiAffinity selects %v, which its own pods (%v) do not match", w.where, sel.MatchLabels, w.labels)
+			continue
+		}
+		for comp, other := range all {
+			if other.where != w.where && selects(sel.MatchLabels, other.labels) {
+				t.Errorf("%s: podAntiAffinity selects the pods of %s (%s) too", w.where, other.where, comp)
+			}
+		}
+		found = true
+	}
+	if !found {
+		t.Errorf("%s: no preferred podAntiAffinity on kubernetes.io/hostname against its own pods: %+v", w.where, anti)
+	}
+}
+
+// By default ingest, process and api each prefer nodes that run no other pod
+// of their own (a podAntiAffinity on kubernetes.io/hostname with the
+// workload's selector, under any release name); an affinity the user gives
+// replaces that default whole, for its component only.
+func TestHelmAntiAffinity(t *testing.T) {
+	helm := tool(t, "helm")
+	render := func(release string, args ...string) map[string]componentWorkload {
+		t.Helper()
+		out := mustRun(t, 2*time.Minute, repoRoot, helm, append([]string{"template", release, chartDir()}, helmSecrets(args...)...)...)
+		r := decodeStrict(t, "helm template "+release+" "+strings.Join(args, " "), out)
+		return componentWorkloads(t, r)
+	}
+	for _, release := range []string{"wahook", "other"} {
+		all := render(release)
+		for _, comp := range spreadComponents {
+			w, ok := all[comp]
+			if !ok {
+				t.Errorf("release %s: no %s workload rendered", release, comp)
+				continue
+			}
+			checkDefaultAntiAffinity(t, w, all)
+		}
+	}
+
+	// A node affinity, and an empty podAntiAffinity (the way to turn the
+	// spreading off): each replaces the default, with nothing of it left.
+	for _, user := range []string{
+		`{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"pool","operator":"In","values":["wahook"]}]}]}}}`,
+		`{"podAntiAffinity":{}}`,
+	} {
+		var want corev1.Affinity
+		if err := json.Unmarshal([]byte(user), &want); err != nil {
+			t.Fatal(err)
+		}
+		for _, comp := range spreadComponents {
+			all := render("wahook", "--set-json", comp+".affinity="+user)
+			for _, other := range spreadComponents {
+				w, ok := all[other]
+				if !ok {
+					t.Errorf("%s.affinity=%s: no %s workload rendered", comp, user, other)
+					continue
+				}
+				if other != comp {
+					checkDefaultAntiAffinity(t, w, all)
+					continue
+				}
+				if w.affinity == nil || !reflect.DeepEqual(*w.affinity, want) {
+					t.Errorf("%s.affinity=%s: %s renders affinity %+v, want the value as given, without the default", comp, user, w.where, w.affinity)
+				}
+			}
+		}
 	}
 }
 

@@ -20,6 +20,28 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
+{{/* The pod affinity of a component (dict "root" . "component" "ingest"
+"affinity" .Values.ingest.affinity): the value when set, which replaces the
+default whole; else a preferred anti-affinity against the component's own
+pods on kubernetes.io/hostname. The scheduler then puts the replicas on
+different nodes where it can, so that one node's loss does not take every
+ingest replica, or the whole stage 2 group, down; preferred, not required,
+so that a one-node cluster (or more replicas than nodes) still schedules. */}}
+{{- define "wahook.affinity" -}}
+{{- if .affinity -}}
+{{ toYaml .affinity }}
+{{- else -}}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "wahook.selector" (dict "root" .root "component" .component) | nindent 12 }}
+{{- end -}}
+{{- end -}}
+
 {{/* The image of a component (dict "root" . "tag" .Values.X.imageTag):
 its own tag when set, for upgrades in order, else image.tag. */}}
 {{- define "wahook.image" -}}
