@@ -146,6 +146,28 @@ func TestReportsMatchTruth(t *testing.T) {
 		}
 	})
 
+	t.Run("a campaign with commas, in quotes", func(t *testing.T) {
+		const json = `{"campaign":"camp-2","wave":2}`
+		quoted := `"` + strings.ReplaceAll(json, `"`, `""`) + `"`
+		var f api.Failures
+		query(t, app, "/api/v1/failures?"+rangeParams("group_by=campaign&campaign="+url.QueryEscape(quoted+",camp-0")), &f)
+		want := map[string]uint64{}
+		for _, m := range d.messages {
+			for _, s := range m.statuses {
+				if s.name == "failed" && (m.campaign == json || m.campaign == "camp-0") {
+					want[m.campaign]++
+				}
+			}
+		}
+		got := map[string]uint64{}
+		for _, r := range f.Rows {
+			got[*r.Campaign] = r.Failures
+		}
+		if !equalMaps(got, want) || want[json] == 0 {
+			t.Errorf("got %v, want %v", got, want)
+		}
+	})
+
 	t.Run("failures over time", func(t *testing.T) {
 		var f api.Failures
 		query(t, app, "/api/v1/failures?"+rangeParams("group_by=code&step=1m&campaign=camp-0&origin=status"), &f)

@@ -82,6 +82,11 @@ func generate(n int) *dataset {
 			recipient: fmt.Sprintf("1555900%04d", i%50),
 			campaign:  fmt.Sprintf("camp-%d", i%4),
 		}
+		if i%4 == 2 {
+			// JSON, as biz_opaque_callback_data often is: commas and
+			// quotes of its own.
+			m.campaign = `{"campaign":"camp-2","wave":2}`
+		}
 		sent := t0.Add(time.Duration(i) * time.Second)
 		m.statuses = append(m.statuses, status{name: "sent", at: sent})
 		switch i % 10 {

@@ -134,7 +134,7 @@ var dimensions = []dimension{
 	},
 	{
 		Name: "campaign", Column: "campaign", GroupBy: true, By: 1, Lifecycle: "m_campaign", Filters: inFailures | inFunnel,
-		Param: stringsParam("campaign", "campaigns: the `biz_opaque_callback_data` the message was sent with", func(q *Query) *[]string { return &q.Campaigns }),
+		Param: campaignParam,
 		scan:  stringField(func(r *FailureRow, v *string) { r.Campaign = v }),
 	},
 	{
@@ -150,6 +150,15 @@ var dimensions = []dimension{
 		Name: "total", Column: "''", By: 5, Lifecycle: "''",
 	},
 }
+
+// campaignParam is the campaign filter: a biz_opaque_callback_data is up to
+// 512 characters (2,048 bytes of UTF-8), often JSON with commas of its own
+// (an item in double quotes keeps them: splitList).
+var campaignParam = func() param {
+	p := stringsParam("campaign", "campaigns: the `biz_opaque_callback_data` the message was sent with (one with commas in double quotes, a quote in it doubled, as in CSV)", func(q *Query) *[]string { return &q.Campaigns })
+	p.MaxLen = 2048
+	return p
+}()
 
 // stringsParam is the filter of a dimension of strings, kept in the
 // Query's field that field points to; its where is "column IN (values)".

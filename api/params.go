@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"net/url"
 	"slices"
 	"sort"
@@ -34,6 +35,8 @@ type param struct {
 	Default  string
 	Required bool
 	Min, Max int // kindInt
+	// MaxLen bounds each value of a string, in bytes (0: 256).
+	MaxLen int
 
 	// set stores the parsed values (kinds other than time and int) in
 	// the Query; values is the Query's field of a filter of strings.
@@ -123,12 +126,16 @@ func parseQuery(params []param, values url.Values, now time.Time) (Query, error)
 	// An empty value is as if the parameter were absent, for every kind:
 	// step= is one bucket, limit= the default, as an empty item of a list
 	// (code=,131026) is no value (a form sends its empty fields so).
-	get := func(p param) []string {
+	get := func(p param) ([]string, error) {
 		var out []string
 		for _, v := range values[p.Name] {
 			if p.Kind == kindStrings || p.Kind == kindInts || p.Kind == kindEnums {
-				for _, s := range strings.Split(v, ",") {
-					if s = strings.TrimSpace(s); s != "" {
+				items, err := splitList(v)
+				if err != nil {
+					return nil, BadParameter(p.Name, "%v", err)
+				}
+				for _, s := range items {
+					if s != "" {
 						out = append(out, s)
 					}
 				}
@@ -141,11 +148,14 @@ func parseQuery(params []param, values url.Values, now time.Time) (Query, error)
 		if len(out) == 0 && p.Default != "" {
 			out = strings.Split(p.Default, ",")
 		}
-		return out
+		return out, nil
 	}
 	q.To, q.ToNow = now.UTC().Truncate(time.Second), true
 	for _, p := range params {
-		vs := get(p)
+		vs, err := get(p)
+		if err != nil {
+			return q, err
+		}
 		if p.Required && len(vs) == 0 {
 			return q, BadParameter(p.Name, "required")
 		}
@@ -189,9 +199,13 @@ func parseQuery(params []param, values url.Values, now time.Time) (Query, error)
 			}
 			q.Limit = n
 		case kindStrings, kindString:
+			maxLen := p.MaxLen
+			if maxLen == 0 {
+				maxLen = 256
+			}
 			for _, v := range vs {
-				if len(v) > 256 {
-					return q, BadParameter(p.Name, "value longer than 256 bytes")
+				if len(v) > maxLen {
+					return q, BadParameter(p.Name, "value longer than %d bytes", maxLen)
 				}
 			}
 			if err := p.set(&q, vs); err != nil {
@@ -261,4 +275,55 @@ func dedupe(vs []string) []string {
 		}
 	}
 	return out
+}
+
+// splitList reads one value of a list parameter: items separated by
+// commas, each trimmed of spaces. An item in double quotes is taken whole,
+// commas and spaces in it included, with "" for a quote in it, as in CSV:
+// a campaign (biz_opaque_callback_data) is often JSON, with commas of its
+// own, and split at them it matched nothing. A quote elsewhere in an item
+// is taken as it is.
+func splitList(v string) ([]string, error) {
+	var out []string
+	for i := 0; ; {
+		for i < len(v) && (v[i] == ' ' || v[i] == '\t') {
+			i++
+		}
+		if i < len(v) && v[i] == '"' {
+			var b strings.Builder
+			j := i + 1
+			for {
+				k := strings.IndexByte(v[j:], '"')
+				if k < 0 {
+					return nil, fmt.Errorf("a quote opened at byte %d is not closed", i)
+				}
+				b.WriteString(v[j : j+k])
+				j += k + 1
+				if j < len(v) && v[j] == '"' {
+					b.WriteByte('"')
+					j++
+					continue
+				}
+				break
+			}
+			for j < len(v) && (v[j] == ' ' || v[j] == '\t') {
+				j++
+			}
+			if j < len(v) && v[j] != ',' {
+				return nil, fmt.Errorf("text after the quoted item that ends at byte %d (a quote in an item is written \"\" inside quotes)", j-1)
+			}
+			out = append(out, b.String())
+			if j == len(v) {
+				return out, nil
+			}
+			i = j + 1
+			continue
+		}
+		k := strings.IndexByte(v[i:], ',')
+		if k < 0 {
+			return append(out, strings.TrimSpace(v[i:])), nil
+		}
+		out = append(out, strings.TrimSpace(v[i:i+k]))
+		i += k + 1
+	}
 }
