@@ -183,7 +183,7 @@ func (c Config) withDefaults() (Config, error) {
 	case c.MaxAttempts < 1 || c.ReportQueue < 1:
 		return c, errors.New("pacer: max attempts and report queue must be positive")
 	}
-	if c.ReportHTTPURL != "" {
+	if c.ReportHTTPURL != "" && !c.NoReport {
 		if err := checkReportURL(c.ReportHTTPURL, c.ReportInsecureHTTP); err != nil {
 			return c, err
 		}
@@ -199,16 +199,24 @@ func (c Config) withDefaults() (Config, error) {
 func checkReportURL(u string, insecure bool) error {
 	p, err := url.Parse(u)
 	if err != nil {
+		// Not url.Error's text: it quotes the URL whole, a password in it
+		// too.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return fmt.Errorf("pacer: report URL: %w", err)
 	}
 	scheme := strings.ToLower(p.Scheme)
+	shown := *p
+	shown.User = nil // a token may be there: never in an error
 	switch {
 	case scheme != "https" && scheme != "http":
-		return fmt.Errorf("pacer: report URL %s: the scheme must be https (or http)", p.Redacted())
+		return fmt.Errorf("pacer: report URL %s: the scheme must be https (or http)", shown.String())
 	case p.Hostname() == "":
-		return fmt.Errorf("pacer: report URL %s has no host", p.Redacted())
+		return fmt.Errorf("pacer: report URL %s has no host", shown.String())
 	case scheme == "http" && !insecure && !loopback(p.Hostname()):
-		return fmt.Errorf("pacer: report URL %s is plain http to another host: the API token would cross the network in the clear; use https, or set ReportInsecureHTTP on a private network", p.Redacted())
+		return fmt.Errorf("pacer: report URL %s is plain http to another host: the API token would cross the network in the clear; use https, or set ReportInsecureHTTP on a private network", shown.String())
 	}
 	return nil
 }

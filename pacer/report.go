@@ -65,7 +65,13 @@ var (
 )
 
 func newReporter(cfg Config, js jetstream.JetStream) *reporter {
-	return &reporter{cfg: cfg, js: js, http: &http.Client{Timeout: 10 * time.Second},
+	// A redirect is not followed: the client would send the API token on
+	// to the same host over plain http too (the check of ReportHTTPURL is
+	// of the URL given), and wahook's send-results never redirects.
+	client := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(req *http.Request, _ []*http.Request) error {
+		return fmt.Errorf("a redirect to %s://%s%s, not followed (the API token would go with it): give the final URL", req.URL.Scheme, req.URL.Host, req.URL.Path)
+	}}
+	return &reporter{cfg: cfg, js: js, http: client,
 		kick: make(chan struct{}, 1), closing: make(chan struct{}), done: make(chan struct{})}
 }
 

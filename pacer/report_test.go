@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -413,6 +414,54 @@ func TestReportURLChecked(t *testing.T) {
 			if err := p.Close(context.Background()); err != nil {
 				t.Error(err)
 			}
+		}
+	}
+}
+
+// TestReportRedirectNotFollowed: a redirect of send-results is not
+// followed, and the results are not reported: Go's client sends the
+// Authorization header on to the same host, over plain http too, so an
+// https URL redirected to http gave the token away in the clear.
+func TestReportRedirectNotFollowed(t *testing.T) {
+	var followed atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/elsewhere" {
+			followed.Add(1)
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		http.Redirect(w, r, "/elsewhere", http.StatusPermanentRedirect)
+	}))
+	defer srv.Close()
+	p := httpPacer(t, srv.URL)
+	for i := range 3 {
+		p.Outcome(accepted(i))
+	}
+	testutil.Eventually(t, 10*time.Second, "reports failing", func() (bool, string) {
+		return p.Stats().ReportFailures >= 1, ""
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_ = p.Close(ctx)
+	if n := followed.Load(); n != 0 {
+		t.Errorf("the redirect was followed %d times; want none", n)
+	}
+	if st := p.Stats(); st.Reported != 0 {
+		t.Errorf("stats %+v; want none reported", st)
+	}
+}
+
+// TestReportURLErrorsHideCredentials: New's errors about a report URL
+// never show its user information (a token may be there): a URL that does
+// not parse was quoted whole by url.Error, password included.
+func TestReportURLErrorsHideCredentials(t *testing.T) {
+	for _, u := range []string{"http://user:S3CRET@a b/", "http://TOKEN123@wahook-api:8081/x", "ftp://user:S3CRET@host/x"} {
+		cfg := pacer.DefaultConfig()
+		cfg.ReportHTTPURL = u
+		cfg.Logger = slog.New(slog.DiscardHandler)
+		_, err := pacer.New(context.Background(), nil, cfg)
+		if err == nil || strings.Contains(err.Error(), "S3CRET") || strings.Contains(err.Error(), "TOKEN123") || strings.Contains(err.Error(), "user") {
+			t.Errorf("%s: %v; want an error without the URL's user information", u, err)
 		}
 	}
 }
