@@ -166,6 +166,15 @@ func TestReportsMatchTruth(t *testing.T) {
 		if !equalMaps(got, want) || want[json] == 0 {
 			t.Errorf("got %v, want %v", got, want)
 		}
+		// Meta's longest: 512 characters of three bytes, in quotes,
+		// ~4.6 KB percent-encoded in the request line (a 431 with fasthttp's
+		// 4 KiB read buffer). No message has it: no rows, and no error.
+		long := `"` + strings.Repeat("界", 511) + `,"`
+		var none api.Failures
+		query(t, app, "/api/v1/failures?"+rangeParams("group_by=campaign&campaign="+url.QueryEscape(long)), &none)
+		if none.Total != 0 || len(none.Rows) != 0 {
+			t.Errorf("a campaign no message has: %+v", none)
+		}
 	})
 
 	t.Run("failures over time", func(t *testing.T) {

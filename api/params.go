@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/wahook/wahook/schema"
 )
@@ -282,13 +283,12 @@ func dedupe(vs []string) []string {
 // commas and spaces in it included, with "" for a quote in it, as in CSV:
 // a campaign (biz_opaque_callback_data) is often JSON, with commas of its
 // own, and split at them it matched nothing. A quote elsewhere in an item
-// is taken as it is.
+// is taken as it is. The byte offsets of its errors are of the value as
+// decoded.
 func splitList(v string) ([]string, error) {
 	var out []string
 	for i := 0; ; {
-		for i < len(v) && (v[i] == ' ' || v[i] == '\t') {
-			i++
-		}
+		i += len(v[i:]) - len(strings.TrimLeftFunc(v[i:], unicode.IsSpace))
 		if i < len(v) && v[i] == '"' {
 			var b strings.Builder
 			j := i + 1
@@ -306,11 +306,10 @@ func splitList(v string) ([]string, error) {
 				}
 				break
 			}
-			for j < len(v) && (v[j] == ' ' || v[j] == '\t') {
-				j++
-			}
+			closed := j - 1
+			j += len(v[j:]) - len(strings.TrimLeftFunc(v[j:], unicode.IsSpace))
 			if j < len(v) && v[j] != ',' {
-				return nil, fmt.Errorf("text after the quoted item that ends at byte %d (a quote in an item is written \"\" inside quotes)", j-1)
+				return nil, fmt.Errorf("text after the quoted item that ends at byte %d (a quote in an item is written \"\" inside quotes)", closed)
 			}
 			out = append(out, b.String())
 			if j == len(v) {

@@ -66,7 +66,9 @@ func TestListQuoting(t *testing.T) {
 		{"campaign", `he said "hi"`, []string{`he said "hi"`}, nil, ""},
 		{"campaign", `"a`, nil, nil, "not closed"},
 		{"campaign", `"a"b`, nil, nil, "text after the quoted item"},
-		{"campaign", `{"c":"spring","id":1}`, nil, nil, "text after the quoted item"}, // split at its commas, as before, now said
+		{"campaign", `{"c":"spring","id":1}`, nil, nil, "text after the quoted item"}, // split at its commas as before; now refused, naming the quoting
+		{"campaign", `"a"  x`, nil, nil, "ends at byte 2"},
+		{"campaign", "\n\u00a0\"a,b\"\r", []string{"a,b"}, nil, ""},
 		{"campaign", `""`, nil, nil, ""},
 		{"code", `,131026, "130429"`, nil, []int32{131026, 130429}, ""},
 		{"campaign", long(2048), []string{long(2048)}, nil, ""},

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/wahook/wahook/schema/meta"
 )
@@ -154,7 +155,7 @@ func (r *SendResult) check() *SendResultError {
 		return &SendResultError{"error_code", "only with failed"}
 	case r.Timestamp.IsZero() || r.Timestamp.Unix() <= 0 || r.Timestamp.Unix() > 1<<32-1:
 		return &SendResultError{"timestamp", "required: Unix seconds or RFC 3339"}
-	case len(r.MessageID) > 256 || len(r.Recipient) > 256 || len(r.RequestID) > 256 || len(r.Campaign) > 512 ||
+	case len(r.MessageID) > 256 || len(r.Recipient) > 256 || len(r.RequestID) > 256 || len(r.Campaign) > 4*512 || utf8.RuneCountInString(r.Campaign) > 512 ||
 		len(r.Template) > 512 || len(r.ErrorTitle) > 512 || len(r.WabaID) > 64:
 		return &SendResultError{"", "a field is too long"}
 	}

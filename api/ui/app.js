@@ -237,7 +237,7 @@ async function renderFailures() {
     <label>Number<input name="phone_number_id" value="${esc(f.phone_number_id)}" placeholder="phone number id"></label>
     <label>WABA<input name="waba_id" value="${esc(f.waba_id)}" placeholder="WABA id"></label>
     <label>Template<input name="template" value="${esc(f.template)}"></label>
-    <label>Campaign<input name="campaign" value="${esc(f.campaign)}"></label>
+    <label>Campaign<input name="campaign" value="${esc(f.campaign)}" title='Comma-separated; one with commas in double quotes, a quote in it doubled: "{""c"":""spring"",""wave"":2}"'></label>
     <label>Origin<select name="origin"><option value="">any</option><option value="webhook">webhook</option><option value="send_result">send result</option></select></label>
     <label>Step<select name="step"><option value="1m">1 minute</option><option value="1h">1 hour</option><option value="1d">1 day</option></select></label>
     <button id="apply-filters" type="button">Apply</button>

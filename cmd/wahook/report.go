@@ -23,7 +23,7 @@ var reportFlags = []struct{ name, usage string }{
 	{"phone-number-id", "business phone number ids, comma-separated"},
 	{"waba-id", "WABA ids, comma-separated"},
 	{"template", "template names, comma-separated"},
-	{"campaign", "campaigns (biz_opaque_callback_data), comma-separated"},
+	{"campaign", "campaigns (biz_opaque_callback_data), comma-separated; one with commas in double quotes, a quote in it doubled, as in CSV"},
 	{"code", "error codes, comma-separated (errors)"},
 	{"class", "error classes, comma-separated (errors)"},
 	{"origin", "status, value, inbound, history, call, echo or send_result (errors)"},

@@ -95,7 +95,7 @@ const DefaultPassMessages = 20_000
 
 // DefaultInsertRows bounds an insert's columns. Each message row comes with
 // up to three rows of hourly sums (kinds 1 to 3), and with a campaign per
-// message (Meta's biz_opaque_callback_data, up to 512 bytes) those are not
+// message (Meta's biz_opaque_callback_data, up to 512 characters) those are not
 // folded together: a part of 20,000 messages in one insert held 88 MB of
 // the driver's string columns and its encoded block at serve's peak RSS at
 // 6,628 webhooks/s (docs/performance.md). 8,192 message rows make at most
