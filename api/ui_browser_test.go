@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,23 +17,18 @@ import (
 
 	"github.com/wahook/wahook/api"
 	"github.com/wahook/wahook/internal/testutil"
+	"github.com/wahook/wahook/internal/testutil/browser"
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/migrations"
 	"github.com/wahook/wahook/schema/schematest"
 )
 
-// chromium is a chromium browser for the test, its context ending after
-// timeout or with the test. Without chromium the test is skipped (failed
-// with CI set, as cmd/wahook's browser tests).
-func chromium(t *testing.T, timeout time.Duration) context.Context {
+// chromium is a Chromium for the test (browser.Path: skipped without
+// one, unless CI is set or required), its context ending after timeout
+// or with the test.
+func chromium(t *testing.T, timeout time.Duration, required bool) context.Context {
 	t.Helper()
-	browser, err := exec.LookPath("chromium")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("no chromium: scripts/install-browser.sh installs it")
-		}
-		t.Skip("no chromium: scripts/install-browser.sh installs it")
-	}
+	path := browser.Path(t, required)
 	// The browser's profile: removed once its processes have let go of it
 	// (t.TempDir's cleanup fails the test when one still writes there).
 	profile, err := os.MkdirTemp("", "wahook-ui-test-")
@@ -42,11 +36,7 @@ func chromium(t *testing.T, timeout time.Duration) context.Context {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { testutil.Poll(5*time.Second, func() bool { return os.RemoveAll(profile) == nil }) })
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(profile),
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.NoFirstRun, chromedp.WindowSize(1400, 1000))
-	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), browser.Options(path, profile)...)
 	t.Cleanup(acancel)
 	bctx, bcancel := chromedp.NewContext(actx)
 	t.Cleanup(bcancel)
@@ -59,7 +49,7 @@ func chromium(t *testing.T, timeout time.Duration) context.Context {
 // showing hash once signed in; it ends with the test.
 func dashboard(t *testing.T, base, token, hash string) context.Context {
 	t.Helper()
-	bctx := chromium(t, 2*time.Minute)
+	bctx := chromium(t, 2*time.Minute, false)
 	view := strings.SplitN(strings.SplitN(strings.TrimPrefix(hash, "#"), "?", 2)[0], "/", 2)[0]
 	if err := chromedp.Run(bctx, chromedp.Navigate(base+"/"+hash), chromedp.WaitVisible("#login-form", chromedp.ByQuery),
 		chromedp.SetValue("#login-token", token, chromedp.ByQuery), chromedp.Click("#login-form button", chromedp.ByQuery),

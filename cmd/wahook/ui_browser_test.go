@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -29,6 +28,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/wahook/wahook/internal/testutil"
+	"github.com/wahook/wahook/internal/testutil/browser"
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/schematest"
 )
@@ -41,21 +41,6 @@ const (
 	uiNumberA, uiWabaA = "109100000000001", "109100000000900"
 	uiNumberB, uiWabaB = "109200000000001", "109200000000900"
 )
-
-// chromiumPath finds Debian's chromium; without it the test skips, or
-// fails when CI is set (scripts/test.sh installs it).
-func chromiumPath(t *testing.T) string {
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("no chromium on this machine: scripts/install-browser.sh installs it")
-	}
-	t.Skip("no chromium on this machine: scripts/install-browser.sh installs it")
-	return ""
-}
 
 // uiTraffic is webhook bodies of the last minutes for the two numbers:
 // sent, delivered and read statuses, failures (130429 and 131048 for A,
@@ -124,7 +109,7 @@ func uiTraffic(now time.Time) [][]byte {
 // Screenshots go to $WAHOOK_UI_ARTIFACTS (default: wahook-ui-screenshots
 // under the system's temporary directory, kept across runs).
 func TestDashboardInBrowser(t *testing.T) {
-	browser := chromiumPath(t)
+	chromium := browser.Path(t, false)
 	ch := schematest.ClickHouse(t)
 	listen, apiListen, natsListen := freeAddr(t), freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -236,12 +221,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	t.Logf("screenshots in %s", shots)
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()),
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.NoFirstRun, chromedp.WindowSize(1400, 1000),
-		// Far from UTC: the page's times must not follow the browser's zone.
-		chromedp.Env("TZ=Asia/Tokyo"))
+	// Far from UTC: the page's times must not follow the browser's zone.
+	opts := browser.Options(chromium, t.TempDir(), chromedp.Env("TZ=Asia/Tokyo"))
 	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
 	defer acancel()
 	bctx, bcancel := chromedp.NewContext(actx)
