@@ -59,7 +59,7 @@ func TestStoreContentWiring(t *testing.T) {
 		f := newFlags("process", os.Stderr)
 		var o processOptions
 		o.register(f, false)
-		if err := f.Parse([]string{"--clickhouse-dsn", ch.DSN, "--phone-hash-key", "k", "--store-content=" + strconv.FormatBool(on)}); err != nil {
+		if err := f.Parse([]string{"--clickhouse-dsn", ch.DSN, "--phone-hash-key", "wahook-test-phone-key", "--store-content=" + strconv.FormatBool(on)}); err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -60,7 +60,7 @@ func TestProcessKilledMidBatch(t *testing.T) {
 	}
 	health := freeAddr(t)
 	args := []string{"process", "--nats-url", js.URL(), "--clickhouse-dsn", ch.DSN, "--data-dir", t.TempDir(), "--listen", health,
-		"--phone-hash-key", "k", "--flush-interval", "200ms", "--batch-rows", "500", "--ack-wait", "3s", "--log-format", "console"}
+		"--phone-hash-key", "wahook-test-phone-key", "--flush-interval", "200ms", "--batch-rows", "500", "--ack-wait", "3s", "--log-format", "console"}
 	var logs syncBuffer
 	proc := startWahook(t, &logs, args...)
 

@@ -35,6 +35,12 @@ func keyDigest(key []byte) string {
 	return hex.EncodeToString(m.Sum(nil)[:16])
 }
 
+// minHashKey is the shortest phone hash key a database takes as its own:
+// end users' numbers are few enough (about 10^11) that whoever holds the
+// hashes can try every one under every key of a few bytes, or a word.
+// serve's own key is 32 random bytes, hex-encoded.
+const minHashKey = 16
+
 // errOtherHashKey is a --phone-hash-key other than the database's.
 var errOtherHashKey = fmt.Errorf("%w: the phone hash key is not the one the end users' hashes in this database were made with", errUsage)
 
@@ -94,12 +100,23 @@ func checkHashKey(ctx context.Context, conn driver.Conn, db string, key []byte, 
 			return fmt.Errorf("check the phone hash key: %w", err)
 		}
 	}
+	short := len(key) < minHashKey
 	switch {
 	case found && got == want:
+		if short {
+			// Refused for a new database; this one's hashes were made with
+			// it already, and a new key would count them twice.
+			log.Warn("the phone hash key is shorter than 16 bytes: whoever holds the database can guess end users' numbers from their hashes; move to a random key of 32 bytes with --phone-hash-key-change when a double count of the statuses stored so far is acceptable",
+				zap.String("database", db), zap.Int("key_bytes", len(key)))
+		}
 		return nil
 	case found && !change:
 		return fmt.Errorf("%w (%s; the database's was recorded %s): with another key, statuses stored before count twice and users' hashes no longer match; give every instance the same key, or start one once with --phone-hash-key-change to make this one the database's, and then give it to every other",
 			errOtherHashKey, from, at.UTC().Format(time.RFC3339))
+	}
+	if short {
+		return fmt.Errorf("%w: the phone hash key (%s) is %d bytes; the database takes one of at least %d as its own: with a shorter one, whoever holds the hashes can guess end users' numbers from them (give 32 random bytes, e.g. openssl rand -hex 32)",
+			errUsage, from, len(key), minHashKey)
 	}
 	batch, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".settings (name, value, set_at)")
 	if err != nil {

@@ -28,7 +28,7 @@ func TestProcessReadiness(t *testing.T) {
 	health := freeAddr(t)
 	var logs syncBuffer
 	startWahook(t, &logs, "process", "--nats-url", js.URL(), "--clickhouse-dsn", ch.DSN, "--data-dir", t.TempDir(),
-		"--listen", health, "--phone-hash-key", "k", "--log-format", "console", "--log-level", "warn")
+		"--listen", health, "--phone-hash-key", "wahook-test-phone-key", "--log-format", "console", "--log-level", "warn")
 	ready := func(want int, says string) {
 		t.Helper()
 		var code int
@@ -82,7 +82,7 @@ func TestProcessWaitsForNATS(t *testing.T) {
 		dataDir, listen := t.TempDir(), freeAddr(t) // on the test's goroutine
 		go func() {
 			p.done <- run(ctx, []string{"process", "--nats-url", js.URL(), "--clickhouse-dsn", ch.DSN, "--migrate=" + p.migrate,
-				"--data-dir", dataDir, "--listen", listen, "--phone-hash-key", "k", "--no-pacing", "--funnel-interval", "0",
+				"--data-dir", dataDir, "--listen", listen, "--phone-hash-key", "wahook-test-phone-key", "--no-pacing", "--funnel-interval", "0",
 				"--flush-interval", "100ms", "--log-format", "console"}, io.Discard, &p.logs)
 		}()
 	}
@@ -157,7 +157,7 @@ func TestProcessEndsWithoutJetStream(t *testing.T) {
 			dataDir, listen := t.TempDir(), freeAddr(t) // on the test's goroutine
 			go func() {
 				done <- run(ctx, []string{"process", "--nats-url", srv.ClientURL(), "--clickhouse-dsn", ch.DSN, "--migrate=" + migrate,
-					"--data-dir", dataDir, "--listen", listen, "--phone-hash-key", "k", "--no-pacing", "--funnel-interval", "0",
+					"--data-dir", dataDir, "--listen", listen, "--phone-hash-key", "wahook-test-phone-key", "--no-pacing", "--funnel-interval", "0",
 					"--log-format", "console"}, io.Discard, &logs)
 			}()
 			select {

@@ -75,7 +75,7 @@ func (o *processOptions) registerStage1(f *flags, withSwitch, replay bool) {
 		if withSwitch {
 			f.BoolVar(&o.disabled, "no-process", false, "run without stage 1 (webhooks are stored; nothing is written to ClickHouse)")
 		}
-		f.StringVar(&o.hashKey, "phone-hash-key", "", "key of the keyed hash that stands for end users' numbers; the same on every instance (secret; empty: <data-dir>/phone-hash-key, which serve makes on first start); a key other than the one the database recorded is refused")
+		f.StringVar(&o.hashKey, "phone-hash-key", "", "key of the keyed hash that stands for end users' numbers; the same on every instance (secret; empty: <data-dir>/phone-hash-key, which serve makes on first start); a key other than the one the database recorded is refused, and a database takes one of at least 16 bytes as its own")
 		f.Secret("phone-hash-key")
 		f.BoolVar(&o.hashKeyChange, "phone-hash-key-change", false, "make --phone-hash-key the database's key, replacing the one it recorded (hashes made before stay as they were: statuses stored before may count twice)")
 		f.IntVar(&o.cfg.BatchRows, "batch-rows", o.cfg.BatchRows, "rows per ClickHouse insert at most")

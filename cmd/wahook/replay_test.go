@@ -55,7 +55,7 @@ func TestReplayCommand(t *testing.T) {
 	}
 
 	replay := func(args ...string) (int, string, string) {
-		return runCmd(t, append([]string{"replay", "--nats-url", js.URL(), "--clickhouse-dsn", ch.DSN, "--phone-hash-key", "replay-test-key", "--log-level", "warn"}, args...)...)
+		return runCmd(t, append([]string{"replay", "--nats-url", js.URL(), "--clickhouse-dsn", ch.DSN, "--phone-hash-key", "replay-test-phone-key", "--log-level", "warn"}, args...)...)
 	}
 	code, out, errOut := replay("--since", "8760h")
 	if code != 0 || !strings.Contains(out, "replayed 3 bodies") || !strings.Contains(out, ": 2 rows, 1 dead letters") {
@@ -71,14 +71,14 @@ func TestReplayCommand(t *testing.T) {
 
 	// Another key would store the statuses again under other recipient
 	// hashes: refused, unless the change is meant.
-	code, out, errOut = runCmd(t, "replay", "--nats-url", js.URL(), "--clickhouse-dsn", ch.DSN, "--phone-hash-key", "another-key", "--since", "8760h", "--log-level", "warn")
+	code, out, errOut = runCmd(t, "replay", "--nats-url", js.URL(), "--clickhouse-dsn", ch.DSN, "--phone-hash-key", "another-phone-hash-key", "--since", "8760h", "--log-level", "warn")
 	if code != 2 || !strings.Contains(errOut, "the phone hash key is not the one the end users' hashes in this database were made with (the key given by --phone-hash-key or WAHOOK_PHONE_HASH_KEY;") {
 		t.Errorf("replay with another key: %d %q %q; want 2, refused", code, out, errOut)
 	}
 	if err := ch.Conn.QueryRow(context.Background(), "SELECT uniqExact(event_id) FROM "+ch.Database+".status_events").Scan(&n); err != nil || n != 2 {
 		t.Errorf("status events after the refused replay: %d, %v; want 2", n, err)
 	}
-	if code, out, errOut := runCmd(t, "replay", "--nats-url", js.URL(), "--clickhouse-dsn", ch.DSN, "--phone-hash-key", "another-key", "--phone-hash-key-change",
+	if code, out, errOut := runCmd(t, "replay", "--nats-url", js.URL(), "--clickhouse-dsn", ch.DSN, "--phone-hash-key", "another-phone-hash-key", "--phone-hash-key-change",
 		"--since", "8760h", "--log-level", "warn"); code != 0 {
 		t.Errorf("replay with another key and --phone-hash-key-change: %d %q %q", code, out, errOut)
 	}
@@ -112,7 +112,7 @@ func TestHashKeyRecordedOnce(t *testing.T) {
 		t.Fatalf("migrate: %d %s %s", code, out, errOut)
 	}
 	codes := make(chan int, 2)
-	for _, key := range []string{"first-key", "second-key"} {
+	for _, key := range []string{"first-phone-hash-key", "second-phone-hash-key"} {
 		go func() {
 			code, _, _ := runCmd(t, "replay", "--nats-url", js.URL(), "--clickhouse-dsn", ch.DSN, "--phone-hash-key", key, "--migrate=false", "--since", "1h", "--log-level", "error")
 			codes <- code
@@ -137,7 +137,7 @@ func TestReplayEndsOnClickHouseRefusal(t *testing.T) {
 	defer cancel()
 	var out, errOut strings.Builder
 	start := time.Now()
-	code := run(ctx, []string{"replay", "--nats-url", js.URL(), "--clickhouse-dsn", dsn, "--phone-hash-key", "replay-test-key", "--since", "1h", "--log-level", "warn"}, &out, &errOut)
+	code := run(ctx, []string{"replay", "--nats-url", js.URL(), "--clickhouse-dsn", dsn, "--phone-hash-key", "replay-test-phone-key", "--since", "1h", "--log-level", "warn"}, &out, &errOut)
 	if code == 0 || ctx.Err() != nil || !strings.Contains(errOut.String(), "no_such_user") {
 		t.Fatalf("replay refused by ClickHouse: exit %d after %v (%v)\n%s\n%s; want the refusal at once", code, time.Since(start).Round(time.Millisecond), ctx.Err(), out.String(), errOut.String())
 	}
