@@ -114,6 +114,20 @@ func checkHashKey(ctx context.Context, conn driver.Conn, db string, key []byte, 
 		return fmt.Errorf("%w (%s; the database's was recorded %s): with another key, statuses stored before count twice and users' hashes no longer match; give every instance the same key, or start one once with --phone-hash-key-change to make this one the database's, and then give it to every other",
 			errOtherHashKey, from, at.UTC().Format(time.RFC3339))
 	}
+	if short && !found && !change {
+		// A database from before the check (migration 0013) that holds
+		// hashes already: they were made with this key, whatever its
+		// length, and another would count them twice.
+		var used uint8
+		if err := conn.QueryRow(ctx, "SELECT count() > 0 FROM (SELECT 1 FROM "+db+".status_events LIMIT 1)").Scan(&used); err != nil {
+			return fmt.Errorf("check the phone hash key: %w", err)
+		}
+		if used != 0 {
+			log.Warn("the phone hash key is shorter than 16 bytes: whoever holds the database can guess end users' numbers from their hashes; it is recorded as the database's, since its statuses were stored with it; move to a random key of 32 bytes with --phone-hash-key-change when a double count of them is acceptable",
+				zap.String("database", db), zap.Int("key_bytes", len(key)))
+			short = false
+		}
+	}
 	if short {
 		return fmt.Errorf("%w: the phone hash key (%s) is %d bytes; the database takes one of at least %d as its own: with a shorter one, whoever holds the hashes can guess end users' numbers from them (give 32 random bytes, e.g. openssl rand -hex 32)",
 			errUsage, from, len(key), minHashKey)

@@ -66,4 +66,43 @@ func TestShortPhoneHashKey(t *testing.T) {
 	if logs.FilterMessageSnippet("shorter than 16 bytes").Len() != 1 {
 		t.Errorf("no warning of the short key: %v", logs.All())
 	}
+
+	// A database from before the check (no digest) that holds statuses
+	// made with a short key: it records that key, with a warning.
+	db = fresh()
+	batch, err = db.Conn.PrepareBatch(ctx, "INSERT INTO "+db.Database+".status_events (event_id)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := batch.Append("e1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := batch.Send(); err != nil {
+		t.Fatal(err)
+	}
+	core, logs = observer.New(zapcore.WarnLevel)
+	if err := checkHashKey(ctx, db.Conn, db.Database, short, "the test's key", false, noLock, zap.New(core)); err != nil {
+		t.Fatalf("the short key of a database with statuses and no digest: %v; want it recorded", err)
+	}
+	if logs.FilterMessageSnippet("recorded as the database's").Len() != 1 {
+		t.Errorf("no warning of the short key recorded: %v", logs.All())
+	}
+	if err := checkHashKey(ctx, db.Conn, db.Database, []byte("a-phone-hash-key"), "the test's key", false, noLock, zap.NewNop()); !errors.Is(err, errOtherHashKey) {
+		t.Errorf("another key after the short one was recorded: %v; want errOtherHashKey", err)
+	}
+}
+
+// TestShortPhoneHashKeyExits: a command refused a short key ends at once
+// with exit 2, naming it: the check's refusal was taken for a question to
+// ask again, and replay (serve and process alike) waited for ever.
+func TestShortPhoneHashKeyExits(t *testing.T) {
+	js := schematest.StartJetStream(t)
+	ch := schematest.ClickHouse(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out, errOut strings.Builder
+	code := run(ctx, []string{"replay", "--nats-url", js.URL(), "--clickhouse-dsn", ch.DSN, "--phone-hash-key", "short-key", "--since", "1h", "--log-level", "warn"}, &out, &errOut)
+	if code != 2 || ctx.Err() != nil || !strings.Contains(errOut.String(), "is 9 bytes") {
+		t.Fatalf("replay with a key of 9 bytes: exit %d (%v)\n%s\n%s; want 2 at once, naming its length", code, ctx.Err(), out.String(), errOut.String())
+	}
 }

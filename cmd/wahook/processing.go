@@ -498,12 +498,12 @@ func setupStage1(ctx context.Context, log *zap.Logger, nc *nats.Conn, o *process
 		return nil, err
 	}
 	// The phone hash key against the database's, once NATS (its lease)
-	// answers: a key of another ends the process; a wait for the lease or
-	// a failed question is tried again.
+	// answers: a key of another, or one too short to record, ends the
+	// process; a wait for the lease or a failed question is tried again.
 	err = untilDone(ctx, func(kctx context.Context) error {
 		return checkHashKey(kctx, conn, db, key, keyFrom, o.hashKeyChange, natsLock(migrationLock(js, replicas, log)), log)
 	}, func(err error, wait time.Duration) bool {
-		if errors.Is(err, errOtherHashKey) || errors.As(err, new(natsError)) && !natsAway(ctx, nc, js, err) {
+		if errors.Is(err, errUsage) || errors.As(err, new(natsError)) && !natsAway(ctx, nc, js, err) {
 			return false
 		}
 		log.Warn("stage 1 waits to check the phone hash key against the database's", zap.Error(err), zap.Duration("retry_in", wait))
