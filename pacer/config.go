@@ -195,30 +195,34 @@ func (c Config) withDefaults() (Config, error) {
 // absolute http(s) URL with a host, or plain http to a host other than
 // loopback without insecure (the API token would cross the network in the
 // clear). A wrong URL found here is one error at New, not a failed report
-// every batch.
+// every batch. Its errors show the URL's scheme and host at most: a token
+// may be in the rest.
 func checkReportURL(u string, insecure bool) error {
 	p, err := url.Parse(u)
 	if err != nil {
-		// Not url.Error's text: it quotes the URL whole, a password in it
-		// too.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return fmt.Errorf("pacer: report URL: %w", err)
+		// Not the parser's text: it quotes the URL, or a part of it (a
+		// password with a slash in it reads as a port).
+		return errors.New("pacer: report URL does not parse (percent-encode the reserved characters of its user information, if any)")
 	}
 	scheme := strings.ToLower(p.Scheme)
-	shown := *p
-	shown.User = nil // a token may be there: never in an error
 	switch {
 	case scheme != "https" && scheme != "http":
-		return fmt.Errorf("pacer: report URL %s: the scheme must be https (or http)", shown.String())
+		return fmt.Errorf("pacer: report URL: the scheme must be https (or http), not %q", scheme)
 	case p.Hostname() == "":
-		return fmt.Errorf("pacer: report URL %s has no host", shown.String())
+		return fmt.Errorf("pacer: report URL (%s) has no host", scheme)
 	case scheme == "http" && !insecure && !loopback(p.Hostname()):
-		return fmt.Errorf("pacer: report URL %s is plain http to another host: the API token would cross the network in the clear; use https, or set ReportInsecureHTTP on a private network", shown.String())
+		return fmt.Errorf("pacer: report URL http://%s is plain http to another host: the API token would cross the network in the clear; use https, or set ReportInsecureHTTP on a private network", p.Host)
 	}
 	return nil
+}
+
+// shownURL is u as errors and logs may show it: its scheme and host.
+func shownURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(the report URL)"
+	}
+	return p.Scheme + "://" + p.Host
 }
 
 // loopback reports whether host is this machine's loopback: localhost or

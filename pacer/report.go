@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,11 +66,12 @@ var (
 )
 
 func newReporter(cfg Config, js jetstream.JetStream) *reporter {
-	// A redirect is not followed: the client would send the API token on
-	// to the same host over plain http too (the check of ReportHTTPURL is
-	// of the URL given), and wahook's send-results never redirects.
-	client := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(req *http.Request, _ []*http.Request) error {
-		return fmt.Errorf("a redirect to %s://%s%s, not followed (the API token would go with it): give the final URL", req.URL.Scheme, req.URL.Host, req.URL.Path)
+	// A redirect is not followed (send answers it): the client would
+	// send the API token on to the same host over plain http too (the
+	// check of ReportHTTPURL is of the URL given), and wahook's
+	// send-results never redirects.
+	client := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse
 	}}
 	return &reporter{cfg: cfg, js: js, http: client,
 		kick: make(chan struct{}, 1), closing: make(chan struct{}), done: make(chan struct{})}
@@ -425,10 +427,19 @@ func (r *reporter) send(ctx context.Context, body []byte) error {
 		}
 		resp, err := r.http.Do(req)
 		if err != nil {
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				// The client's error quotes the URL, a user name or a
+				// query with a token in it too.
+				ue.URL = shownURL(r.cfg.ReportHTTPURL)
+			}
 			return err
 		}
 		answer, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
 		resp.Body.Close()
+		if resp.StatusCode/100 == 3 {
+			return fmt.Errorf("send-results at %s answered %d, a redirect: not followed, since the API token would go with it; give the final URL as ReportHTTPURL", shownURL(r.cfg.ReportHTTPURL), resp.StatusCode)
+		}
 		if resp.StatusCode/100 != 2 {
 			if err := refused(resp.StatusCode, answer); err != nil {
 				return err
