@@ -259,8 +259,9 @@ func newServer(cfg Config, store *Store, reg prometheus.Registerer, log *zap.Log
 		// The request line and headers: 4 KiB by default, which a
 		// campaign filter of Meta's 512 characters passes once
 		// percent-encoded (up to 9 bytes a character; 431 before any
-		// handler).
-		ReadBufferSize: 16 << 10,
+		// handler). Each connection holds this buffer for its life, idle
+		// too: 8 KiB, not more, under --api-max-conns.
+		ReadBufferSize: 8 << 10,
 		// A body past 8 KiB is read by its handler, as it arrives, after
 		// the token is checked (package httpbody): not allocated whole from
 		// its Content-Length before anything else.

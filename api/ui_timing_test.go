@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/wahook/wahook/api"
+	"github.com/wahook/wahook/internal/testutil/browser"
 	"github.com/wahook/wahook/processor/funnel"
 )
 
@@ -34,8 +35,8 @@ func TestDashboardLoadTimes(t *testing.T) {
 		t.Fatalf("WAHOOK_UI_TIMING_STATUS_EVENTS=%q", v)
 	}
 	// Asked for by name: without a browser it fails, before the day of
-	// events is made.
-	bctx := chromium(t, 5*time.Minute, true)
+	// events is made (the browser starts once it is made).
+	browser.Path(t, true)
 	ctx := context.Background()
 	ch, day := generatedDay(t, events)
 	resolver := funnel.New(funnel.DefaultConfig(), ch.Conn, ch.Database, nil, zap.NewNop())
@@ -65,6 +66,7 @@ func TestDashboardLoadTimes(t *testing.T) {
 		<-served
 	}()
 	base := "http://" + ln.Addr().String()
+	bctx := chromium(t, 5*time.Minute, true)
 
 	if err := chromedp.Run(bctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible("#login-form", chromedp.ByQuery),
 		chromedp.SetValue("#login-token", token1, chromedp.ByQuery), chromedp.Click("#login-form button", chromedp.ByQuery),

@@ -59,7 +59,7 @@ type memory struct {
 // two independently seeded hashes: two keys alike by chance, among the
 // memory's 100,000, would take about 10^28 passes to meet. A message's
 // strings are not kept: the pass has them in the state it read (its
-// campaign alone is up to 512 bytes, ~1 KB a message in all).
+// campaign alone is up to 512 characters, ~1 KB a message in all).
 type memKey struct{ a, b uint64 }
 
 // memRow is what the memory keeps of the row a message nets: the row but
