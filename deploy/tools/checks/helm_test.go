@@ -78,7 +78,8 @@ func TestHelmRefusesPlaceholderSecrets(t *testing.T) {
 		t.Errorf("helm template with the default secrets: err %v, want a refusal naming secrets.appSecret:\n%s", err, out)
 	}
 	for _, key := range append(helmSecretKeys, "clickhouseDSN") {
-		for _, v := range []string{"CHANGE-ME-x", `real-secret-0123456789\,CHANGE-ME-x`, `app=CHANGE-ME-x`} {
+		// Each 16 bytes or more, which the phone hash key's schema asks.
+		for _, v := range []string{"CHANGE-ME-xxxxxxxx", `real-secret-0123456789\,CHANGE-ME-x`, `app=CHANGE-ME-xxxxxxxx`} {
 			out, err := template(helmSecrets("--set", "secrets."+key+"="+v)...)
 			if err == nil || !strings.Contains(out, "secrets."+key+" is still a CHANGE-ME placeholder") {
 				t.Errorf("helm template with secrets.%s=%s: err %v, want a refusal naming it:\n%s", key, v, err, out)
@@ -668,6 +669,20 @@ func checkStage2(t *testing.T, p podOwner, c corev1.Container, dump map[string]f
 }
 
 // values.schema.json refuses a misspelt value instead of ignoring it.
+// TestHelmRefusesShortPhoneHashKey: a phone hash key under 16 bytes is
+// refused when the chart renders, naming the value: wahook refuses it as a
+// new database's key, and the pods would only exit 2, again and again.
+func TestHelmRefusesShortPhoneHashKey(t *testing.T) {
+	helm := tool(t, "helm")
+	out, err := run(t, 2*time.Minute, repoRoot, nil, helm, append([]string{"template", "wahook", chartDir()}, helmSecrets("--set", "secrets.phoneHashKey=changeme")...)...)
+	if err == nil || !strings.Contains(out, "phoneHashKey") {
+		t.Fatalf("helm template with a phone hash key of 8 bytes: err %v, want the schema to refuse it:\n%s", err, out)
+	}
+	if _, err := run(t, 2*time.Minute, repoRoot, nil, helm, append([]string{"template", "wahook", chartDir()}, helmSecrets("--set", "secrets.phoneHashKey=0123456789abcdef")...)...); err != nil {
+		t.Fatalf("helm template with a phone hash key of 16 bytes: %v", err)
+	}
+}
+
 func TestHelmRefusesUnknownValue(t *testing.T) {
 	helm := tool(t, "helm")
 	out, err := run(t, 2*time.Minute, repoRoot, nil, helm, append([]string{"template", "wahook", chartDir(), "--set", "ingest.replica=3"}, helmSecrets()...)...)
