@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -353,32 +352,7 @@ func TestPacingSignalsPerTenant(t *testing.T) {
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("stream: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
-	events := make(chan [2]string, 16)
-	go func() {
-		sc := bufio.NewScanner(resp.Body)
-		var ev string
-		for sc.Scan() {
-			line := sc.Text()
-			if e, ok := strings.CutPrefix(line, "event: "); ok {
-				ev = e
-			} else if data, ok := strings.CutPrefix(line, "data: "); ok {
-				events <- [2]string{ev, data}
-			}
-		}
-		close(events)
-	}()
-	next := func(what string) [2]string {
-		select {
-		case e, ok := <-events:
-			if !ok {
-				t.Fatalf("stream ended waiting for %s", what)
-			}
-			return e
-		case <-time.After(5 * time.Second):
-			t.Fatalf("no %s within 5 s", what)
-		}
-		return [2]string{}
-	}
+	next := readEvents(t, resp).next
 	if e := next("hello"); e[0] != "hello" {
 		t.Fatalf("first event %v", e)
 	}

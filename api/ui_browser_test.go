@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/wahook/wahook/api"
@@ -184,6 +185,15 @@ type sse struct {
 	events chan [2]string
 }
 
+// putSignal writes an ok signal of the number id to the pacing bucket.
+func putSignal(ctx context.Context, t *testing.T, kv jetstream.KeyValue, id string) {
+	t.Helper()
+	b, _ := json.Marshal(schema.PacingSignal{Version: schema.PacingVersion, PhoneNumberID: id, UpdatedAt: time.Now().UTC(), TierMPS: 80, Advice: schema.AdviceOK, RecommendedMPS: 40})
+	if _, err := kv.Put(ctx, schema.PacingKey(id), b); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func readEvents(t *testing.T, resp *http.Response) *sse {
 	t.Helper()
 	if resp.StatusCode != http.StatusOK {
@@ -242,12 +252,7 @@ func TestLiveSignalDeleted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	kv := pacingBucket(t)
-	put := func(id string) {
-		b, _ := json.Marshal(schema.PacingSignal{Version: schema.PacingVersion, PhoneNumberID: id, UpdatedAt: time.Now().UTC(), TierMPS: 80, Advice: schema.AdviceOK, RecommendedMPS: 40})
-		if _, err := kv.Put(ctx, schema.PacingKey(id), b); err != nil {
-			t.Fatal(err)
-		}
-	}
+	put := func(id string) { putSignal(ctx, t, kv, id) }
 	n1, n2, n3 := numbers[0].id, numbers[1].id, numbers[2].id // n1, n2 tenant A's, n3 tenant B's
 	put(n1)
 	put(n2)
@@ -319,12 +324,7 @@ func TestLiveSignalDeletedInBrowser(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	kv := pacingBucket(t)
-	put := func(id string) {
-		b, _ := json.Marshal(schema.PacingSignal{Version: schema.PacingVersion, PhoneNumberID: id, UpdatedAt: time.Now().UTC(), TierMPS: 80, Advice: schema.AdviceOK, RecommendedMPS: 40})
-		if _, err := kv.Put(ctx, schema.PacingKey(id), b); err != nil {
-			t.Fatal(err)
-		}
-	}
+	put := func(id string) { putSignal(ctx, t, kv, id) }
 	kept, gone := numbers[0].id, numbers[1].id
 	put(kept)
 	put(gone)

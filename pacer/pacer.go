@@ -567,7 +567,7 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 			dl, _ := ctx.Deadline()
 			w = &waiter{seq: seq, deadline: dl, tok: tok, at: now.Add(d), moved: make(chan struct{}, 1)}
 			after, turn := place(n, w, now)
-			if !dl.IsZero() && turn.After(dl) {
+			if w.late(turn) {
 				tok.CancelAt(now) // the last turn: all of it back
 				p.mu.Unlock()
 				return tooLate(turn.Sub(now))
@@ -767,7 +767,7 @@ func (p *Pacer) enqueue(n *number, w *waiter, after *list.Element, now time.Time
 		if !now.Before(b.at) {
 			continue // its token has come: it is served
 		}
-		if carrier != w && !carrier.deadline.IsZero() && b.at.After(carrier.deadline) {
+		if carrier != w && carrier.late(b.at) {
 			p.refuse(n, carrier, b.at, now)
 			return
 		}
@@ -775,7 +775,7 @@ func (p *Pacer) enqueue(n *number, w *waiter, after *list.Element, now time.Time
 		carrier.at, b.at = b.at, carrier.at
 		carrier = b
 	}
-	if carrier != w && !carrier.deadline.IsZero() && carrier.at.After(carrier.deadline) {
+	if carrier != w && carrier.late(carrier.at) {
 		p.refuse(n, carrier, carrier.at, now)
 	}
 }
@@ -787,6 +787,14 @@ func (p *Pacer) refuse(n *number, w *waiter, turn, now time.Time) {
 	w.tok.CancelAt(now)
 	n.queue.Remove(w.elem)
 	w.err = tooLate(turn.Sub(now))
+	w.tell()
+}
+
+// late reports whether a turn at t comes after w's deadline.
+func (w *waiter) late(t time.Time) bool { return !w.deadline.IsZero() && t.After(w.deadline) }
+
+// tell wakes w's wait: its turn moved earlier, or it has its answer.
+func (w *waiter) tell() {
 	select {
 	case w.moved <- struct{}{}:
 	default:
@@ -1010,18 +1018,12 @@ func (p *Pacer) newBucket(n *number, r float64) {
 		if now.Before(w.at) {
 			old := w.at
 			w.tok = n.lim.ReserveN(now, 1)
-			d := w.tok.DelayFrom(now)
-			w.at = now.Add(d)
-			if !w.deadline.IsZero() && w.at.After(w.deadline) {
-				w.tok.CancelAt(now) // the last turn: all of it back
-				w.err = tooLate(d)
-				n.queue.Remove(e)
-			}
-			if w.err != nil || w.at.Before(old) {
-				select {
-				case w.moved <- struct{}{}:
-				default:
-				}
+			w.at = now.Add(w.tok.DelayFrom(now))
+			switch {
+			case w.late(w.at):
+				p.refuse(n, w, w.at, now) // the bucket's last turn
+			case w.at.Before(old):
+				w.tell()
 			}
 		}
 		e = next

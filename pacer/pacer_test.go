@@ -1457,6 +1457,20 @@ func TestLeavingWaitMovesTheQueueUp(t *testing.T) {
 	}
 }
 
+// pauseSignal applies a signal of the number id at mps (its tier and
+// rate): ok, or a pause (a maintenance window) of pauseFor from now, whose
+// end it returns.
+func pauseSignal(p *pacer.Pacer, id string, mps int, pauseFor time.Duration) time.Time {
+	s := schema.PacingSignal{PhoneNumberID: id, Advice: schema.AdviceOK, TierMPS: mps, RecommendedMPS: float64(mps), UpdatedAt: time.Now().UTC()}
+	var until time.Time
+	if pauseFor > 0 {
+		until = time.Now().Add(pauseFor).UTC()
+		s.Advice, s.MaintenanceUntil = schema.AdvicePause, &until
+	}
+	p.ApplySignal(s)
+	return until
+}
+
 // TestHoldEmptiesTheQueueOnce: a pause sends every queued Wait away, and
 // none of them moves the others up (each did: a new bucket and a wake-up
 // of every Wait per Wait that left, so work in the square of the queue,
@@ -1466,16 +1480,9 @@ func TestLeavingWaitMovesTheQueueUp(t *testing.T) {
 func TestHoldEmptiesTheQueueOnce(t *testing.T) {
 	const id, queued = "100000000000115", 40
 	p := slowPacer(t, func(c *pacer.Config) { c.MaintenanceMargin = time.Nanosecond })
-	signal := func(pauseFor time.Duration) {
-		// A tier of 1 mps: the pacer's rate during the pause is the tier,
-		// and a new rate would make a new bucket anyway.
-		s := schema.PacingSignal{PhoneNumberID: id, Advice: schema.AdviceOK, TierMPS: 1, RecommendedMPS: 1, UpdatedAt: time.Now().UTC()}
-		if pauseFor > 0 {
-			until := time.Now().Add(pauseFor).UTC()
-			s.Advice, s.MaintenanceUntil = schema.AdvicePause, &until
-		}
-		p.ApplySignal(s)
-	}
+	// A tier of 1 mps: the pacer's rate during the pause is the tier, and
+	// a new rate would make a new bucket anyway.
+	signal := func(pauseFor time.Duration) { pauseSignal(p, id, 1, pauseFor) }
 	signal(0)
 	if err := p.Wait(context.Background(), id, ""); err != nil {
 		t.Fatal(err) // the bucket's one token
@@ -1529,17 +1536,10 @@ func TestHoldEmptiesTheQueueOnce(t *testing.T) {
 func TestPauseKeepsTheOrder(t *testing.T) {
 	const id, before, during = "100000000000116", 12, 4
 	p := slowPacer(t, func(c *pacer.Config) { c.MaintenanceMargin = time.Nanosecond })
-	signal := func(pauseFor time.Duration) {
-		// 5 mps: a bucket one token deep (BurstWindow 100 ms), a turn
-		// every 200 ms (the Waits' returns are far enough apart to be
-		// seen in order on a loaded machine).
-		s := schema.PacingSignal{PhoneNumberID: id, Advice: schema.AdviceOK, TierMPS: 5, RecommendedMPS: 5, UpdatedAt: time.Now().UTC()}
-		if pauseFor > 0 {
-			until := time.Now().Add(pauseFor).UTC()
-			s.Advice, s.MaintenanceUntil = schema.AdvicePause, &until
-		}
-		p.ApplySignal(s)
-	}
+	// 5 mps: a bucket one token deep (BurstWindow 100 ms), a turn every
+	// 200 ms (the Waits' returns are far enough apart to be seen in order
+	// on a loaded machine).
+	signal := func(pauseFor time.Duration) { pauseSignal(p, id, 5, pauseFor) }
 	signal(0)
 	if err := p.Wait(context.Background(), id, ""); err != nil {
 		t.Fatal(err) // the bucket's one token
@@ -1654,9 +1654,7 @@ func TestPauseGivesTheTokensAtHandToTheFirst(t *testing.T) {
 	const id, waits, depth = "100000000000118", 8, 4
 	// 2 mps, a bucket 2 s deep: four tokens, then a turn every 500 ms.
 	p := slowPacer(t, func(c *pacer.Config) { c.MaintenanceMargin, c.BurstWindow = time.Nanosecond, 2*time.Second })
-	until := time.Now().Add(2 * time.Second).UTC()
-	p.ApplySignal(schema.PacingSignal{PhoneNumberID: id, Advice: schema.AdvicePause, TierMPS: 2, RecommendedMPS: 2,
-		MaintenanceUntil: &until, UpdatedAt: time.Now().UTC()})
+	until := pauseSignal(p, id, 2, 2*time.Second)
 	var mu sync.Mutex
 	var order []int
 	var wg sync.WaitGroup

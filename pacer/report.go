@@ -31,6 +31,8 @@ type reporter struct {
 	cfg  Config
 	js   jetstream.JetStream
 	http *http.Client
+	// shownURL is ReportHTTPURL as errors show it: its scheme and host.
+	shownURL string
 
 	mu      sync.Mutex
 	queue   []schema.SendResult
@@ -73,7 +75,7 @@ func newReporter(cfg Config, js jetstream.JetStream) *reporter {
 	client := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error {
 		return http.ErrUseLastResponse
 	}}
-	return &reporter{cfg: cfg, js: js, http: client,
+	return &reporter{cfg: cfg, js: js, http: client, shownURL: shownURL(cfg.ReportHTTPURL),
 		kick: make(chan struct{}, 1), closing: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -431,14 +433,14 @@ func (r *reporter) send(ctx context.Context, body []byte) error {
 			if errors.As(err, &ue) {
 				// The client's error quotes the URL, a user name or a
 				// query with a token in it too.
-				ue.URL = shownURL(r.cfg.ReportHTTPURL)
+				ue.URL = r.shownURL
 			}
 			return err
 		}
 		answer, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
 		resp.Body.Close()
 		if resp.StatusCode/100 == 3 {
-			return fmt.Errorf("send-results at %s answered %d, a redirect: not followed, since the API token would go with it; give the final URL as ReportHTTPURL", shownURL(r.cfg.ReportHTTPURL), resp.StatusCode)
+			return fmt.Errorf("send-results at %s answered %d, a redirect: not followed, since the API token would go with it; give the final URL as ReportHTTPURL", r.shownURL, resp.StatusCode)
 		}
 		if resp.StatusCode/100 != 2 {
 			if err := refused(resp.StatusCode, answer); err != nil {
