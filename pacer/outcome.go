@@ -61,7 +61,11 @@ var requestPrefix = func() string {
 //
 //   - accepted: done;
 //   - throughput (130429, 4, 80007): retry at once through Wait, and the
-//     number's rate is halved until wahook's signal has the error;
+//     number's rate is halved until wahook's signal has the error; after
+//     80007 (the WABA's limit) also the rates of the pacer's other numbers
+//     of the same WABA (the waba_id of their results), and after 4 (the
+//     app's limit) those of all its numbers, each until a signal of its own
+//     has a throughput error at or after this one, or 10 s;
 //   - pair rate (131056): retry that recipient after max(6 s, 4^X s), X the
 //     131056 in a row for the pair before this one; other recipients go on;
 //   - maintenance (131057): the number pauses for a minute (or until the
@@ -96,6 +100,7 @@ func (p *Pacer) Outcome(r Result) Decision {
 	if res.RequestID == "" {
 		res.RequestID = requestPrefix + strconv.FormatUint(requestSeq.Add(1), 36)
 	}
+	p.learnWABA(res.PhoneNumberID, res.WabaID)
 	if res.Status == "" {
 		switch {
 		case res.ErrorCode != 0:
@@ -138,7 +143,7 @@ func (p *Pacer) Outcome(r Result) Decision {
 	switch e.Verdict {
 	case schema.VerdictSlowDown:
 		d.Action = ActionRetry
-		p.throttled(res.PhoneNumberID, now, res.Timestamp.Time)
+		p.throttled(e.Code, res.PhoneNumberID, now, res.Timestamp.Time)
 	case schema.VerdictWaitRecipient:
 		d.Action = ActionRetry
 		d.After = p.pairStrike(res.PhoneNumberID, res.Recipient, now)
@@ -192,12 +197,47 @@ func retryBackoff(attempt int) time.Duration {
 	return time.Duration(float64(back) * (0.8 + 0.4*rand.Float64()))
 }
 
-// throttled halves the number's rate after a 130429 until a signal that has
-// it comes (throttleSeen: stage 2 then slows the number itself) or 10 s.
-func (p *Pacer) throttled(id string, now, errAt time.Time) {
+// The throughput errors whose limit is wider than the number's: Meta's
+// limits on the Graph API calls of a WABA (80007) and of an app (4).
+const (
+	wabaRateLimit = 80007
+	appRateLimit  = 4
+)
+
+// throttled halves the rate of the number id after a throughput error
+// (code) until a signal that has it comes (throttleSeen: stage 2 then slows
+// the number itself) or throttleHold. A WABA's limit (80007) halves those of
+// the pacer's other numbers of the number's WABA too (learnWABA), and an
+// app's (4) those of all its numbers: their sends count
+// against the same limit, and the signals of the others will not have the
+// error, so theirs hold until one of their own has a throughput error at
+// or after this one, or throttleHold.
+func (p *Pacer) throttled(code int32, id string, now, errAt time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := p.number(id)
+	p.throttle(n, now, errAt)
+	switch code {
+	case wabaRateLimit:
+		if n.waba == "" {
+			return
+		}
+		for _, o := range p.numbers {
+			if o != n && o.waba == n.waba {
+				p.throttle(o, now, errAt)
+			}
+		}
+	case appRateLimit:
+		for _, o := range p.numbers {
+			if o != n {
+				p.throttle(o, now, errAt)
+			}
+		}
+	}
+}
+
+// throttle halves n's rate, once a second at most. p.mu is held.
+func (p *Pacer) throttle(n *number, now, errAt time.Time) {
 	cur := float64(n.lim.Limit())
 	if n.throttle > 0 && now.Sub(n.thrSince) < time.Second {
 		return // one halving per second: the errors of one burst come together
@@ -217,6 +257,17 @@ func (p *Pacer) throttled(id string, now, errAt time.Time) {
 			p.refresh(n, time.Now())
 		}
 	})
+}
+
+// learnWABA records the WABA of the number id that its send result names,
+// for the numbers a WABA's limit (80007) slows together.
+func (p *Pacer) learnWABA(id, waba string) {
+	if waba == "" {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.number(id).waba = waba
 }
 
 // outcomeNow is Outcome's clock (a variable for tests).

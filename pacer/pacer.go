@@ -98,7 +98,8 @@ type number struct {
 	used     bool          // Wait or Rate was asked about it: its fallback is logged and counted
 	changed  chan struct{} // closed and replaced when its signal, holds, rate or a cool-down of its recipients changes
 	queue    list.List     // the Waits queued for a token of lim (*waiter), in their order
-	throttle float64       // rate cap after a 130429 reported through Outcome
+	waba     string        // its WABA, from the waba_id of its send results (learnWABA)
+	throttle float64       // rate cap after a throughput error reported through Outcome (throttled)
 	thrUntil time.Time     // until then, or a signal that has the error (throttleSeen)
 	thrSince time.Time
 	thrErrAt time.Time   // the reported 130429's own time (its result's timestamp)

@@ -1016,6 +1016,54 @@ func TestHalvingHoldsPastAnEarlierThrottle(t *testing.T) {
 	}
 }
 
+// TestWideRateLimits: 80007 is the WABA's limit and 4 the app's, so a
+// number that meets one is not the only one sending too fast. Before, only
+// that number was halved, and the others of its WABA or app went on at
+// full rate into the same limit. Now 80007 halves every number of the
+// pacer in the same WABA (known from the waba_id of their results) and 4
+// every number of the pacer; each halving holds until a signal of the
+// number's own has a throughput error at or after the reported one, or
+// throttleHold.
+func TestWideRateLimits(t *testing.T) {
+	const a, b, c, d = "100000000000097", "100000000000098", "100000000000099", "100000000000100"
+	pacer.SetThrottleHold(t, 700*time.Millisecond)
+	p := slowPacer(t, func(c *pacer.Config) { c.FallbackTierMPS = 40 })
+	for id, waba := range map[string]string{a: "waba-1", b: "waba-1", c: "waba-2", d: ""} {
+		p.Outcome(pacer.Result{SendResult: schema.SendResult{PhoneNumberID: id, WabaID: waba, MessageID: "wamid.1"}})
+	}
+	rates := func(what string, want map[string]float64) {
+		t.Helper()
+		for _, id := range []string{a, b, c, d} {
+			if r, _ := p.Rate(id); r != want[id] {
+				t.Errorf("%s: %s at %v mps, want %v", what, id, r, want[id])
+			}
+		}
+	}
+	errAt := time.Now().UTC()
+	// The error's own result does not name the WABA: the number's is known.
+	p.Outcome(pacer.Result{SendResult: schema.SendResult{PhoneNumberID: a, ErrorCode: 80007, Timestamp: schema.Timestamp{Time: errAt}}})
+	rates("after 80007 on the first number of waba-1", map[string]float64{a: 20, b: 20, c: 40, d: 40})
+	// A signal of b's own without a throughput error at or after the
+	// reported one does not end b's halving; one with it does.
+	sig := func(at time.Time) {
+		p.ApplySignal(schema.PacingSignal{PhoneNumberID: b, UpdatedAt: time.Now().UTC(), Advice: schema.AdviceSlowDown, TierMPS: 80,
+			RecommendedMPS: 30, ThrottledAt: &at, RecentErrors: map[schema.ErrorClass]int{schema.ClassThroughput: 1}})
+	}
+	sig(errAt.Add(-30 * time.Second).Truncate(time.Second))
+	if r, _ := p.Rate(b); r != 20 {
+		t.Errorf("a signal with an earlier throughput error ended b's halving: %v mps, want 20", r)
+	}
+	sig(errAt.Truncate(time.Second))
+	if r, _ := p.Rate(b); r != 30 {
+		t.Errorf("b's signal that has a throughput error of its own: %v mps, want its 30", r)
+	}
+	time.Sleep(800 * time.Millisecond) // throttleHold
+	rates("after the hold", map[string]float64{a: 40, b: 30, c: 40, d: 40})
+
+	p.Outcome(pacer.Result{SendResult: schema.SendResult{PhoneNumberID: d, ErrorCode: 4}})
+	rates("after 4 on a number of no known WABA", map[string]float64{a: 20, b: 15, c: 20, d: 20})
+}
+
 // TestPairStrikesAsStage2Counts: a sender that waited out a 131056's
 // cool-down and met 131056 again is the next strike in a row while the
 // cool-down is kept (its end and its wait once more), as stage 2 counts
