@@ -328,7 +328,13 @@ func contains(vs []string, v string) bool {
 }
 
 // WabaNumbers lists the phone number ids that the webhooks place under
-// the WABAs wabas: by their statuses, inbound messages and number events.
+// the WABAs wabas (by their statuses, inbound messages and number events)
+// and not under another WABA since: a number moved to another WABA (Meta's
+// phone number migration) is the new WABA's from its first webhook there,
+// and no longer the old one's, whose tenant would otherwise see its
+// signal and send results for as long as its old rows are kept. A number
+// whose latest webhooks under two WABAs fall in the same second (a minute
+// for statuses) is both WABAs' until a later one says which.
 func (s *Store) WabaNumbers(ctx context.Context, wabas []string) ([]string, error) {
 	if len(wabas) == 0 {
 		return nil, nil
@@ -342,19 +348,46 @@ func (s *Store) WabaNumbers(ctx context.Context, wabas []string) ([]string, erro
 		parts = append(parts, fmt.Sprintf("SELECT DISTINCT phone_number_id FROM %s WHERE %s", s.table(t), w.sql()))
 		args = append(args, w.args...)
 	}
-	rows, err := s.conn.Query(ctx, "SELECT DISTINCT phone_number_id FROM ("+strings.Join(parts, " UNION ALL ")+")", args...)
+	seen, err := s.stringColumn(ctx, "SELECT DISTINCT phone_number_id FROM ("+strings.Join(parts, " UNION ALL ")+")", args...)
+	if err != nil || len(seen) == 0 {
+		return nil, err
+	}
+	// Of those, the numbers whose latest webhook under any WABA is one
+	// under wabas.
+	var n where
+	n.in("phone_number_id", seen)
+	n.add("waba_id != ''")
+	parts, args = parts[:0], args[:0]
+	for _, t := range []struct{ table, at string }{
+		{"status_counts_by_minute", "minute"}, {"inbound_messages", "event_time"}, {"management_events", "event_time"},
+	} {
+		parts = append(parts, fmt.Sprintf("SELECT phone_number_id, waba_id, max(%s) AS at FROM %s WHERE %s GROUP BY phone_number_id, waba_id",
+			t.at, s.table(t.table), n.sql()))
+		args = append(args, n.args...)
+	}
+	var mine where
+	mine.in("waba_id", wabas)
+	args = append(args, mine.args...)
+	out, err := s.stringColumn(ctx, "SELECT phone_number_id FROM ("+strings.Join(parts, " UNION ALL ")+
+		") GROUP BY phone_number_id HAVING max(at) = maxIf(at, "+mine.sql()+")", args...)
+	sort.Strings(out)
+	return out, err
+}
+
+// stringColumn answers a query of one string column.
+func (s *Store) stringColumn(ctx context.Context, query string, args ...any) ([]string, error) {
+	rows, err := s.conn.Query(ctx, query, args...)
 	if err != nil {
 		return nil, queryError(ctx, err)
 	}
 	defer rows.Close()
 	var out []string
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
+		var v string
+		if err := rows.Scan(&v); err != nil {
 			return nil, queryError(ctx, err)
 		}
-		out = append(out, id)
+		out = append(out, v)
 	}
-	sort.Strings(out)
 	return out, queryError(ctx, rows.Err())
 }

@@ -30,7 +30,10 @@ import (
 
 	"github.com/wahook/wahook/api"
 	"github.com/wahook/wahook/internal/testutil"
+	"github.com/wahook/wahook/processor"
+	"github.com/wahook/wahook/processor/chwriter"
 	"github.com/wahook/wahook/schema"
+	"github.com/wahook/wahook/schema/migrations"
 	"github.com/wahook/wahook/schema/schematest"
 )
 
@@ -654,5 +657,88 @@ func TestTenantNumbersReadOnceAtATime(t *testing.T) {
 	// one a request.
 	if n := conn.numberReads.Load(); n < 1 || n > 4 {
 		t.Errorf("%d reads of the tenant's numbers for %d requests at once, want 1 (a few at most)", n, len(codes))
+	}
+}
+
+// TestNumberMovedToAnotherWABA: a number that Meta's phone number
+// migration moves to another tenant's WABA is the new tenant's from its
+// first webhook there. Before, it stayed the old tenant's as well for as
+// long as its old rows were kept (90 days), and the old tenant saw its
+// live signal, the new owner's. A number whose latest webhooks under both
+// WABAs fall in the same minute is both tenants' until a later one comes.
+func TestNumberMovedToAnotherWABA(t *testing.T) {
+	ctx := context.Background()
+	ch := schematest.ClickHouse(t)
+	if _, err := migrations.Apply(ctx, ch.Conn, ch.Database); err != nil {
+		t.Fatal(err)
+	}
+	moved := number{"106540352240011", "15550000011", "waba-1"}
+	stays := number{"106540352240012", "15550000012", "waba-1"}
+	tied := number{"106540352240013", "15550000013", "waba-1"}
+	at := time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC) // on a minute: a status's minute equals it
+	under := func(n number, waba string) number { n.waba = waba; return n }
+	status := func(n number, id string, when time.Time) []byte {
+		return messagesBody(n, fmt.Sprintf(`"statuses":[{"id":%q,"status":"sent","timestamp":"%d","recipient_id":"15551230000"}]`, id, when.Unix()))
+	}
+	inbound := func(n number, id string, when time.Time) []byte {
+		return messagesBody(n, fmt.Sprintf(`"contacts":[{"wa_id":"15551230001"}],"messages":[{"from":"15551230001","id":%q,"timestamp":"%d","type":"text","text":{"body":"hi"}}]`, id, when.Unix()))
+	}
+	bodies := [][]byte{
+		status(moved, "wamid.m1", at),
+		inbound(under(moved, "waba-2"), "wamid.m2", at.Add(time.Hour)),
+		status(stays, "wamid.s1", at.Add(2*time.Hour)),
+		inbound(tied, "wamid.t1", at),
+		status(under(tied, "waba-2"), "wamid.t2", at.Add(30*time.Second)),
+	}
+	norm := processor.NewNormalizer(schema.NewHasher([]byte("test-key-0123456789")))
+	var rows schema.Rows
+	for i, b := range bodies {
+		norm.Normalize(b, schema.Source{App: "default", ReceivedAt: at.Add(3 * time.Hour), RawSeq: uint64(i + 1)}, schema.RawMsgID(b), &rows)
+	}
+	if len(rows.DeadLetters) > 0 {
+		t.Fatalf("dead letters: %+v", rows.DeadLetters)
+	}
+	if err := chwriter.New(ch.Conn, ch.Database).Write(ctx, &rows); err != nil {
+		t.Fatal(err)
+	}
+	store := api.NewStore(ch.Conn, ch.Database, api.DefaultTiers())
+	for waba, want := range map[string][]string{
+		"waba-1": {stays.id, tied.id},
+		"waba-2": {moved.id, tied.id},
+	} {
+		got, err := store.WabaNumbers(ctx, []string{waba})
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("%s's numbers: %v, %v; want %v", waba, got, err, want)
+		}
+	}
+	if got, err := store.WabaNumbers(ctx, []string{"waba-1", "waba-2"}); err != nil || len(got) != 3 {
+		t.Errorf("both WABAs' numbers: %v, %v; want all three", got, err)
+	}
+
+	// Through the API: the moved number's signal is the new tenant's only.
+	kv := pacingBucket(t)
+	for _, n := range []number{moved, stays} {
+		b, _ := json.Marshal(schema.PacingSignal{Version: schema.PacingVersion, PhoneNumberID: n.id, UpdatedAt: time.Now().UTC(), TierMPS: 80, Advice: schema.AdviceOK, RecommendedMPS: 80})
+		if _, err := kv.Put(ctx, schema.PacingKey(n.id), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := tenantConfig()
+	cfg.Pacing = kv
+	s, err := api.New(cfg, store, nil, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for token, want := range map[string]string{tokenA: stays.id, tokenB: moved.id} {
+		var sigs api.Signals
+		if code, b := getAs(t, s, "/api/v1/pacing", token, &sigs); code != 200 || len(sigs.Signals) != 1 || sigs.Signals[0].PhoneNumberID != want {
+			t.Errorf("signals of the tenant that should see %s: %d %s", want, code, b)
+		}
+	}
+	if code, b := getAs(t, s, "/api/v1/throughput?phone_number_id="+moved.id+"&"+rangeParams(""), tokenA, nil); code != http.StatusNotFound {
+		t.Errorf("the old tenant asked for the moved number: %d %s", code, b)
+	}
+	if code, b := getAs(t, s, "/api/v1/throughput?phone_number_id="+moved.id+"&"+rangeParams(""), tokenB, nil); code != http.StatusOK {
+		t.Errorf("the new tenant asked for the moved number: %d %s", code, b)
 	}
 }
