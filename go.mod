@@ -18,6 +18,7 @@ require (
 	github.com/valyala/fasthttp v1.51.0
 	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.28.0
+	go.uber.org/zap/exp v0.3.0
 	golang.org/x/sync v0.24.0
 	golang.org/x/time v0.16.0
 )

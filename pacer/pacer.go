@@ -315,18 +315,18 @@ func (p *Pacer) Close(ctx context.Context) error {
 
 // Stats are the pacer's counters.
 type Stats struct {
-	Signals         int64 // signal values applied
-	Cooldowns       int64 // wahook cool-downs applied
-	FallbackEntered int64 // times a number fell back to the conservative rate (no or stale signal)
-	FallbackNumbers int   // numbers sent from (Wait, Rate) on the fallback rate now
-	Stops           int64 // Wait answers of ErrStopped
-	Pauses          int64 // Waits that waited for a pause (once each)
-	Reported        int64 // results reported to wahook and acknowledged
-	ReportDropped   int64 // results dropped: queue full, wahook unreachable at Close, or refused by wahook
-	ReportFailures  int64 // reports that failed (and were tried again)
-	ReportInvalid   int64 // results not reported: wahook would refuse them (schema.SendResult.Check)
-	Unanswered      int64 // results with neither a status, a message_id nor an error_code: not reported, retried
-	ReportHeld      int64 // results wahook refuses for now, held to be tried again (now)
+	Signals         int64 `json:"signals"`          // signal values applied
+	Cooldowns       int64 `json:"cooldowns"`        // wahook cool-downs applied
+	FallbackEntered int64 `json:"fallback_entered"` // times a number fell back to the conservative rate (no or stale signal)
+	FallbackNumbers int   `json:"fallback_numbers"` // numbers sent from (Wait, Rate) on the fallback rate now
+	Stops           int64 `json:"stops"`            // Wait answers of ErrStopped
+	Pauses          int64 `json:"pauses"`           // Waits that waited for a pause (once each)
+	Reported        int64 `json:"reported"`         // results reported to wahook and acknowledged
+	ReportDropped   int64 `json:"report_dropped"`   // results dropped: queue full, wahook unreachable at Close, or refused by wahook
+	ReportFailures  int64 `json:"report_failures"`  // reports that failed (and were tried again)
+	ReportInvalid   int64 `json:"report_invalid"`   // results not reported: wahook would refuse them (schema.SendResult.Check)
+	Unanswered      int64 `json:"unanswered"`       // results with neither a status, a message_id nor an error_code: not reported, retried
+	ReportHeld      int64 `json:"report_held"`      // results wahook refuses for now, held to be tried again (now)
 }
 
 // Stats returns the counters.

@@ -27,6 +27,7 @@ func commands() map[string]command {
 		"sizing":   {"webhook rates, JetStream and ClickHouse storage, and instances for a sending volume", runSizing},
 		"api":      {"run the query API alone against ClickHouse", runAPI},
 		"report":   {"answer a report (errors, funnel, throughput, numbers, dead-letters, error-codes) from ClickHouse, as the API does", runReport},
+		"pace":     {"serve the pacer over HTTP (wait before a send, outcome after it) for sending services in any language, against the NATS of a running wahook", runPace},
 		"simulate": {"serve a Meta Cloud API simulator on loopback that answers sends as Meta does and posts signed webhooks (a test harness)", runSimulate},
 	}
 }

@@ -29,7 +29,7 @@ var serviceCommands = []string{"serve", "ingest", "process", "api", "migrate"}
 var flagHelpArgs = [][]string{
 	{"serve"}, {"ingest"}, {"process"}, {"api"}, {"migrate"}, {"replay"},
 	{"report"}, {"report", "errors"}, {"loadtest"}, {"loadtest", "campaign"},
-	{"sizing"}, {"simulate"},
+	{"sizing"}, {"simulate"}, {"pace"},
 }
 
 // helpFlag is one flag as a subcommand's --help shows it.

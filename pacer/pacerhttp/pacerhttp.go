@@ -1,0 +1,276 @@
+// Package pacerhttp serves a pacer.Pacer over HTTP with JSON bodies, so
+// that sending services written in any language get the same pacing as a
+// Go service that links the pacer: each sender asks POST /v1/wait before a
+// send and tells POST /v1/outcome its result after it. `wahook pace` runs
+// it as a sidecar beside the sending service; docs/pacer.md describes the
+// routes.
+//
+// It uses net/http rather than Fiber: a Wait is held for as long as the
+// number's pace asks, and net/http ends the request's context when its
+// client goes away, so that the turn of a sender that gave up goes to the
+// next one instead of being kept for a send that never comes.
+package pacerhttp
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/wahook/wahook/pacer"
+	"github.com/wahook/wahook/schema"
+	"github.com/wahook/wahook/schema/meta"
+)
+
+// Config configures the handler.
+type Config struct {
+	// Token, when set, is asked of every route but /healthz as
+	// "Authorization: Bearer <token>".
+	Token string
+	// DefaultWait is how long a wait lasts when the request gives no
+	// timeout_ms (30 s); MaxWait the longest one may ask for (5 min).
+	DefaultWait time.Duration
+	MaxWait     time.Duration
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{DefaultWait: 30 * time.Second, MaxWait: 5 * time.Minute}
+}
+
+// maxBody is the largest request body read: a send result is well under it.
+const maxBody = 64 << 10
+
+// WaitRequest is the body of POST /v1/wait.
+type WaitRequest struct {
+	PhoneNumberID string `json:"phone_number_id"`
+	Recipient     string `json:"recipient,omitempty"`
+	TimeoutMS     int64  `json:"timeout_ms,omitempty"`
+}
+
+// The results of a wait.
+const (
+	WaitSend     = "send"     // send now
+	WaitStopped  = "stopped"  // the number is stopped until Until (Reason): do not send from it
+	WaitCooldown = "cooldown" // the recipient is in a cool-down until Until (with --cooldown-no-wait): send to others meanwhile
+	WaitTimeout  = "timeout"  // timeout_ms passed before the turn came: nothing was taken, ask again
+)
+
+// WaitResponse is the answer of POST /v1/wait.
+type WaitResponse struct {
+	Result string     `json:"result"`
+	Until  *time.Time `json:"until,omitempty"`
+	Reason string     `json:"reason,omitempty"`
+	// Local is true for a cool-down of the pacer's own pair rule, false
+	// for one wahook wrote after a 131056.
+	Local bool `json:"local,omitempty"`
+}
+
+// OutcomeRequest is the body of POST /v1/outcome: a send result as
+// wahook's POST /api/v1/send-results takes it, and which send of the
+// message it was.
+type OutcomeRequest struct {
+	schema.SendResult
+	Attempt int `json:"attempt,omitempty"`
+}
+
+// OutcomeResponse is the answer of POST /v1/outcome: what to do with the
+// message (pacer.Decision).
+type OutcomeResponse struct {
+	Action  pacer.Action      `json:"action"`
+	Retry   bool              `json:"retry"`
+	AfterMS int64             `json:"after_ms"`
+	Code    int32             `json:"code,omitempty"`
+	Class   schema.ErrorClass `json:"class,omitempty"`
+	Verdict schema.Verdict    `json:"verdict,omitempty"`
+	Reason  string            `json:"reason,omitempty"`
+}
+
+// RateResponse is the answer of GET /v1/rate.
+type RateResponse struct {
+	PhoneNumberID string               `json:"phone_number_id"`
+	MPS           float64              `json:"mps"`
+	Fallback      bool                 `json:"fallback"`
+	Signal        *schema.PacingSignal `json:"signal,omitempty"`
+}
+
+// Error is the body of every answer but 200.
+type Error struct {
+	Error string `json:"error"`
+	Field string `json:"field,omitempty"`
+}
+
+type handler struct {
+	p   *pacer.Pacer
+	cfg Config
+	mux *http.ServeMux
+}
+
+// New returns the handler of p's routes.
+func New(p *pacer.Pacer, cfg Config) http.Handler {
+	def := DefaultConfig()
+	if cfg.DefaultWait <= 0 {
+		cfg.DefaultWait = def.DefaultWait
+	}
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = def.MaxWait
+	}
+	cfg.DefaultWait = min(cfg.DefaultWait, cfg.MaxWait)
+	h := &handler{p: p, cfg: cfg, mux: http.NewServeMux()}
+	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	h.mux.HandleFunc("POST /v1/wait", h.auth(h.wait))
+	h.mux.HandleFunc("POST /v1/outcome", h.auth(h.outcome))
+	h.mux.HandleFunc("GET /v1/rate", h.auth(h.rate))
+	h.mux.HandleFunc("GET /v1/stats", h.auth(func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, p.Stats()) }))
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusNotFound, Error{Error: "no such route: POST /v1/wait, POST /v1/outcome, GET /v1/rate, GET /v1/stats, GET /healthz"})
+	})
+	return h.mux
+}
+
+func (h *handler) auth(next http.HandlerFunc) http.HandlerFunc {
+	if h.cfg.Token == "" {
+		return next
+	}
+	want := []byte("Bearer " + h.cfg.Token)
+	return func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			writeJSON(w, http.StatusUnauthorized, Error{Error: "a valid token is required: Authorization: Bearer <token>"})
+			return
+		}
+		next(w, r)
+	}
+}
+
+func (h *handler) wait(w http.ResponseWriter, r *http.Request) {
+	var req WaitRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if !meta.ValidNumberID(req.PhoneNumberID) {
+		writeJSON(w, http.StatusBadRequest, Error{Error: "required: a phone number id, 1 to 32 digits", Field: "phone_number_id"})
+		return
+	}
+	if len(req.Recipient) > 256 {
+		writeJSON(w, http.StatusBadRequest, Error{Error: "longer than 256 bytes", Field: "recipient"})
+		return
+	}
+	timeout := h.cfg.DefaultWait
+	switch {
+	case req.TimeoutMS < 0:
+		writeJSON(w, http.StatusBadRequest, Error{Error: "must not be negative", Field: "timeout_ms"})
+		return
+	case req.TimeoutMS > h.cfg.MaxWait.Milliseconds():
+		writeJSON(w, http.StatusBadRequest, Error{Error: fmt.Sprintf("at most %d (%v)", h.cfg.MaxWait.Milliseconds(), h.cfg.MaxWait), Field: "timeout_ms"})
+		return
+	case req.TimeoutMS > 0:
+		timeout = time.Duration(req.TimeoutMS) * time.Millisecond
+	}
+	// The request's context ends when the client goes away: the pacer then
+	// gives its turn to the next.
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	err := h.p.Wait(ctx, req.PhoneNumberID, req.Recipient)
+	var stop *pacer.StopError
+	var cool *pacer.CooldownError
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, WaitResponse{Result: WaitSend})
+	case errors.As(err, &stop):
+		until := stop.Until.UTC()
+		writeJSON(w, http.StatusOK, WaitResponse{Result: WaitStopped, Until: &until, Reason: stop.Reason})
+	case errors.As(err, &cool):
+		until := cool.Until.UTC()
+		writeJSON(w, http.StatusOK, WaitResponse{Result: WaitCooldown, Until: &until, Local: cool.Local})
+	case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
+		writeJSON(w, http.StatusOK, WaitResponse{Result: WaitTimeout})
+	case errors.Is(err, pacer.ErrClosed):
+		writeJSON(w, http.StatusServiceUnavailable, Error{Error: "the pacer is shutting down"})
+	default:
+		// The client went away: no one reads the answer.
+		writeJSON(w, http.StatusServiceUnavailable, Error{Error: err.Error()})
+	}
+}
+
+func (h *handler) outcome(w http.ResponseWriter, r *http.Request) {
+	var req OutcomeRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if !meta.ValidNumberID(req.PhoneNumberID) {
+		writeJSON(w, http.StatusBadRequest, Error{Error: "required: a phone number id, 1 to 32 digits", Field: "phone_number_id"})
+		return
+	}
+	if req.Attempt < 0 {
+		writeJSON(w, http.StatusBadRequest, Error{Error: "must not be negative", Field: "attempt"})
+		return
+	}
+	d := h.p.Outcome(pacer.Result{SendResult: req.SendResult, Attempt: req.Attempt})
+	writeJSON(w, http.StatusOK, OutcomeResponse{
+		Action: d.Action, Retry: d.Retry, AfterMS: d.After.Milliseconds(),
+		Code: d.Code, Class: d.Class, Verdict: d.Verdict, Reason: d.Reason,
+	})
+}
+
+func (h *handler) rate(w http.ResponseWriter, r *http.Request) {
+	id := r.URL.Query().Get("phone_number_id")
+	if !meta.ValidNumberID(id) {
+		writeJSON(w, http.StatusBadRequest, Error{Error: "required: a phone number id, 1 to 32 digits", Field: "phone_number_id"})
+		return
+	}
+	mps, fallback := h.p.Rate(id)
+	out := RateResponse{PhoneNumberID: id, MPS: mps, Fallback: fallback}
+	if s, ok := h.p.Signal(id); ok {
+		out.Signal = &s
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// decode reads a JSON body into v, answering 400 (or 413, 415) when it
+// cannot: a field the route does not know is refused by name, so that a
+// misspelt one is not taken as absent.
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
+		writeJSON(w, http.StatusUnsupportedMediaType, Error{Error: "the body must be JSON (Content-Type: application/json)"})
+		return false
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("more than one JSON value")
+	}
+	if err == nil {
+		return true
+	}
+	var tooLarge *http.MaxBytesError
+	var field *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &tooLarge):
+		writeJSON(w, http.StatusRequestEntityTooLarge, Error{Error: fmt.Sprintf("the body is larger than %d bytes", maxBody)})
+	case errors.As(err, &field):
+		// The embedded send result's fields are the body's own.
+		writeJSON(w, http.StatusBadRequest, Error{Error: "wrong type: " + field.Type.String() + " expected", Field: strings.TrimPrefix(field.Field, "SendResult.")})
+	case errors.Is(err, io.EOF):
+		writeJSON(w, http.StatusBadRequest, Error{Error: "the body is empty: a JSON object is expected"})
+	default:
+		writeJSON(w, http.StatusBadRequest, Error{Error: "the body is not a valid request: " + err.Error()})
+	}
+	return false
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

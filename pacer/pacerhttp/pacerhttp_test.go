@@ -1,0 +1,208 @@
+package pacerhttp_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wahook/wahook/pacer"
+	"github.com/wahook/wahook/pacer/pacerhttp"
+)
+
+const number = "100000000000201"
+
+// server serves a pacer without NATS (no signal: every number at its
+// fallback rate, here 1 message per second with a depth of one).
+func server(t *testing.T, token string, edit func(*pacer.Config)) *httptest.Server {
+	t.Helper()
+	cfg := pacer.DefaultConfig()
+	cfg.NoReport = true
+	cfg.FallbackTierMPS, cfg.FallbackShare = 1, 1
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	if edit != nil {
+		edit(&cfg)
+	}
+	p, err := pacer.New(context.Background(), nil, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hcfg := pacerhttp.DefaultConfig()
+	hcfg.Token = token
+	hcfg.MaxWait = time.Minute
+	s := httptest.NewServer(pacerhttp.New(p, hcfg))
+	t.Cleanup(func() {
+		s.Close()
+		_ = p.Close(context.Background())
+	})
+	return s
+}
+
+func call(t *testing.T, ctx context.Context, s *httptest.Server, method, path, token, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, method, s.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := s.Client().Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestRefusals: every wrong request is refused with its status and, where
+// a field is wrong, the field's name; nothing is taken from the pacer.
+func TestRefusals(t *testing.T) {
+	s := server(t, "", nil)
+	ctx := context.Background()
+	for _, c := range []struct {
+		method, path, ctype, body string
+		status                    int
+		want                      string
+	}{
+		{"POST", "/v1/wait", "application/json", "", 400, "the body is empty"},
+		{"POST", "/v1/wait", "application/json", `{}`, 400, `"field":"phone_number_id"`},
+		{"POST", "/v1/wait", "application/json", `{"phone_number_id":"12ab"}`, 400, `"field":"phone_number_id"`},
+		{"POST", "/v1/wait", "application/json", `{"phone_number_id":1}`, 400, `"field":"phone_number_id"`},
+		{"POST", "/v1/wait", "application/json", `{"phone_number":"` + number + `"}`, 400, `unknown field \"phone_number\"`},
+		{"POST", "/v1/wait", "application/json", `{"phone_number_id":"` + number + `","timeout_ms":-1}`, 400, `"field":"timeout_ms"`},
+		{"POST", "/v1/wait", "application/json", `{"phone_number_id":"` + number + `","timeout_ms":60001}`, 400, `"field":"timeout_ms"`},
+		{"POST", "/v1/wait", "application/json", `{"phone_number_id":"` + number + `","recipient":"` + strings.Repeat("1", 257) + `"}`, 400, `"field":"recipient"`},
+		{"POST", "/v1/wait", "application/json", `{"phone_number_id":"` + number + `"} {}`, 400, "more than one JSON value"},
+		{"POST", "/v1/wait", "text/plain", `{"phone_number_id":"` + number + `"}`, 415, "must be JSON"},
+		{"POST", "/v1/wait", "application/json", `{"recipient":"` + strings.Repeat("1", 70<<10) + `"}`, 413, "larger than"},
+		{"POST", "/v1/outcome", "application/json", `{"phone_number_id":"` + number + `","attempt":-1}`, 400, `"field":"attempt"`},
+		{"POST", "/v1/outcome", "application/json", `{"phone_number_id":"` + number + `","error_code":"x"}`, 400, `"field":"error_code"`},
+		{"GET", "/v1/rate", "", "", 400, `"field":"phone_number_id"`},
+		{"GET", "/v1/nothing", "", "", 404, "no such route"},
+		{"GET", "/v1/wait", "", "", 404, "POST /v1/wait"},
+	} {
+		req, _ := http.NewRequestWithContext(ctx, c.method, s.URL+c.path, strings.NewReader(c.body))
+		if c.ctype != "" {
+			req.Header.Set("Content-Type", c.ctype)
+		}
+		resp, err := s.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status || !strings.Contains(string(b), c.want) {
+			t.Errorf("%s %s %.80s: %d %s; want %d with %s", c.method, c.path, c.body, resp.StatusCode, b, c.status, c.want)
+		}
+	}
+	// None of them took the number's one token.
+	if code, body := call(t, ctx, s, "POST", "/v1/wait", "", `{"phone_number_id":"`+number+`","timeout_ms":100}`); code != 200 || !strings.Contains(body, `"result":"send"`) {
+		t.Errorf("the first valid wait: %d %s", code, body)
+	}
+}
+
+// TestToken: with a token, every route but /healthz asks for it.
+func TestToken(t *testing.T) {
+	const token = "pace-token-0123456789"
+	s := server(t, token, nil)
+	ctx := context.Background()
+	for _, tok := range []string{"", "wrong-token-0123456789"} {
+		if code, body := call(t, ctx, s, "GET", "/v1/rate?phone_number_id="+number, tok, ""); code != http.StatusUnauthorized {
+			t.Errorf("token %q: %d %s", tok, code, body)
+		}
+	}
+	if code, body := call(t, ctx, s, "GET", "/v1/rate?phone_number_id="+number, token, ""); code != 200 || !strings.Contains(body, `"fallback":true`) {
+		t.Errorf("with the token: %d %s", code, body)
+	}
+	if code, body := call(t, ctx, s, "GET", "/v1/stats", token, ""); code != 200 || !strings.Contains(body, `"fallback_numbers":1`) {
+		t.Errorf("stats: %d %s", code, body)
+	}
+	if code, _ := call(t, ctx, s, "GET", "/healthz", "", ""); code != 200 {
+		t.Errorf("healthz without a token: %d", code)
+	}
+}
+
+// TestWaitPaces: waits go at the number's rate; one whose timeout_ms
+// passes first is answered timeout, and one whose client goes away gives
+// its turn to the next instead of keeping it.
+func TestWaitPaces(t *testing.T) {
+	// A turn every 4 s: a quarter of the fallback's 1 mps.
+	s := server(t, "", func(c *pacer.Config) { c.Share = 0.25 })
+	ctx := context.Background()
+	wait := func(ctx context.Context, timeoutMS int) (int, string) {
+		return call(t, ctx, s, "POST", "/v1/wait", "", `{"phone_number_id":"`+number+`","recipient":"15551230001","timeout_ms":`+itoa(timeoutMS)+`}`)
+	}
+	if code, body := wait(ctx, 100); code != 200 || !strings.Contains(body, `"result":"send"`) {
+		t.Fatalf("the first wait: %d %s", code, body)
+	}
+	first := time.Now()
+	if code, body := wait(ctx, 200); code != 200 || !strings.Contains(body, `"result":"timeout"`) {
+		t.Fatalf("a wait of 200 ms: %d %s", code, body)
+	}
+	// A client that gives up before its turn (4 s after the first send):
+	// the next takes that turn, not the one after it (8 s).
+	gone, cancel := context.WithCancel(ctx)
+	left := make(chan struct{})
+	go func() {
+		defer close(left)
+		wait(gone, 30_000)
+	}()
+	time.Sleep(200 * time.Millisecond) // it is queued
+	cancel()
+	<-left
+	code, body := wait(ctx, 30_000)
+	if took := time.Since(first); code != 200 || !strings.Contains(body, `"result":"send"`) || took > 6*time.Second {
+		t.Fatalf("the wait after the one that left: %d %s %v after the first send; want send at the turn of the one that left (4 s), not the next (8 s)", code, body, took)
+	}
+}
+
+// TestOutcomeAndHolds: the decision after a send, and the waits that a
+// stop or a recipient's cool-down answers at once.
+func TestOutcomeAndHolds(t *testing.T) {
+	s := server(t, "", func(c *pacer.Config) { c.CooldownNoWait = true; c.FallbackTierMPS = 80 })
+	ctx := context.Background()
+	outcome := func(body string) pacerhttp.OutcomeResponse {
+		t.Helper()
+		code, b := call(t, ctx, s, "POST", "/v1/outcome", "", body)
+		var d pacerhttp.OutcomeResponse
+		if code != 200 || json.Unmarshal([]byte(b), &d) != nil {
+			t.Fatalf("outcome %s: %d %s", body, code, b)
+		}
+		return d
+	}
+	if d := outcome(`{"phone_number_id":"` + number + `","status":"accepted","message_id":"wamid.1"}`); d.Action != pacer.ActionDone || d.Retry {
+		t.Errorf("accepted: %+v", d)
+	}
+	d := outcome(`{"phone_number_id":"` + number + `","error_code":131056,"recipient":"15551230002","attempt":1}`)
+	if d.Action != pacer.ActionRetry || !d.Retry || d.AfterMS < 5900 || d.Verdict != "wait_recipient" {
+		t.Errorf("131056: %+v", d)
+	}
+	code, body := call(t, ctx, s, "POST", "/v1/wait", "", `{"phone_number_id":"`+number+`","recipient":"15551230002"}`)
+	var w pacerhttp.WaitResponse
+	if code != 200 || json.Unmarshal([]byte(body), &w) != nil || w.Result != pacerhttp.WaitCooldown || w.Until == nil || time.Until(*w.Until) < 4*time.Second {
+		t.Errorf("a wait for the recipient in a cool-down: %d %s", code, body)
+	}
+	if code, body := call(t, ctx, s, "POST", "/v1/wait", "", `{"phone_number_id":"`+number+`","recipient":"15551230003"}`); code != 200 || !strings.Contains(body, `"result":"send"`) {
+		t.Errorf("another recipient: %d %s", code, body)
+	}
+	if d := outcome(`{"phone_number_id":"` + number + `","error_code":131048,"timestamp":"2026-12-07T10:00:00Z"}`); d.Action != pacer.ActionStopNumber || d.Class != "quality" || d.Code != 131048 {
+		t.Errorf("131048: %+v", d)
+	}
+	code, body = call(t, ctx, s, "POST", "/v1/wait", "", `{"phone_number_id":"`+number+`"}`)
+	w = pacerhttp.WaitResponse{}
+	if code != 200 || json.Unmarshal([]byte(body), &w) != nil || w.Result != pacerhttp.WaitStopped || w.Until == nil || !strings.Contains(w.Reason, "131048") {
+		t.Errorf("a wait on the stopped number: %d %s", code, body)
+	}
+}
+
+func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
