@@ -332,41 +332,38 @@ func contains(vs []string, v string) bool {
 // and not under another WABA since: a number moved to another WABA (Meta's
 // phone number migration) is the new WABA's from its first webhook there,
 // and no longer the old one's, whose tenant would otherwise see its
-// signal and send results for as long as its old rows are kept. A number
-// whose latest webhooks under two WABAs fall in the same second (a minute
-// for statuses) is both WABAs' until a later one says which.
+// signal and send results for as long as its old rows are kept. Times are
+// compared by the minute (statuses are counted by the minute): a number
+// whose latest webhooks under two WABAs fall in the same minute is both
+// WABAs' until a later one says which.
 func (s *Store) WabaNumbers(ctx context.Context, wabas []string) ([]string, error) {
 	if len(wabas) == 0 {
 		return nil, nil
 	}
-	var w where
-	w.in("waba_id", wabas)
-	w.add("phone_number_id != ''")
-	var parts []string
-	var args []any
-	for _, t := range []string{"status_counts_by_minute", "inbound_messages", "management_events"} {
-		parts = append(parts, fmt.Sprintf("SELECT DISTINCT phone_number_id FROM %s WHERE %s", s.table(t), w.sql()))
-		args = append(args, w.args...)
+	var mine where
+	mine.in("waba_id", wabas)
+	tables := []struct{ table, at string }{
+		{"status_counts_by_minute", "minute"},
+		{"inbound_messages", "toStartOfMinute(event_time)"},
+		{"management_events", "toStartOfMinute(event_time)"},
 	}
-	seen, err := s.stringColumn(ctx, "SELECT DISTINCT phone_number_id FROM ("+strings.Join(parts, " UNION ALL ")+")", args...)
-	if err != nil || len(seen) == 0 {
-		return nil, err
+	// The numbers seen under wabas: in the query as a subquery, so that
+	// its size grows with the WABAs, not with their numbers.
+	var seen []string
+	var seenArgs []any
+	for _, t := range tables {
+		seen = append(seen, fmt.Sprintf("SELECT phone_number_id FROM %s WHERE %s AND phone_number_id != ''", s.table(t.table), mine.sql()))
+		seenArgs = append(seenArgs, mine.args...)
 	}
 	// Of those, the numbers whose latest webhook under any WABA is one
 	// under wabas.
-	var n where
-	n.in("phone_number_id", seen)
-	n.add("waba_id != ''")
-	parts, args = parts[:0], args[:0]
-	for _, t := range []struct{ table, at string }{
-		{"status_counts_by_minute", "minute"}, {"inbound_messages", "event_time"}, {"management_events", "event_time"},
-	} {
-		parts = append(parts, fmt.Sprintf("SELECT phone_number_id, waba_id, max(%s) AS at FROM %s WHERE %s GROUP BY phone_number_id, waba_id",
-			t.at, s.table(t.table), n.sql()))
-		args = append(args, n.args...)
+	var parts []string
+	var args []any
+	for _, t := range tables {
+		parts = append(parts, fmt.Sprintf("SELECT phone_number_id, waba_id, max(%s) AS at FROM %s WHERE phone_number_id IN (%s) AND waba_id != '' GROUP BY phone_number_id, waba_id",
+			t.at, s.table(t.table), strings.Join(seen, " UNION ALL ")))
+		args = append(args, seenArgs...)
 	}
-	var mine where
-	mine.in("waba_id", wabas)
 	args = append(args, mine.args...)
 	out, err := s.stringColumn(ctx, "SELECT phone_number_id FROM ("+strings.Join(parts, " UNION ALL ")+
 		") GROUP BY phone_number_id HAVING max(at) = maxIf(at, "+mine.sql()+")", args...)
