@@ -208,7 +208,8 @@ const (
 // (code) until a signal that has it comes (throttleSeen: stage 2 then slows
 // the number itself) or throttleHold. A WABA's limit (80007) halves those of
 // the pacer's other numbers of the number's WABA too (learnWABA), and an
-// app's (4) those of all its numbers: their sends count
+// app's (4) those of all the numbers it was asked to pace (Wait, Rate):
+// their sends count
 // against the same limit, and the signals of the others will not have the
 // error, so theirs hold until one of their own has a throughput error at
 // or after this one, or throttleHold.
@@ -217,19 +218,28 @@ func (p *Pacer) throttled(code int32, id string, now, errAt time.Time) {
 	defer p.mu.Unlock()
 	n := p.number(id)
 	p.throttle(n, now, errAt)
+	// The others once a second at most: the errors of one burst come
+	// together, from many numbers.
 	switch code {
 	case wabaRateLimit:
-		if n.waba == "" {
+		if n.waba == "" || now.Sub(p.fanAt["waba:"+n.waba]) < time.Second {
 			return
 		}
-		for _, o := range p.numbers {
-			if o != n && o.waba == n.waba {
+		p.fanAt["waba:"+n.waba] = now
+		for o := range p.byWaba[n.waba] {
+			if o != n {
 				p.throttle(o, now, errAt)
 			}
 		}
 	case appRateLimit:
+		if now.Sub(p.fanAt["app"]) < time.Second {
+			return
+		}
+		p.fanAt["app"] = now
 		for _, o := range p.numbers {
-			if o != n {
+			// The numbers this service sends from: the pacer knows every
+			// number whose signal it watches.
+			if o != n && o.used {
 				p.throttle(o, now, errAt)
 			}
 		}
@@ -260,14 +270,32 @@ func (p *Pacer) throttle(n *number, now, errAt time.Time) {
 }
 
 // learnWABA records the WABA of the number id that its send result names,
-// for the numbers a WABA's limit (80007) slows together.
+// for the numbers a WABA's limit (80007) slows together. Only a change
+// takes p.mu.
 func (p *Pacer) learnWABA(id, waba string) {
-	if waba == "" {
+	if waba == "" || id == "" {
+		return
+	}
+	if v, ok := p.wabaOf.Load(id); ok && v.(string) == waba {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.number(id).waba = waba
+	n := p.number(id)
+	if old := p.byWaba[n.waba]; old != nil {
+		delete(old, n)
+		if len(old) == 0 {
+			delete(p.byWaba, n.waba)
+		}
+	}
+	n.waba = waba
+	set := p.byWaba[waba]
+	if set == nil {
+		set = map[*number]struct{}{}
+		p.byWaba[waba] = set
+	}
+	set[n] = struct{}{}
+	p.wabaOf.Store(id, waba)
 }
 
 // outcomeNow is Outcome's clock (a variable for tests).

@@ -72,6 +72,14 @@ type Pacer struct {
 	cooldowns map[string]time.Time // wahook's cool-downs by PairCooldownKey
 	pairs     map[string]*pair     // the local pair rule by PairCooldownKey
 	byKey     map[string]*number   // the numbers by their KV key (schema.PacingKey), for cool-downs
+	// byWaba is the numbers of each WABA that send results named
+	// (learnWABA); fanAt the last halving of a whole WABA ("waba:" and its
+	// id) or of the app ("app"), at most one a second (throttled).
+	byWaba map[string]map[*number]struct{}
+	fanAt  map[string]time.Time
+	// wabaOf is each number's WABA as learnWABA last recorded it, read
+	// without p.mu: results name the same WABA again and again.
+	wabaOf sync.Map
 
 	rep *reporter
 
@@ -226,6 +234,8 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pacer, error
 		cooldowns: map[string]time.Time{},
 		pairs:     map[string]*pair{},
 		byKey:     map[string]*number{},
+		byWaba:    map[string]map[*number]struct{}{},
+		fanAt:     map[string]time.Time{},
 		done:      make(chan struct{}),
 	}
 	if js == nil {

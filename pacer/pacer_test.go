@@ -1060,7 +1060,9 @@ func TestWideRateLimits(t *testing.T) {
 	time.Sleep(800 * time.Millisecond) // throttleHold
 	rates("after the hold", map[string]float64{a: 40, b: 30, c: 40, d: 40})
 
-	p.Outcome(pacer.Result{SendResult: schema.SendResult{PhoneNumberID: d, ErrorCode: 4}})
+	// Its own time a few seconds later: b's signal has a throughput
+	// error of the second before, not this one.
+	p.Outcome(pacer.Result{SendResult: schema.SendResult{PhoneNumberID: d, ErrorCode: 4, Timestamp: schema.Timestamp{Time: errAt.Add(3 * time.Second)}}})
 	rates("after 4 on a number of no known WABA", map[string]float64{a: 20, b: 15, c: 20, d: 20})
 }
 
