@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -95,14 +96,21 @@ func runPace(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	if err != nil {
 		return fmt.Errorf("listen on --pace-listen: %w", err)
 	}
+	// Checked again on the address bound: a name such as localhost may
+	// resolve to one beyond loopback.
+	if a, ok := ln.Addr().(*net.TCPAddr); token == "" && (!ok || !a.IP.IsLoopback()) {
+		ln.Close()
+		return fmt.Errorf("%w: --pace-listen %s is bound to %s, not a loopback address: give --pace-token", errUsage, listen, ln.Addr())
+	}
 	pc, err := pacer.New(ctx, js, cfg)
 	if err != nil {
 		ln.Close()
 		return fmt.Errorf("start the pacer: %w", err)
 	}
 	hcfg.Token = token
+	h := pacerhttp.New(pc, hcfg)
 	srv := &http.Server{
-		Handler:           pacerhttp.New(pc, hcfg),
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
@@ -117,13 +125,18 @@ func runPace(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	})
 	done := make(chan struct{})
 	go func() { _ = served.wait(); close(done) }()
-	// The pacer is closed first: the waits it holds then return at once
-	// (503), so that the server's shutdown does not wait for their turns,
-	// and the results queued are reported.
-	p.add(part{name: "pacer closed, its results reported, its HTTP server stopped", done: done, err: served.wait, stop: func() error {
+	// The waits held are answered first (503), so that the server's
+	// shutdown does not wait for their turns; the server then answers the
+	// outcomes under way, and only then is the pacer closed, reporting
+	// every result it was given.
+	p.add(part{name: "pace http server stopped, the pacer closed and its results reported", done: done, err: served.wait, stop: func() error {
+		h.Close()
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		serr := srv.Shutdown(sctx)
+		cancel()
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		return errors.Join(pc.Close(cctx), srv.Shutdown(cctx))
+		return errors.Join(serr, pc.Close(cctx))
 	}})
 	log.Info("pacer listening", zap.String("addr", ln.Addr().String()), zap.Float64("share", cfg.Share), zap.Bool("report", !cfg.NoReport))
 	return p.wait(ctx)
@@ -143,7 +156,7 @@ func checkPaceListen(listen, token string) error {
 		}
 		return nil
 	}
-	if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
+	if ip := net.ParseIP(host); strings.EqualFold(host, "localhost") || ip != nil && ip.IsLoopback() {
 		return nil
 	}
 	return fmt.Errorf("%w: --pace-listen %s is not a loopback address: give --pace-token", errUsage, listen)

@@ -123,10 +123,40 @@ func TestPaceSidecar(t *testing.T) {
 		}
 		return strings.Contains(string(m.Data), `"error_code":131048`), string(m.Data)
 	})
+	// A wait held by a pause an hour long does not hold up the shutdown:
+	// it is answered 503 at once, and the command exits 0.
+	paused := "109876543210779"
+	until := time.Now().Add(time.Hour).UTC()
+	sig, _ = json.Marshal(schema.PacingSignal{Version: schema.PacingVersion, PhoneNumberID: paused, UpdatedAt: time.Now().UTC(),
+		TierMPS: 80, Advice: schema.AdvicePause, MaintenanceUntil: &until, Reason: "test"})
+	if _, err := kv.Put(ctx, schema.PacingKey(paused), sig); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the pause read", func() (bool, string) {
+		_, body := do(http.MethodGet, "/v1/rate?phone_number_id="+paused, e2eToken, "")
+		return strings.Contains(body, `"advice":"pause"`), body
+	})
+	type answer struct {
+		code int
+		body string
+	}
+	held := make(chan answer, 1)
+	go func() {
+		code, body := do(http.MethodPost, "/v1/wait", e2eToken, `{"phone_number_id":"`+paused+`","timeout_ms":120000}`)
+		held <- answer{code, body}
+	}()
+	time.Sleep(300 * time.Millisecond) // it is held
+	start := time.Now()
 	rcancel()
 	stopped = true
 	if code := <-done; code != 0 {
 		t.Errorf("wahook pace exited %d:\n%s\n%s", code, out.String(), logs.String())
+	}
+	if took := time.Since(start); took > 15*time.Second {
+		t.Errorf("wahook pace took %v to stop with a wait held", took)
+	}
+	if a := <-held; a.code != http.StatusServiceUnavailable {
+		t.Errorf("the wait held at the shutdown: %d %s", a.code, a.body)
 	}
 }
 
@@ -139,6 +169,8 @@ func TestPaceRefusesOpenListenWithoutToken(t *testing.T) {
 		code int
 	}{
 		{[]string{"--pace-listen", "0.0.0.0:8095"}, 2},
+		{[]string{"--pace-listen", ":8095"}, 2}, // every interface
+		{[]string{"--pace-listen", "LocalHost:8095", "--check"}, 0},
 		{[]string{"--pace-listen", "10.0.0.5:8095", "--pace-token", "short"}, 2},
 		{[]string{"--pace-listen", "0.0.0.0:8095", "--pace-token", e2eToken, "--check"}, 0},
 		{[]string{"--pace-listen", "127.0.0.1:8095", "--check"}, 0},

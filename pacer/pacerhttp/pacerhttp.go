@@ -57,7 +57,7 @@ type WaitRequest struct {
 const (
 	WaitSend     = "send"     // send now
 	WaitStopped  = "stopped"  // the number is stopped until Until (Reason): do not send from it
-	WaitCooldown = "cooldown" // the recipient is in a cool-down until Until (with --cooldown-no-wait): send to others meanwhile
+	WaitCooldown = "cooldown" // the recipient is in a cool-down until Until (with the pacer's CooldownNoWait, wahook pace --pace-cooldown-no-wait): send to others meanwhile
 	WaitTimeout  = "timeout"  // timeout_ms passed before the turn came: nothing was taken, ask again
 )
 
@@ -105,14 +105,26 @@ type Error struct {
 	Field string `json:"field,omitempty"`
 }
 
-type handler struct {
-	p   *pacer.Pacer
-	cfg Config
-	mux *http.ServeMux
+// Handler serves a pacer's routes.
+type Handler struct {
+	p       *pacer.Pacer
+	cfg     Config
+	mux     *http.ServeMux
+	closing context.Context // ended by Close
+	close   context.CancelFunc
 }
 
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// Close answers the waits held now, and every later one, 503: before the
+// HTTP server's Shutdown, which would otherwise wait for their turns. The
+// outcomes are still taken (the pacer reports them when it is closed, after
+// the server).
+func (h *Handler) Close() { h.close() }
+
 // New returns the handler of p's routes.
-func New(p *pacer.Pacer, cfg Config) http.Handler {
+func New(p *pacer.Pacer, cfg Config) *Handler {
 	def := DefaultConfig()
 	if cfg.DefaultWait <= 0 {
 		cfg.DefaultWait = def.DefaultWait
@@ -121,7 +133,8 @@ func New(p *pacer.Pacer, cfg Config) http.Handler {
 		cfg.MaxWait = def.MaxWait
 	}
 	cfg.DefaultWait = min(cfg.DefaultWait, cfg.MaxWait)
-	h := &handler{p: p, cfg: cfg, mux: http.NewServeMux()}
+	h := &Handler{p: p, cfg: cfg, mux: http.NewServeMux()}
+	h.closing, h.close = context.WithCancel(context.Background())
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")
@@ -130,19 +143,26 @@ func New(p *pacer.Pacer, cfg Config) http.Handler {
 	h.mux.HandleFunc("POST /v1/outcome", h.auth(h.outcome))
 	h.mux.HandleFunc("GET /v1/rate", h.auth(h.rate))
 	h.mux.HandleFunc("GET /v1/stats", h.auth(func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, p.Stats()) }))
+	for route, method := range map[string]string{"/v1/wait": "POST", "/v1/outcome": "POST", "/v1/rate": "GET", "/v1/stats": "GET", "/healthz": "GET"} {
+		h.mux.HandleFunc(route, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", method)
+			writeJSON(w, http.StatusMethodNotAllowed, Error{Error: r.Method + " " + route + ": use " + method})
+		})
+	}
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusNotFound, Error{Error: "no such route: POST /v1/wait, POST /v1/outcome, GET /v1/rate, GET /v1/stats, GET /healthz"})
 	})
-	return h.mux
+	return h
 }
 
-func (h *handler) auth(next http.HandlerFunc) http.HandlerFunc {
+func (h *Handler) auth(next http.HandlerFunc) http.HandlerFunc {
 	if h.cfg.Token == "" {
 		return next
 	}
-	want := []byte("Bearer " + h.cfg.Token)
+	want := []byte(h.cfg.Token)
 	return func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+		scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), want) != 1 {
 			w.Header().Set("WWW-Authenticate", "Bearer")
 			writeJSON(w, http.StatusUnauthorized, Error{Error: "a valid token is required: Authorization: Bearer <token>"})
 			return
@@ -151,7 +171,7 @@ func (h *handler) auth(next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-func (h *handler) wait(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) wait(w http.ResponseWriter, r *http.Request) {
 	var req WaitRequest
 	if !decode(w, r, &req) {
 		return
@@ -179,7 +199,18 @@ func (h *handler) wait(w http.ResponseWriter, r *http.Request) {
 	// gives its turn to the next.
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
+	if h.closing.Err() != nil {
+		writeJSON(w, http.StatusServiceUnavailable, Error{Error: "the pacer is shutting down"})
+		return
+	}
+	// Close ends it too.
+	ctx, cancelClosing := context.WithCancelCause(ctx)
+	defer cancelClosing(nil)
+	defer context.AfterFunc(h.closing, func() { cancelClosing(pacer.ErrClosed) })()
 	err := h.p.Wait(ctx, req.PhoneNumberID, req.Recipient)
+	if errors.Is(context.Cause(ctx), pacer.ErrClosed) {
+		err = pacer.ErrClosed
+	}
 	var stop *pacer.StopError
 	var cool *pacer.CooldownError
 	switch {
@@ -201,7 +232,7 @@ func (h *handler) wait(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (h *handler) outcome(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) outcome(w http.ResponseWriter, r *http.Request) {
 	var req OutcomeRequest
 	if !decode(w, r, &req) {
 		return
@@ -214,6 +245,31 @@ func (h *handler) outcome(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, Error{Error: "must not be negative", Field: "attempt"})
 		return
 	}
+	// A result with neither a status, a message_id nor an error_code is a
+	// send whose answer was lost, which Outcome retries. Any other is
+	// checked as wahook checks it, with what Outcome fills in: a status
+	// it does not know, or "failed" without its code, would be taken for
+	// Meta's code 0 (an expired token: stop the campaign).
+	if res := req.SendResult; res.Status != "" || res.ErrorCode != 0 || res.MessageID != "" {
+		if res.Status == "" {
+			res.Status = schema.SendAccepted
+			if res.ErrorCode != 0 {
+				res.Status = schema.SendFailed
+			}
+		}
+		if res.Timestamp.IsZero() {
+			res.Timestamp = schema.Timestamp{Time: time.Now().UTC()}
+		}
+		if err := res.Check(); err != nil {
+			e := Error{Error: err.Error()}
+			var se *schema.SendResultError
+			if errors.As(err, &se) {
+				e = Error{Error: se.Message, Field: se.Path}
+			}
+			writeJSON(w, http.StatusBadRequest, e)
+			return
+		}
+	}
 	d := h.p.Outcome(pacer.Result{SendResult: req.SendResult, Attempt: req.Attempt})
 	writeJSON(w, http.StatusOK, OutcomeResponse{
 		Action: d.Action, Retry: d.Retry, AfterMS: d.After.Milliseconds(),
@@ -221,7 +277,7 @@ func (h *handler) outcome(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (h *handler) rate(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) rate(w http.ResponseWriter, r *http.Request) {
 	id := r.URL.Query().Get("phone_number_id")
 	if !meta.ValidNumberID(id) {
 		writeJSON(w, http.StatusBadRequest, Error{Error: "required: a phone number id, 1 to 32 digits", Field: "phone_number_id"})

@@ -20,6 +20,11 @@ const number = "100000000000201"
 // server serves a pacer without NATS (no signal: every number at its
 // fallback rate, here 1 message per second with a depth of one).
 func server(t *testing.T, token string, edit func(*pacer.Config)) *httptest.Server {
+	s, _ := serverAndHandler(t, token, edit)
+	return s
+}
+
+func serverAndHandler(t *testing.T, token string, edit func(*pacer.Config)) (*httptest.Server, *pacerhttp.Handler) {
 	t.Helper()
 	cfg := pacer.DefaultConfig()
 	cfg.NoReport = true
@@ -35,12 +40,14 @@ func server(t *testing.T, token string, edit func(*pacer.Config)) *httptest.Serv
 	hcfg := pacerhttp.DefaultConfig()
 	hcfg.Token = token
 	hcfg.MaxWait = time.Minute
-	s := httptest.NewServer(pacerhttp.New(p, hcfg))
+	h := pacerhttp.New(p, hcfg)
+	s := httptest.NewServer(h)
 	t.Cleanup(func() {
+		h.Close()
 		s.Close()
 		_ = p.Close(context.Background())
 	})
-	return s
+	return s, h
 }
 
 func call(t *testing.T, ctx context.Context, s *httptest.Server, method, path, token, body string) (int, string) {
@@ -87,9 +94,16 @@ func TestRefusals(t *testing.T) {
 		{"POST", "/v1/wait", "application/json", `{"recipient":"` + strings.Repeat("1", 70<<10) + `"}`, 413, "larger than"},
 		{"POST", "/v1/outcome", "application/json", `{"phone_number_id":"` + number + `","attempt":-1}`, 400, `"field":"attempt"`},
 		{"POST", "/v1/outcome", "application/json", `{"phone_number_id":"` + number + `","error_code":"x"}`, 400, `"field":"error_code"`},
+		// Results that would read as Meta's code 0 (an expired token) and
+		// stop the campaign: refused, not decided.
+		{"POST", "/v1/outcome", "application/json", `{"phone_number_id":"` + number + `","status":"failed"}`, 400, `"field":"error_code"`},
+		{"POST", "/v1/outcome", "application/json", `{"phone_number_id":"` + number + `","status":"ACCEPTED","message_id":"wamid.1"}`, 400, `"field":"status"`},
+		{"POST", "/v1/outcome", "application/json", `{"phone_number_id":"` + number + `","status":"accepted"}`, 400, `"field":"message_id"`},
+		{"POST", "/v1/outcome", "application/json", `{"phone_number_id":"` + number + `","error_code":-5}`, 400, `"field":"error_code"`},
 		{"GET", "/v1/rate", "", "", 400, `"field":"phone_number_id"`},
 		{"GET", "/v1/nothing", "", "", 404, "no such route"},
-		{"GET", "/v1/wait", "", "", 404, "POST /v1/wait"},
+		{"GET", "/v1/wait", "", "", 405, "use POST"},
+		{"POST", "/v1/rate", "application/json", "", 405, "use GET"},
 	} {
 		req, _ := http.NewRequestWithContext(ctx, c.method, s.URL+c.path, strings.NewReader(c.body))
 		if c.ctype != "" {
@@ -123,6 +137,14 @@ func TestToken(t *testing.T) {
 	}
 	if code, body := call(t, ctx, s, "GET", "/v1/rate?phone_number_id="+number, token, ""); code != 200 || !strings.Contains(body, `"fallback":true`) {
 		t.Errorf("with the token: %d %s", code, body)
+	}
+	// The scheme's name without regard to case (RFC 9110).
+	req, _ := http.NewRequestWithContext(ctx, "GET", s.URL+"/v1/rate?phone_number_id="+number, nil)
+	req.Header.Set("Authorization", "bearer "+token)
+	if resp, err := s.Client().Do(req); err != nil || resp.StatusCode != 200 {
+		t.Errorf("with the token after \"bearer\": %v %v", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 	if code, body := call(t, ctx, s, "GET", "/v1/stats", token, ""); code != 200 || !strings.Contains(body, `"fallback_numbers":1`) {
 		t.Errorf("stats: %d %s", code, body)
@@ -183,6 +205,11 @@ func TestOutcomeAndHolds(t *testing.T) {
 	if d := outcome(`{"phone_number_id":"` + number + `","status":"accepted","message_id":"wamid.1"}`); d.Action != pacer.ActionDone || d.Retry {
 		t.Errorf("accepted: %+v", d)
 	}
+	// Neither a status, a message_id nor an error_code: the send's answer
+	// was lost, and the message is tried again.
+	if d := outcome(`{"phone_number_id":"` + number + `","attempt":1}`); d.Action != pacer.ActionRetry || d.AfterMS < 500 {
+		t.Errorf("a send without an answer: %+v", d)
+	}
 	d := outcome(`{"phone_number_id":"` + number + `","error_code":131056,"recipient":"15551230002","attempt":1}`)
 	if d.Action != pacer.ActionRetry || !d.Retry || d.AfterMS < 5900 || d.Verdict != "wait_recipient" {
 		t.Errorf("131056: %+v", d)
@@ -202,6 +229,42 @@ func TestOutcomeAndHolds(t *testing.T) {
 	w = pacerhttp.WaitResponse{}
 	if code != 200 || json.Unmarshal([]byte(body), &w) != nil || w.Result != pacerhttp.WaitStopped || w.Until == nil || !strings.Contains(w.Reason, "131048") {
 		t.Errorf("a wait on the stopped number: %d %s", code, body)
+	}
+}
+
+// TestCloseAnswersHeldWaits: Close answers the waits held (503) at once,
+// so that the server's shutdown does not wait for their turns, and the
+// outcomes are still taken.
+func TestCloseAnswersHeldWaits(t *testing.T) {
+	s, h := serverAndHandler(t, "", func(c *pacer.Config) { c.Share = 0.05 }) // a turn every 20 s
+	ctx := context.Background()
+	if code, body := call(t, ctx, s, "POST", "/v1/wait", "", `{"phone_number_id":"`+number+`"}`); code != 200 || !strings.Contains(body, `"result":"send"`) {
+		t.Fatalf("the first wait: %d %s", code, body)
+	}
+	type answer struct {
+		code int
+		body string
+	}
+	held := make(chan answer, 1)
+	go func() {
+		code, body := call(t, ctx, s, "POST", "/v1/wait", "", `{"phone_number_id":"`+number+`","timeout_ms":50000}`)
+		held <- answer{code, body}
+	}()
+	time.Sleep(200 * time.Millisecond) // it is held
+	h.Close()
+	select {
+	case a := <-held:
+		if a.code != http.StatusServiceUnavailable || !strings.Contains(a.body, "shutting down") {
+			t.Errorf("the held wait after Close: %d %s", a.code, a.body)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the held wait was not answered by Close")
+	}
+	if code, body := call(t, ctx, s, "POST", "/v1/wait", "", `{"phone_number_id":"`+number+`","timeout_ms":50000}`); code != http.StatusServiceUnavailable {
+		t.Errorf("a wait after Close: %d %s", code, body)
+	}
+	if code, body := call(t, ctx, s, "POST", "/v1/outcome", "", `{"phone_number_id":"`+number+`","status":"accepted","message_id":"wamid.2"}`); code != 200 {
+		t.Errorf("an outcome after Close: %d %s", code, body)
 	}
 }
 
