@@ -176,8 +176,7 @@ func (h *Handler) wait(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req) {
 		return
 	}
-	if !meta.ValidNumberID(req.PhoneNumberID) {
-		writeJSON(w, http.StatusBadRequest, Error{Error: "required: a phone number id, 1 to 32 digits", Field: "phone_number_id"})
+	if !validNumber(w, req.PhoneNumberID) {
 		return
 	}
 	if len(req.Recipient) > 256 {
@@ -237,8 +236,7 @@ func (h *Handler) outcome(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req) {
 		return
 	}
-	if !meta.ValidNumberID(req.PhoneNumberID) {
-		writeJSON(w, http.StatusBadRequest, Error{Error: "required: a phone number id, 1 to 32 digits", Field: "phone_number_id"})
+	if !validNumber(w, req.PhoneNumberID) {
 		return
 	}
 	if req.Attempt < 0 {
@@ -279,8 +277,7 @@ func (h *Handler) outcome(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) rate(w http.ResponseWriter, r *http.Request) {
 	id := r.URL.Query().Get("phone_number_id")
-	if !meta.ValidNumberID(id) {
-		writeJSON(w, http.StatusBadRequest, Error{Error: "required: a phone number id, 1 to 32 digits", Field: "phone_number_id"})
+	if !validNumber(w, id) {
 		return
 	}
 	mps, fallback := h.p.Rate(id)
@@ -289,6 +286,15 @@ func (h *Handler) rate(w http.ResponseWriter, r *http.Request) {
 		out.Signal = &s
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// validNumber answers 400 unless id is a phone number id.
+func validNumber(w http.ResponseWriter, id string) bool {
+	if meta.ValidNumberID(id) {
+		return true
+	}
+	writeJSON(w, http.StatusBadRequest, Error{Error: "required: a phone number id, 1 to 32 digits", Field: "phone_number_id"})
+	return false
 }
 
 // decode reads a JSON body into v, answering 400 (or 413, 415) when it
