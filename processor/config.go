@@ -40,7 +40,7 @@ type Config struct {
 	// backlog polls in a row saw it, not paused) before it reads the
 	// consumer again. A pull request lost with a consumer's leader is
 	// never answered; the reader (internal/pullreader) pulls again once it
-	// misses two of the server's heartbeats on it (10 s), and this rule
+	// misses two of the server's heartbeats on it (4 s), and this rule
 	// is the second line.
 	StallAfter time.Duration
 }

@@ -36,8 +36,17 @@ import (
 )
 
 // Heartbeat is how often the server is asked to show a waiting pull
-// request is alive; a reader that misses two pulls again.
-const Heartbeat = 5 * time.Second
+// request is alive; a reader that misses two pulls again. Besides a pull
+// request lost on its way, that is how nats.go (v1.56.0) recovers a pull
+// it skipped: its check for the next pull does nothing while the request
+// before is still being sent (checkPending and fetchInProgress, pull.go),
+// so a batch delivered and read in that moment leaves no request waiting,
+// no heartbeat coming, and the reader idle with a backlog until it misses
+// two. At 5 s that was a 10 s stall (one read of TestBytesBound, under
+// -race on a loaded machine, with pulls of 4 messages; stage 1's pulls of
+// up to 5,000 make it far rarer). 2 s makes it 4 s, and a reader starved
+// of the CPU for 4 s, not 10, makes one pull more than needed.
+const Heartbeat = 2 * time.Second
 
 // Reader is a consumer read with Consume. Next and Stop may be called
 // from different goroutines.
