@@ -49,7 +49,7 @@ func (p *pipeline) dropPulls() *testutil.NATSProxy {
 // 1's pull requests for a while: stage 1 notices that its consumer holds
 // bodies while no pull request waits, and reads it again, until a pull
 // passes; then every body is stored. Its reader also pulls again by
-// itself after two missed heartbeats (10 s, TestStage1ReaderLostItsPull):
+// itself after two missed heartbeats (4 s, TestStage1ReaderLostItsPull):
 // the test waits for the check's own warning, the second line.
 func TestStage1StalledConsumer(t *testing.T) {
 	p := newPipeline(t, schematest.ClickHouse(t))
@@ -106,7 +106,7 @@ func TestStage1ReaderLostItsPull(t *testing.T) {
 		}
 	}
 	publish(200)
-	// Two missed heartbeats (5 s each) after its first pull, it pulls
+	// Two missed heartbeats (2 s each) after its first pull, it pulls
 	// again, and that one is lost too.
 	testutil.Eventually(t, 60*time.Second, "the second instance to pull again", func() (bool, string) {
 		restarts := p.metric(1, "wahook_processor_consumer_restarts_total")
@@ -220,7 +220,7 @@ func TestStage1ConsumerDeletedBetweenPulls(t *testing.T) {
 	for i := range n {
 		p.publish("default", statusBody("107655290331184", "15557810001", fmt.Sprintf("wamid.deleted-%d", i), 1781514312+i))
 	}
-	// Two missed heartbeats after its first pull (10 s), stage 1 pulls
+	// Two missed heartbeats after its first pull (4 s), stage 1 pulls
 	// again, and that pull finds no consumer.
 	testutil.Eventually(t, 60*time.Second, "the bodies stored", func() (bool, string) {
 		got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events")

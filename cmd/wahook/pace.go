@@ -134,6 +134,11 @@ func runPace(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		serr := srv.Shutdown(sctx)
 		cancel()
+		if serr != nil {
+			// A request still under way (a slow body) is cut: an outcome
+			// must not reach the pacer once it is closed.
+			_ = srv.Close()
+		}
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		return errors.Join(serr, pc.Close(cctx))

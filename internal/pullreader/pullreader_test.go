@@ -348,9 +348,9 @@ func TestLostPullMadeAgain(t *testing.T) {
 // TestSkippedPullMadeAgainSoon: when no pull request waits on the server
 // (nats.go skipped the next pull, or the last was lost on its way), the
 // reader pulls again once it misses two heartbeats. At 5 s apart that was
-// a 10 s stall with a backlog; now the message comes within 6 s of its
-// first pull being dropped. A dropped pull stands in for the skipped one:
-// nats.go's race cannot be made to happen on purpose.
+// a 10 s stall with a backlog; now the message comes within 6 s of the
+// reader's start, its first pull dropped. A dropped pull stands in for the
+// skipped one: nats.go's race cannot be made to happen on purpose.
 func TestSkippedPullMadeAgainSoon(t *testing.T) {
 	var proxy *testutil.NATSProxy
 	js, readerJS := setup(t, func(url string) string {
@@ -373,7 +373,7 @@ func TestSkippedPullMadeAgainSoon(t *testing.T) {
 	}
 	_ = m.Ack()
 	if took := time.Since(start); took > 6*time.Second {
-		t.Fatalf("the message came %v after its first pull was dropped; want within 6 s (two heartbeats and a margin)", took)
+		t.Fatalf("the message came %v after the reader started, its first pull dropped; want within 6 s (two heartbeats and a margin)", took)
 	}
 }
 

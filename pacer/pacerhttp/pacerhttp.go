@@ -76,7 +76,11 @@ type WaitResponse struct {
 // message it was.
 type OutcomeRequest struct {
 	schema.SendResult
-	Attempt int `json:"attempt,omitempty"`
+	// ErrorCode is the result's error_code as given, in place of the send
+	// result's: given as 0 it is Meta's code 0 (an invalid token: stop the
+	// campaign), absent it is none.
+	ErrorCode *int32 `json:"error_code,omitempty"`
+	Attempt   int    `json:"attempt,omitempty"`
 }
 
 // OutcomeResponse is the answer of POST /v1/outcome: what to do with the
@@ -143,7 +147,7 @@ func New(p *pacer.Pacer, cfg Config) *Handler {
 	h.mux.HandleFunc("POST /v1/outcome", h.auth(h.outcome))
 	h.mux.HandleFunc("GET /v1/rate", h.auth(h.rate))
 	h.mux.HandleFunc("GET /v1/stats", h.auth(func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, p.Stats()) }))
-	for route, method := range map[string]string{"/v1/wait": "POST", "/v1/outcome": "POST", "/v1/rate": "GET", "/v1/stats": "GET", "/healthz": "GET"} {
+	for route, method := range map[string]string{"/v1/wait": "POST", "/v1/outcome": "POST", "/v1/rate": "GET, HEAD", "/v1/stats": "GET, HEAD", "/healthz": "GET, HEAD"} {
 		h.mux.HandleFunc(route, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", method)
 			writeJSON(w, http.StatusMethodNotAllowed, Error{Error: r.Method + " " + route + ": use " + method})
@@ -207,7 +211,7 @@ func (h *Handler) wait(w http.ResponseWriter, r *http.Request) {
 	defer cancelClosing(nil)
 	defer context.AfterFunc(h.closing, func() { cancelClosing(pacer.ErrClosed) })()
 	err := h.p.Wait(ctx, req.PhoneNumberID, req.Recipient)
-	if errors.Is(context.Cause(ctx), pacer.ErrClosed) {
+	if err != nil && errors.Is(context.Cause(ctx), pacer.ErrClosed) {
 		err = pacer.ErrClosed
 	}
 	var stop *pacer.StopError
@@ -243,32 +247,37 @@ func (h *Handler) outcome(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, Error{Error: "must not be negative", Field: "attempt"})
 		return
 	}
-	// A result with neither a status, a message_id nor an error_code is a
-	// send whose answer was lost, which Outcome retries. Any other is
-	// checked as wahook checks it, with what Outcome fills in: a status
-	// it does not know, or "failed" without its code, would be taken for
-	// Meta's code 0 (an expired token: stop the campaign).
-	if res := req.SendResult; res.Status != "" || res.ErrorCode != 0 || res.MessageID != "" {
+	res := req.SendResult
+	if req.ErrorCode != nil {
+		res.ErrorCode = *req.ErrorCode
 		if res.Status == "" {
-			res.Status = schema.SendAccepted
-			if res.ErrorCode != 0 {
-				res.Status = schema.SendFailed
-			}
-		}
-		if res.Timestamp.IsZero() {
-			res.Timestamp = schema.Timestamp{Time: time.Now().UTC()}
-		}
-		if err := res.Check(); err != nil {
-			e := Error{Error: err.Error()}
-			var se *schema.SendResultError
-			if errors.As(err, &se) {
-				e = Error{Error: se.Message, Field: se.Path}
-			}
-			writeJSON(w, http.StatusBadRequest, e)
-			return
+			res.Status = schema.SendFailed
 		}
 	}
-	d := h.p.Outcome(pacer.Result{SendResult: req.SendResult, Attempt: req.Attempt})
+	if res.Timestamp.Unix() <= 0 {
+		res.Timestamp = schema.Timestamp{} // none: Outcome takes now
+	}
+	// Refused: what would make a wrong decision. A status Outcome does not
+	// know, or "failed" without a code, would be taken for Meta's code 0
+	// (an invalid token: stop the campaign). What is wrong only for the
+	// report (a field too long, an accepted send without its wamid) is
+	// decided all the same, and not reported (stats: report_invalid), as
+	// Outcome does for a Go service.
+	switch {
+	case res.Status != "" && res.Status != schema.SendAccepted && res.Status != schema.SendFailed:
+		writeJSON(w, http.StatusBadRequest, Error{Error: `must be "accepted" or "failed"`, Field: "status"})
+		return
+	case res.Status == schema.SendFailed && req.ErrorCode == nil:
+		writeJSON(w, http.StatusBadRequest, Error{Error: "required when failed (Meta's code 0 too: give it as 0)", Field: "error_code"})
+		return
+	case res.Status == schema.SendAccepted && res.ErrorCode != 0:
+		writeJSON(w, http.StatusBadRequest, Error{Error: "only with failed", Field: "error_code"})
+		return
+	case res.ErrorCode < 0:
+		writeJSON(w, http.StatusBadRequest, Error{Error: "must be Meta's error code, a positive integer", Field: "error_code"})
+		return
+	}
+	d := h.p.Outcome(pacer.Result{SendResult: res, Attempt: req.Attempt})
 	writeJSON(w, http.StatusOK, OutcomeResponse{
 		Action: d.Action, Retry: d.Retry, AfterMS: d.After.Milliseconds(),
 		Code: d.Code, Class: d.Class, Verdict: d.Verdict, Reason: d.Reason,

@@ -98,7 +98,7 @@ func TestRefusals(t *testing.T) {
 		// stop the campaign: refused, not decided.
 		{"POST", "/v1/outcome", "application/json", `{"phone_number_id":"` + number + `","status":"failed"}`, 400, `"field":"error_code"`},
 		{"POST", "/v1/outcome", "application/json", `{"phone_number_id":"` + number + `","status":"ACCEPTED","message_id":"wamid.1"}`, 400, `"field":"status"`},
-		{"POST", "/v1/outcome", "application/json", `{"phone_number_id":"` + number + `","status":"accepted"}`, 400, `"field":"message_id"`},
+		{"POST", "/v1/outcome", "application/json", `{"phone_number_id":"` + number + `","status":"accepted","error_code":131026}`, 400, `"field":"error_code"`},
 		{"POST", "/v1/outcome", "application/json", `{"phone_number_id":"` + number + `","error_code":-5}`, 400, `"field":"error_code"`},
 		{"GET", "/v1/rate", "", "", 400, `"field":"phone_number_id"`},
 		{"GET", "/v1/nothing", "", "", 404, "no such route"},
@@ -205,6 +205,14 @@ func TestOutcomeAndHolds(t *testing.T) {
 	if d := outcome(`{"phone_number_id":"` + number + `","status":"accepted","message_id":"wamid.1"}`); d.Action != pacer.ActionDone || d.Retry {
 		t.Errorf("accepted: %+v", d)
 	}
+	// What is wrong only for the report is decided all the same: a zero
+	// timestamp (now), an accepted send without its wamid.
+	if d := outcome(`{"phone_number_id":"` + number + `","error_code":130429,"timestamp":0}`); d.Action != pacer.ActionRetry || d.Class != "throughput" {
+		t.Errorf("130429 with a zero timestamp: %+v", d)
+	}
+	if d := outcome(`{"phone_number_id":"` + number + `","status":"accepted"}`); d.Action != pacer.ActionDone {
+		t.Errorf("accepted without a message_id: %+v", d)
+	}
 	// Neither a status, a message_id nor an error_code: the send's answer
 	// was lost, and the message is tried again.
 	if d := outcome(`{"phone_number_id":"` + number + `","attempt":1}`); d.Action != pacer.ActionRetry || d.AfterMS < 500 {
@@ -224,6 +232,10 @@ func TestOutcomeAndHolds(t *testing.T) {
 	}
 	if d := outcome(`{"phone_number_id":"` + number + `","error_code":131048,"timestamp":"2026-12-07T10:00:00Z"}`); d.Action != pacer.ActionStopNumber || d.Class != "quality" || d.Code != 131048 {
 		t.Errorf("131048: %+v", d)
+	}
+	// Meta's code 0, given as 0: an invalid token stops the campaign.
+	if d := outcome(`{"phone_number_id":"100000000000202","status":"failed","error_code":0}`); d.Action != pacer.ActionStopCampaign || d.Class != "auth" {
+		t.Errorf("code 0: %+v", d)
 	}
 	code, body = call(t, ctx, s, "POST", "/v1/wait", "", `{"phone_number_id":"`+number+`"}`)
 	w = pacerhttp.WaitResponse{}

@@ -21,7 +21,7 @@ import (
 // pull requests for a while: stage 2 notices that its consumer holds
 // events while no pull request waits, and reads it again, until a pull
 // passes; then every event is applied. Its reader also pulls again by
-// itself after two missed heartbeats (10 s): the test waits for the
+// itself after two missed heartbeats (4 s): the test waits for the
 // check's own warning, the second line.
 func TestStalledConsumer(t *testing.T) {
 	h := startServer(t, sec(0))
@@ -47,7 +47,7 @@ func TestStalledConsumer(t *testing.T) {
 	// Stage 2 reads its consumer again, and that pull is lost too.
 	// Each look takes two checks of the consumer a second apart, after 2 s
 	// of waiting: slow under -race on a loaded machine.
-	// (Its reader also pulls again after two missed heartbeats, 10 s: the
+	// (Its reader also pulls again after two missed heartbeats, 4 s: the
 	// rule tested here is the second line.)
 	testutil.Eventually(t, 45*time.Second, "stage 2 to read its stalled consumer again", func() (bool, string) {
 		got := metricValue(h.s.m.restarts)
