@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/exp/zapslog"
 
@@ -27,6 +29,7 @@ func runPace(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		no               natsOptions
 		logo             logOptions
 		listen, token    string
+		metricsListen    string
 		hashKey, dataDir string
 		hcfg             = pacerhttp.DefaultConfig()
 		cfg              = pacer.DefaultConfig()
@@ -44,6 +47,7 @@ func runPace(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		f.DurationVar(&hcfg.DefaultWait, "pace-default-wait", hcfg.DefaultWait, "how long a wait is held when it gives no timeout_ms")
 		f.DurationVar(&hcfg.MaxWait, "pace-max-wait", hcfg.MaxWait, "the longest timeout_ms a wait may ask for")
 		f.BoolVar(&cfg.NoReport, "pace-no-report", false, "report no send results to wahook (the decisions are made all the same)")
+		f.StringVar(&metricsListen, "pace-metrics-listen", "", "address of GET /metrics (Prometheus: wahook_pace_*), apart from the routes so that it can listen beyond loopback without exposing them (empty: no metrics)")
 	})
 	logo.register(f)
 	if err := f.Parse(args); err != nil {
@@ -108,6 +112,11 @@ func runPace(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		return fmt.Errorf("start the pacer: %w", err)
 	}
 	hcfg.Token = token
+	var reg *prometheus.Registry
+	if metricsListen != "" {
+		reg = newRegistry()
+		hcfg.Registerer = reg
+	}
 	h := pacerhttp.New(pc, hcfg)
 	srv := &http.Server{
 		Handler:           h,
@@ -143,6 +152,29 @@ func runPace(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		defer cancel()
 		return errors.Join(serr, pc.Close(cctx))
 	}})
+	if reg != nil {
+		mln, err := net.Listen("tcp", metricsListen)
+		if err != nil {
+			return fmt.Errorf("listen on --pace-metrics-listen: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(log.With(zap.String("part", "pace metrics")))}
+		mserved := goTask(func() error {
+			if err := msrv.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+		mdone := make(chan struct{})
+		go func() { _ = mserved.wait(); close(mdone) }()
+		p.add(part{name: "pace metrics server stopped", done: mdone, err: mserved.wait, stop: func() error {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return msrv.Shutdown(sctx)
+		}})
+		log.Info("pace metrics listening", zap.String("addr", mln.Addr().String()))
+	}
 	log.Info("pacer listening", zap.String("addr", ln.Addr().String()), zap.Float64("share", cfg.Share), zap.Bool("report", !cfg.NoReport))
 	return p.wait(ctx)
 }

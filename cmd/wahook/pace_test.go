@@ -53,13 +53,13 @@ func TestPaceSidecar(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	listen := freeAddr(t)
+	listen, metricsListen := freeAddr(t), freeAddr(t)
 	rctx, rcancel := context.WithCancel(ctx)
 	var out, logs syncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(rctx, []string{"pace", "--nats-url", srv.URL(), "--pace-listen", listen, "--pace-token", e2eToken,
-			"--phone-hash-key", "pace-test-key-0123456789", "--log-level", "warn"}, &out, &logs)
+			"--phone-hash-key", "pace-test-key-0123456789", "--pace-metrics-listen", metricsListen, "--log-level", "warn"}, &out, &logs)
 	}()
 	stopped := false
 	defer func() {
@@ -123,6 +123,19 @@ func TestPaceSidecar(t *testing.T) {
 		}
 		return strings.Contains(string(m.Data), `"error_code":131048`), string(m.Data)
 	})
+	// The metrics, on their own listener.
+	resp, err := http.Get("http://" + metricsListen + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`wahook_pace_waits_total{result="send"} 1`, `wahook_pace_waits_total{result="stopped"} 1`,
+		`wahook_pace_outcomes_total{action="stop_number"} 1`, `wahook_pace_requests_refused_total{route="/v1/rate"} 1`, "go_goroutines"} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 	// A wait held by a pause an hour long does not hold up the shutdown:
 	// it is answered 503 at once, and the command exits 0.
 	paused := "109876543210779"

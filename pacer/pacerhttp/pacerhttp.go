@@ -22,6 +22,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/wahook/wahook/pacer"
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/meta"
@@ -36,6 +38,10 @@ type Config struct {
 	// timeout_ms (30 s); MaxWait the longest one may ask for (5 min).
 	DefaultWait time.Duration
 	MaxWait     time.Duration
+	// Registerer, when set, gets the metrics (wahook_pace_*): the waits by
+	// result and how long they were held, the outcomes by action, the
+	// requests refused, and the pacer's own counters.
+	Registerer prometheus.Registerer
 }
 
 // DefaultConfig returns the defaults.
@@ -116,10 +122,40 @@ type Handler struct {
 	mux     *http.ServeMux
 	closing context.Context // ended by Close
 	close   context.CancelFunc
+	m       *metrics // nil without Config.Registerer
 }
 
 // ServeHTTP implements http.Handler.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.m == nil {
+		h.mux.ServeHTTP(w, r)
+		return
+	}
+	rec := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	h.mux.ServeHTTP(rec, r)
+	if rec.status >= 400 && rec.status < 500 {
+		// The route the mux matched (r.Pattern, "METHOD /path" or a
+		// method's 405), not the path asked for: a bounded label.
+		route := "other"
+		if _, path, _ := strings.Cut(r.Pattern, " "); path != "" {
+			route = path
+		} else if r.Pattern != "/" && r.Pattern != "" {
+			route = r.Pattern
+		}
+		h.m.refusedOn(route)
+	}
+}
+
+// statusWriter keeps the status an answer was written with.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	w.status = status
+	w.ResponseWriter.WriteHeader(status)
+}
 
 // Close answers the waits held now, and every later one, 503: before the
 // HTTP server's Shutdown, which would otherwise wait for their turns. The
@@ -139,6 +175,9 @@ func New(p *pacer.Pacer, cfg Config) *Handler {
 	cfg.DefaultWait = min(cfg.DefaultWait, cfg.MaxWait)
 	h := &Handler{p: p, cfg: cfg, mux: http.NewServeMux()}
 	h.closing, h.close = context.WithCancel(context.Background())
+	if cfg.Registerer != nil {
+		h.m = newMetrics(cfg.Registerer, p)
+	}
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")
@@ -203,6 +242,7 @@ func (h *Handler) wait(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 	if h.closing.Err() != nil {
+		h.m.answered(resultClosed, 0)
 		writeJSON(w, http.StatusServiceUnavailable, Error{Error: "the pacer is shutting down"})
 		return
 	}
@@ -210,29 +250,39 @@ func (h *Handler) wait(w http.ResponseWriter, r *http.Request) {
 	ctx, cancelClosing := context.WithCancelCause(ctx)
 	defer cancelClosing(nil)
 	defer context.AfterFunc(h.closing, func() { cancelClosing(pacer.ErrClosed) })()
+	start := time.Now()
+	h.m.holding(1)
 	err := h.p.Wait(ctx, req.PhoneNumberID, req.Recipient)
+	h.m.holding(-1)
 	if err != nil && errors.Is(context.Cause(ctx), pacer.ErrClosed) {
 		err = pacer.ErrClosed
 	}
 	var stop *pacer.StopError
 	var cool *pacer.CooldownError
+	result := resultGone
 	switch {
 	case err == nil:
+		result = WaitSend
 		writeJSON(w, http.StatusOK, WaitResponse{Result: WaitSend})
 	case errors.As(err, &stop):
+		result = WaitStopped
 		until := stop.Until.UTC()
 		writeJSON(w, http.StatusOK, WaitResponse{Result: WaitStopped, Until: &until, Reason: stop.Reason})
 	case errors.As(err, &cool):
+		result = WaitCooldown
 		until := cool.Until.UTC()
 		writeJSON(w, http.StatusOK, WaitResponse{Result: WaitCooldown, Until: &until, Local: cool.Local})
 	case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
+		result = WaitTimeout
 		writeJSON(w, http.StatusOK, WaitResponse{Result: WaitTimeout})
 	case errors.Is(err, pacer.ErrClosed):
+		result = resultClosed
 		writeJSON(w, http.StatusServiceUnavailable, Error{Error: "the pacer is shutting down"})
 	default:
 		// The client went away: no one reads the answer.
 		writeJSON(w, http.StatusServiceUnavailable, Error{Error: err.Error()})
 	}
+	h.m.answered(result, time.Since(start).Seconds())
 }
 
 func (h *Handler) outcome(w http.ResponseWriter, r *http.Request) {
@@ -278,6 +328,7 @@ func (h *Handler) outcome(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := h.p.Outcome(pacer.Result{SendResult: res, Attempt: req.Attempt})
+	h.m.decided(d.Action)
 	writeJSON(w, http.StatusOK, OutcomeResponse{
 		Action: d.Action, Retry: d.Retry, AfterMS: d.After.Milliseconds(),
 		Code: d.Code, Class: d.Class, Verdict: d.Verdict, Reason: d.Reason,

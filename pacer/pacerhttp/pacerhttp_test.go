@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/wahook/wahook/pacer"
 	"github.com/wahook/wahook/pacer/pacerhttp"
 )
@@ -25,6 +27,10 @@ func server(t *testing.T, token string, edit func(*pacer.Config)) *httptest.Serv
 }
 
 func serverAndHandler(t *testing.T, token string, edit func(*pacer.Config)) (*httptest.Server, *pacerhttp.Handler) {
+	return serverWith(t, token, edit, nil)
+}
+
+func serverWith(t *testing.T, token string, edit func(*pacer.Config), reg prometheus.Registerer) (*httptest.Server, *pacerhttp.Handler) {
 	t.Helper()
 	cfg := pacer.DefaultConfig()
 	cfg.NoReport = true
@@ -40,6 +46,7 @@ func serverAndHandler(t *testing.T, token string, edit func(*pacer.Config)) (*ht
 	hcfg := pacerhttp.DefaultConfig()
 	hcfg.Token = token
 	hcfg.MaxWait = time.Minute
+	hcfg.Registerer = reg
 	h := pacerhttp.New(p, hcfg)
 	s := httptest.NewServer(h)
 	t.Cleanup(func() {
@@ -277,6 +284,57 @@ func TestCloseAnswersHeldWaits(t *testing.T) {
 	}
 	if code, body := call(t, ctx, s, "POST", "/v1/outcome", "", `{"phone_number_id":"`+number+`","status":"accepted","message_id":"wamid.2"}`); code != 200 {
 		t.Errorf("an outcome after Close: %d %s", code, body)
+	}
+}
+
+// TestMetrics: the waits by result, the outcomes by action and the
+// requests refused by route are counted, and the pacer's own counters are
+// read at each scrape.
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s, _ := serverWith(t, "", nil, reg)
+	ctx := context.Background()
+	call(t, ctx, s, "POST", "/v1/wait", "", `{"phone_number_id":"`+number+`"}`)                 // send
+	call(t, ctx, s, "POST", "/v1/wait", "", `{"phone_number_id":"`+number+`","timeout_ms":50}`) // timeout: 1 mps
+	call(t, ctx, s, "POST", "/v1/wait", "", `{}`)                                               // refused
+	call(t, ctx, s, "GET", "/v1/nothing", "", "")                                               // refused, route other
+	call(t, ctx, s, "POST", "/v1/outcome", "", `{"phone_number_id":"`+number+`","error_code":131026}`)
+	got := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range m.GetLabel() {
+				name += "," + l.GetName() + "=" + l.GetValue()
+			}
+			switch {
+			case m.Counter != nil:
+				got[name] = m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				got[name] = m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				got[name] = float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	for name, want := range map[string]float64{
+		"wahook_pace_waits_total,result=send":               1,
+		"wahook_pace_waits_total,result=timeout":            1,
+		"wahook_pace_waits_total,result=stopped":            0,
+		"wahook_pace_wait_seconds":                          1,
+		"wahook_pace_waits_held":                            0,
+		"wahook_pace_outcomes_total,action=drop":            1,
+		"wahook_pace_requests_refused_total,route=/v1/wait": 1,
+		"wahook_pace_requests_refused_total,route=other":    1,
+		"wahook_pace_fallback_numbers":                      1,
+		"wahook_pace_report_invalid_total":                  0,
+	} {
+		if v, ok := got[name]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
+		}
 	}
 }
 
