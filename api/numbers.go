@@ -198,21 +198,12 @@ LIMIT 1 BY event_id`, s.table("management_events"), mw.sql()), mw.args...)
 	var cw where
 	cw.add("field IN ('smb_message_echoes', 'history', 'smb_app_state_sync') AND phone_number_id != '' AND event_time < toDateTime(?)", unix(q.To))
 	cw.in("phone_number_id", q.PhoneNumberIDs)
-	rows, err = s.conn.Query(ctx, fmt.Sprintf("SELECT DISTINCT phone_number_id FROM %s WHERE %s", s.table("management_events"), cw.sql()), cw.args...)
+	ids, err := s.stringColumn(ctx, fmt.Sprintf("SELECT DISTINCT phone_number_id FROM %s WHERE %s", s.table("management_events"), cw.sql()), cw.args...)
 	if err != nil {
-		return nil, queryError(ctx, err)
+		return nil, err
 	}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return nil, queryError(ctx, err)
-		}
+	for _, id := range ids {
 		coexist[id] = true
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, queryError(ctx, err)
 	}
 
 	out := &Numbers{Numbers: []NumberState{}, Pending: []PendingNumber{}}

@@ -64,8 +64,9 @@ var requestPrefix = func() string {
 //     number's rate is halved until wahook's signal has the error; after
 //     80007 (the WABA's limit) also the rates of the pacer's other numbers
 //     of the same WABA (the waba_id of their results), and after 4 (the
-//     app's limit) those of all its numbers, each until a signal of its own
-//     has a throughput error at or after this one, or 10 s;
+//     app's limit) those of all the numbers it was asked about, each until
+//     a signal of its own has a throughput error in this one's second or
+//     later, or 10 s;
 //   - pair rate (131056): retry that recipient after max(6 s, 4^X s), X the
 //     131056 in a row for the pair before this one; other recipients go on;
 //   - maintenance (131057): the number pauses for a minute (or until the
@@ -209,10 +210,9 @@ const (
 // the number itself) or throttleHold. A WABA's limit (80007) halves those of
 // the pacer's other numbers of the number's WABA too (learnWABA), and an
 // app's (4) those of all the numbers it was asked to pace (Wait, Rate):
-// their sends count
-// against the same limit, and the signals of the others will not have the
-// error, so theirs hold until one of their own has a throughput error at
-// or after this one, or throttleHold.
+// their sends count against the same limit, and the signals of the others
+// will not have the error, so theirs hold until one of their own has a
+// throughput error in this one's second or later, or throttleHold.
 func (p *Pacer) throttled(code int32, id string, now, errAt time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -72,18 +71,7 @@ func TestAPIPacingWithoutSendResults(t *testing.T) {
 				}
 			}()
 			do := func(method, path, body string) (int, string) {
-				req, _ := http.NewRequestWithContext(ctx, method, "http://"+listen+path, strings.NewReader(body))
-				req.Header.Set("Authorization", "Bearer "+e2eToken)
-				if body != "" {
-					req.Header.Set("Content-Type", "application/json")
-				}
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					return 0, err.Error()
-				}
-				defer resp.Body.Close()
-				b, _ := io.ReadAll(resp.Body)
-				return resp.StatusCode, string(b)
+				return httpDo(ctx, method, "http://"+listen+path, e2eToken, body)
 			}
 			testutil.Eventually(t, 30*time.Second, "the API to answer /healthz", func() (bool, string) {
 				select {

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/exp/zapslog"
 
@@ -47,7 +45,7 @@ func runPace(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		f.DurationVar(&hcfg.DefaultWait, "pace-default-wait", hcfg.DefaultWait, "how long a wait is held when it gives no timeout_ms")
 		f.DurationVar(&hcfg.MaxWait, "pace-max-wait", hcfg.MaxWait, "the longest timeout_ms a wait may ask for")
 		f.BoolVar(&cfg.NoReport, "pace-no-report", false, "report no send results to wahook (the decisions are made all the same)")
-		f.StringVar(&metricsListen, "pace-metrics-listen", "", "address of GET /metrics (Prometheus: wahook_pace_*), apart from the routes so that it can listen beyond loopback without exposing them (empty: no metrics)")
+		f.StringVar(&metricsListen, "metrics-listen", "", "serve /metrics (Prometheus: wahook_pace_*) on this address, apart from the routes so that it can listen beyond loopback without exposing them (empty: no metrics)")
 	})
 	logo.register(f)
 	if err := f.Parse(args); err != nil {
@@ -106,16 +104,19 @@ func runPace(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		ln.Close()
 		return fmt.Errorf("%w: --pace-listen %s is bound to %s, not a loopback address: give --pace-token", errUsage, listen, ln.Addr())
 	}
+	hcfg.Token = token
+	if metricsListen != "" {
+		reg := newRegistry()
+		if err := startMetrics(ctx, metricsListen, reg, log); err != nil {
+			ln.Close()
+			return err
+		}
+		hcfg.Registerer = reg
+	}
 	pc, err := pacer.New(ctx, js, cfg)
 	if err != nil {
 		ln.Close()
 		return fmt.Errorf("start the pacer: %w", err)
-	}
-	hcfg.Token = token
-	var reg *prometheus.Registry
-	if metricsListen != "" {
-		reg = newRegistry()
-		hcfg.Registerer = reg
 	}
 	h := pacerhttp.New(pc, hcfg)
 	srv := &http.Server{
@@ -126,19 +127,12 @@ func runPace(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          zap.NewStdLog(log.With(zap.String("part", "pace http"))),
 	}
-	served := goTask(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	})
-	done := make(chan struct{})
-	go func() { _ = served.wait(); close(done) }()
+	served := goTask(func() error { return srv.Serve(ln) })
 	// The waits held are answered first (503), so that the server's
 	// shutdown does not wait for their turns; the server then answers the
 	// outcomes under way, and only then is the pacer closed, reporting
 	// every result it was given.
-	p.add(part{name: "pace http server stopped, the pacer closed and its results reported", done: done, err: served.wait, stop: func() error {
+	p.add(part{name: "pace http server stopped, the pacer closed and its results reported", done: served.done, err: served.wait, stop: func() error {
 		h.Close()
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		serr := srv.Shutdown(sctx)
@@ -152,29 +146,6 @@ func runPace(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		defer cancel()
 		return errors.Join(serr, pc.Close(cctx))
 	}})
-	if reg != nil {
-		mln, err := net.Listen("tcp", metricsListen)
-		if err != nil {
-			return fmt.Errorf("listen on --pace-metrics-listen: %w", err)
-		}
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-		msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(log.With(zap.String("part", "pace metrics")))}
-		mserved := goTask(func() error {
-			if err := msrv.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			return nil
-		})
-		mdone := make(chan struct{})
-		go func() { _ = mserved.wait(); close(mdone) }()
-		p.add(part{name: "pace metrics server stopped", done: mdone, err: mserved.wait, stop: func() error {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			return msrv.Shutdown(sctx)
-		}})
-		log.Info("pace metrics listening", zap.String("addr", mln.Addr().String()))
-	}
 	log.Info("pacer listening", zap.String("addr", ln.Addr().String()), zap.Float64("share", cfg.Share), zap.Bool("report", !cfg.NoReport))
 	return p.wait(ctx)
 }

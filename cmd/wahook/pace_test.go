@@ -59,7 +59,7 @@ func TestPaceSidecar(t *testing.T) {
 	done := make(chan int, 1)
 	go func() {
 		done <- run(rctx, []string{"pace", "--nats-url", srv.URL(), "--pace-listen", listen, "--pace-token", e2eToken,
-			"--phone-hash-key", "pace-test-key-0123456789", "--pace-metrics-listen", metricsListen, "--log-level", "warn"}, &out, &logs)
+			"--phone-hash-key", "pace-test-key-0123456789", "--metrics-listen", metricsListen, "--log-level", "warn"}, &out, &logs)
 	}()
 	stopped := false
 	defer func() {
@@ -69,20 +69,7 @@ func TestPaceSidecar(t *testing.T) {
 		}
 	}()
 	do := func(method, path, token, body string) (int, string) {
-		req, _ := http.NewRequestWithContext(ctx, method, "http://"+listen+path, strings.NewReader(body))
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return httpDo(ctx, method, "http://"+listen+path, token, body)
 	}
 	testutil.Eventually(t, 30*time.Second, "wahook pace to answer /healthz", func() (bool, string) {
 		select {
@@ -196,4 +183,27 @@ func TestPaceRefusesOpenListenWithoutToken(t *testing.T) {
 			t.Errorf("%v: exit %d, want %d\n%s%s", c.args, code, c.code, out.String(), errs.String())
 		}
 	}
+}
+
+// httpDo sends a request with a bearer token (none when empty) and a JSON
+// body (none when empty); it returns the status and the body, or 0 and the
+// error.
+func httpDo(ctx context.Context, method, url, token, body string) (int, string) {
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	if err != nil {
+		return 0, err.Error()
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

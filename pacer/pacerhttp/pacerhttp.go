@@ -241,21 +241,19 @@ func (h *Handler) wait(w http.ResponseWriter, r *http.Request) {
 	// gives its turn to the next.
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
-	if h.closing.Err() != nil {
-		h.m.answered(resultClosed, 0)
-		writeJSON(w, http.StatusServiceUnavailable, Error{Error: "the pacer is shutting down"})
-		return
-	}
 	// Close ends it too.
 	ctx, cancelClosing := context.WithCancelCause(ctx)
 	defer cancelClosing(nil)
 	defer context.AfterFunc(h.closing, func() { cancelClosing(pacer.ErrClosed) })()
 	start := time.Now()
-	h.m.holding(1)
-	err := h.p.Wait(ctx, req.PhoneNumberID, req.Recipient)
-	h.m.holding(-1)
-	if err != nil && errors.Is(context.Cause(ctx), pacer.ErrClosed) {
-		err = pacer.ErrClosed
+	err := pacer.ErrClosed
+	if h.closing.Err() == nil {
+		h.m.holding(1)
+		err = h.p.Wait(ctx, req.PhoneNumberID, req.Recipient)
+		h.m.holding(-1)
+		if err != nil && errors.Is(context.Cause(ctx), pacer.ErrClosed) {
+			err = pacer.ErrClosed
+		}
 	}
 	var stop *pacer.StopError
 	var cool *pacer.CooldownError
