@@ -36,6 +36,11 @@ const (
 const (
 	BucketPacing       = "wahook_pacing"
 	BucketPairCooldown = "wahook_pair_cooldown"
+	// BucketAccounts holds what Meta last said of each WABA's ban and
+	// restrictions (account_update): key AccountKey(waba_id), value
+	// AccountState. Stage 2 writes it; the pacer stops the numbers of a
+	// WABA it says cannot send.
+	BucketAccounts = "wahook_accounts"
 	// BucketNumbers maps a display phone number (digits) to its phone number
 	// id, learned from the metadata of message webhooks, for the number-level
 	// webhooks that carry only the display number (docs/architecture.md, "Bus").

@@ -308,6 +308,30 @@ func checkPacing(t *testing.T, base, apiBase, natsURL string) {
 	if sig.TierSource != "throughput_upgrade" || sig.MaintenanceUntil == nil || sig.Observed.S60*60 < 0.999 || sig.Observed.S60*60 > 1.001 {
 		t.Errorf("pacing signal of %s (one message sent, counted once): %s", number, last)
 	}
+	// account_update_restriction.json's WABA, restricted by Meta.
+	const restricted = "209374655180223"
+	var st schema.AccountState
+	ok = testutil.Poll(30*time.Second, func() bool {
+		kv, err := js.KeyValue(ctx, schema.BucketAccounts)
+		if err != nil {
+			return false
+		}
+		e, err := kv.Get(ctx, schema.AccountKey(restricted))
+		if err != nil {
+			return false
+		}
+		last = string(e.Value())
+		return json.Unmarshal(e.Value(), &st) == nil
+	})
+	expires := time.Unix(1782121000, 0)
+	if !ok || len(st.Restrictions) != 2 || st.RestrictionsAt == nil || !st.RestrictionsAt.Equal(time.Unix(1781516200, 0)) || st.BanState != "" {
+		t.Fatalf("state of WABA %s: %s", restricted, last)
+	}
+	for i, typ := range []string{"RESTRICTED_ADD_PHONE_NUMBER_ACTION", schema.RestrictBusinessInitiated} {
+		if r := st.Restrictions[i]; r.Type != typ || r.Expires == nil || !r.Expires.Equal(expires) {
+			t.Errorf("state of WABA %s: restriction %d is %+v, want %s until %v", restricted, i, r, typ, expires)
+		}
+	}
 }
 
 // cooldownKeys lists the keys of wahook_pair_cooldown.

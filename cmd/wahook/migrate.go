@@ -104,8 +104,8 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintf(stdout, "stream %s: %d messages, max age %s, replicas %d, duplicate window %s\n",
 		info.Config.Name, info.State.Msgs, info.Config.MaxAge, info.Config.Replicas, info.Config.Duplicates)
-	fmt.Fprintf(stdout, "stream WAHOOK_EVENTS and buckets %s, %s, %s, %s ready (%d replicas)\n", schema.BucketNumbers, schema.BucketNumbersPending,
-		schema.BucketPacing, schema.BucketPairCooldown, kv)
+	fmt.Fprintf(stdout, "stream WAHOOK_EVENTS and buckets %s, %s, %s, %s, %s ready (%d replicas)\n", schema.BucketNumbers, schema.BucketNumbersPending,
+		schema.BucketPacing, schema.BucketPairCooldown, schema.BucketAccounts, kv)
 	if po.dsn == "" {
 		fmt.Fprintln(stdout, "clickhouse skipped (empty --clickhouse-dsn)")
 		return nil
@@ -193,7 +193,7 @@ func provisionForMigrate(ctx context.Context, js jetstream.JetStream, raw ingest
 	// The buckets are kept as they are when they exist: a changed replica
 	// count is applied here, as EnsureRawStream does for RAW. The lease
 	// bucket is made by the first process; if it exists, it follows too.
-	for _, b := range []string{schema.BucketNumbers, schema.BucketNumbersPending, schema.BucketPacing, schema.BucketPairCooldown, schema.BucketLeases} {
+	for _, b := range []string{schema.BucketNumbers, schema.BucketNumbersPending, schema.BucketPacing, schema.BucketPairCooldown, schema.BucketAccounts, schema.BucketLeases} {
 		if b == schema.BucketLeases {
 			if _, err := js.Stream(ctx, "KV_"+b); err != nil {
 				continue

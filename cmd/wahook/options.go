@@ -171,7 +171,7 @@ type kvReplicas struct{ n int }
 
 func (k *kvReplicas) register(f *flags, fallback string) {
 	f.Section("NATS", func() {
-		f.IntVar(&k.n, "kv-replicas", 0, "replicas of the KV buckets (wahook_numbers, wahook_numbers_pending, wahook_pacing, wahook_pair_cooldown, wahook_leases) when they are made; wahook migrate applies a changed count to existing ones (0: "+fallback+")")
+		f.IntVar(&k.n, "kv-replicas", 0, "replicas of the KV buckets (wahook_numbers, wahook_numbers_pending, wahook_pacing, wahook_pair_cooldown, wahook_accounts, wahook_leases) when they are made; wahook migrate applies a changed count to existing ones (0: "+fallback+")")
 	})
 }
 

@@ -24,6 +24,10 @@ type metrics struct {
 	// the messages they remembered.
 	warmups *prometheus.CounterVec
 	warmed  prometheus.Counter
+	// accountEvents counts the account events by result (accounts.go).
+	accountEvents *prometheus.CounterVec
+	// wabas counts the WABAs of wahook_accounts by state (accounts.go).
+	wabas *prometheus.GaugeVec
 }
 
 // adviceMoved moves a number from one advice to another in the advice
@@ -99,12 +103,24 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		warmed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wahook_stage2_memory_warmed_messages_total", Help: "Messages remembered by the message memory's read-backs: their later statuses do not count them again.",
 		}),
+		accountEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wahook_stage2_account_events_total", Help: "Account events (account_update) read for wahook_accounts, by result (applied, unchanged, ignored, bad, failed: not written, tried again).",
+		}, []string{"result"}),
+		wabas: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "wahook_stage2_wabas", Help: "WABAs whose state in wahook_accounts is, by state: disabled (banned by Meta), schedule_for_disable, restricted_business_initiated, restricted_customer_initiated (a restriction in force). Every instance counts them all.",
+		}, []string{"state"}),
 		writeFails: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wahook_stage2_write_failures_total", Help: "KV writes that failed, by bucket.",
 		}, []string{"bucket"}),
 	}
 	for _, r := range []string{resultApplied, resultDuplicate, resultMoved, resultIgnored, resultBad, resultNotOwned} {
 		m.events.WithLabelValues(r)
+	}
+	for _, r := range []string{accountApplied, accountUnchanged, accountIgnored, accountBad, accountFailed} {
+		m.accountEvents.WithLabelValues(r)
+	}
+	for _, st := range []string{wabaDisabled, wabaScheduled, wabaRestrictedBusiness, wabaRestrictedReplies} {
+		m.wabas.WithLabelValues(st)
 	}
 	for _, o := range []string{warmComplete, warmNewest, warmPartial, warmFailed} {
 		m.warmups.WithLabelValues(o)
@@ -114,9 +130,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	// Every series exists from the start, so that a rate or an alert on it
 	// has one before the first failure.
-	for _, b := range []string{schema.BucketPacing, schema.BucketPairCooldown} {
+	for _, b := range []string{schema.BucketPacing, schema.BucketPairCooldown, schema.BucketAccounts} {
 		m.writeFails.WithLabelValues(b)
 	}
-	reg.MustRegister(m.events, m.signals, m.urgent, m.cooldowns, m.numbers, m.partitions, m.writeFails, m.clamped, m.seedFailures, m.restarts, m.evicted, m.advice, m.warmups, m.warmed)
+	reg.MustRegister(m.events, m.signals, m.urgent, m.cooldowns, m.numbers, m.partitions, m.writeFails, m.clamped, m.seedFailures, m.restarts, m.evicted, m.advice, m.warmups, m.warmed, m.accountEvents, m.wabas)
 	return m
 }

@@ -18,7 +18,8 @@ import (
 const cooldownMarkerTTL = time.Minute
 
 // ensureBuckets opens the KV buckets, creating those that are absent:
-// wahook_pacing (one value per number, history 1) and wahook_pair_cooldown.
+// wahook_pacing (one value per number, history 1), wahook_pair_cooldown and
+// wahook_accounts (one value per WABA).
 // The cool-down bucket expires each key at its own time (a per-message
 // TTL, nats-server 2.11 and later); on an older server it keeps every key
 // for the longest cool-down instead, and readers go by the value's until.
@@ -67,6 +68,9 @@ func ensureBuckets(ctx context.Context, js jetstream.JetStream, replicas int, si
 	if err != nil {
 		return nil, nil, false, err
 	}
+	if _, err := kvbucket.Ensure(ctx, js, accountsConfig(replicas)); err != nil {
+		return nil, nil, false, err
+	}
 	st, err := cooldownKV.Status(ctx)
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("provision bucket %s: %w", schema.BucketPairCooldown, err)
@@ -101,7 +105,7 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, c Config) (jets
 	return cons, nil
 }
 
-// EnsureBuckets creates the pacing signal and pair cool-down buckets with
+// EnsureBuckets creates the pacing signal, pair cool-down and account buckets with
 // replicas copies (and the signals' TTL) when they are absent, for wahook
 // migrate; an existing bucket keeps its replica count (migrate applies a
 // changed one to the bucket's stream) and its TTL (stage 2's

@@ -116,6 +116,13 @@ func (s *Stage2) Run(ctx context.Context) error {
 	}) {
 		return nil
 	}
+	// The WABAs' states, beside the numbers: a goroutine of their own,
+	// stopped and waited for when Run returns.
+	actx, stopAccounts := context.WithCancel(ctx)
+	accountsDone := make(chan struct{}, 2)
+	go func() { defer func() { accountsDone <- struct{}{} }(); s.runAccounts(actx) }()
+	go func() { defer func() { accountsDone <- struct{}{} }(); s.countAccounts(actx) }()
+	defer func() { stopAccounts(); <-accountsDone; <-accountsDone }()
 	if !s.keyTTL {
 		s.log.Warn("the server has no per-message TTL: cool-downs stay in their bucket for the longest cool-down; readers go by until",
 			zap.String("bucket", schema.BucketPairCooldown))

@@ -1,0 +1,227 @@
+package stage2
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wahook/wahook/schema"
+)
+
+// account publishes an account event of the WABA, as stage 1 does: no
+// number, Meta's value in raw.
+func (h *harness) account(waba, id string, at time.Time, raw string) {
+	h.t.Helper()
+	h.accountAs(id, waba, id, at, raw)
+}
+
+// accountAs publishes an account event under the message id msgID.
+func (h *harness) accountAs(msgID, waba, id string, at time.Time, raw string) {
+	h.t.Helper()
+	event := ""
+	if m := eventName.FindStringSubmatch(raw); m != nil {
+		event = m[1]
+	}
+	h.publish(schema.KindAccount, "", msgID, schema.ManagementRow{
+		EventID: id, Kind: schema.KindAccount, Field: "account_update", EventTime: at, WabaID: waba,
+		PhoneNumberID: schema.NoNumber, Event: event, Raw: raw,
+	})
+}
+
+// eventName finds the event of an account_update value, also of one that
+// is not JSON.
+var eventName = regexp.MustCompile(`"event":"([A-Z_]+)"`)
+
+// accountState reads the WABA's state from wahook_accounts.
+func (h *harness) accountState(waba string) (schema.AccountState, error) {
+	kv, err := h.js.KeyValue(context.Background(), schema.BucketAccounts)
+	if err != nil {
+		return schema.AccountState{}, err
+	}
+	e, err := kv.Get(context.Background(), schema.AccountKey(waba))
+	if err != nil {
+		return schema.AccountState{}, err
+	}
+	var st schema.AccountState
+	err = json.Unmarshal(e.Value(), &st)
+	return st, err
+}
+
+// accountsTaken waits until stage 2 has read n account events.
+func (h *harness) accountsTaken(n int) {
+	h.t.Helper()
+	h.eventually(fmt.Sprintf("%d account events read", n), func() (bool, string) {
+		got := int(metricValue(h.s.m.accountEvents))
+		return got >= n, fmt.Sprint(got)
+	})
+}
+
+// wabas waits until the gauge of WABAs by state says want.
+func (h *harness) wabas(what string, want map[string]int) {
+	h.t.Helper()
+	h.eventually("WABAs by state "+what, func() (bool, string) {
+		got := map[string]int{}
+		for state := range want {
+			got[state] = int(metricValue(h.s.m.wabas.WithLabelValues(state)))
+		}
+		return fmt.Sprint(got) == fmt.Sprint(want), fmt.Sprint(got)
+	})
+}
+
+func (h *harness) accountCount(result string) int {
+	return int(metricValue(h.s.m.accountEvents.WithLabelValues(result)))
+}
+
+func TestAccountStates(t *testing.T) {
+	old := accountsCount
+	accountsCount = 200 * time.Millisecond
+	t.Cleanup(func() { accountsCount = old })
+	h := start(t, sec(0), nil)
+	const waba, other = "209374655180223", "209374655180999"
+	ban := func(state string) string {
+		return `{"event":"DISABLED_UPDATE","ban_info":{"waba_ban_state":"` + state + `","waba_ban_date":"April 17, 2026"}}`
+	}
+	// A ban, then an older reinstatement that comes late (a retry): the
+	// ban holds.
+	h.account(waba, "ban-1", sec(10), ban("DISABLE"))
+	h.account(waba, "reinstate-old", sec(5), ban("REINSTATE"))
+	// Restrictions, one expiring as Unix seconds, one as an RFC 3339 time,
+	// one not read (it holds until the next event).
+	h.account(waba, "restrict-1", sec(12), `{"event":"ACCOUNT_RESTRICTION","restriction_info":[`+
+		`{"restriction_type":"RESTRICTED_BIZ_INITIATED_MESSAGING","expiration":`+fmt.Sprint(sec(3600).Unix())+`},`+
+		`{"restriction_type":"RESTRICTED_ADD_PHONE_NUMBER_ACTION","expiration":"`+sec(7200).Format(time.RFC3339)+`"},`+
+		`{"restriction_type":"RESTRICTED_CUSTOMER_INITIATED_MESSAGING","expiration":"soon"}]}`)
+	// Events that set no state, and one that is not JSON: the good events
+	// after them are still applied.
+	h.account(waba, "partner", sec(13), `{"event":"PARTNER_ADDED","waba_info":{"waba_id":"`+waba+`"}}`)
+	h.account(other, "broken", sec(13), `{"event":"DISABLED_UPDATE","ban_info":`)
+	h.account(other, "sched", sec(14), ban("SCHEDULE_FOR_DISABLE"))
+	// The same event again under another message id (a replay): unchanged.
+	h.accountAs("ban-1-replayed", waba, "ban-1", sec(10), ban("DISABLE"))
+	h.flushed()
+	h.accountsTaken(7)
+
+	st, err := h.accountState(waba)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Version != schema.AccountVersion || st.WabaID != waba || st.BanState != schema.BanDisable || st.BanDate != "April 17, 2026" ||
+		st.BanAt == nil || !st.BanAt.Equal(sec(10)) || st.BanEvent != "ban-1" {
+		t.Fatalf("ban: %+v", st)
+	}
+	if len(st.Restrictions) != 3 || st.RestrictionsAt == nil || !st.RestrictionsAt.Equal(sec(12)) {
+		t.Fatalf("restrictions: %+v", st.Restrictions)
+	}
+	want := map[string]*time.Time{}
+	for _, r := range st.Restrictions {
+		want[r.Type] = r.Expires
+	}
+	if e := want[schema.RestrictBusinessInitiated]; e == nil || !e.Equal(sec(3600)) {
+		t.Errorf("business-initiated restriction expires %v, want %v", e, sec(3600))
+	}
+	if e := want["RESTRICTED_ADD_PHONE_NUMBER_ACTION"]; e == nil || !e.Equal(sec(7200)) {
+		t.Errorf("add-number restriction expires %v, want %v", e, sec(7200))
+	}
+	if e, ok := want[schema.RestrictCustomerInitiated]; !ok || e != nil {
+		t.Errorf("customer-initiated restriction with an expiration not read: %v, %v (want present, no end)", e, ok)
+	}
+	if st, err := h.accountState(other); err != nil || st.BanState != schema.BanScheduleToDisable {
+		t.Errorf("the other WABA: %+v, %v", st, err)
+	}
+	for result, n := range map[string]int{accountApplied: 3, accountUnchanged: 2, accountIgnored: 1, accountBad: 1, accountFailed: 0} {
+		if got := h.accountCount(result); got != n {
+			t.Errorf("%s account events: %d, want %d", result, got, n)
+		}
+	}
+
+	h.wabas("after the ban and restrictions", map[string]int{wabaDisabled: 1, wabaScheduled: 1, wabaRestrictedBusiness: 1, wabaRestrictedReplies: 1})
+	// The business-initiated restriction expires by the clock.
+	h.clock.Set(sec(3601))
+	h.wabas("after the first restriction expired", map[string]int{wabaDisabled: 1, wabaScheduled: 1, wabaRestrictedBusiness: 0, wabaRestrictedReplies: 1})
+
+	// Reinstated, and the restrictions lifted: an event with none. A
+	// restarted stage 2 resumes its consumer, and keeps the state.
+	h.restart()
+	h.account(waba, "reinstate", sec(30), ban("REINSTATE"))
+	h.account(waba, "restrict-2", sec(31), `{"event":"ACCOUNT_RESTRICTION","restriction_info":[]}`)
+	h.flushed()
+	h.accountsTaken(2)
+	st, err = h.accountState(waba)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.BanState != schema.BanReinstate || len(st.Restrictions) != 0 || !st.RestrictionsAt.Equal(sec(31)) {
+		t.Fatalf("after the reinstatement: %+v", st)
+	}
+	h.wabas("after the reinstatement", map[string]int{wabaDisabled: 0, wabaScheduled: 1, wabaRestrictedBusiness: 0, wabaRestrictedReplies: 0})
+	if got := h.accountCount(accountApplied) + h.accountCount(accountUnchanged); got != 2 {
+		t.Errorf("the restarted stage 2 read %d account events, want the 2 new ones", got)
+	}
+}
+
+// Two stage 2 instances share the account consumer; a write that loses
+// the race to the other's reads the WABA again and merges into what the
+// other wrote.
+func TestAccountStateWriteRace(t *testing.T) {
+	h := start(t, sec(0), nil)
+	const waba = "209374655180223"
+	h.account(waba, "ban-1", sec(10), `{"event":"DISABLED_UPDATE","ban_info":{"waba_ban_state":"DISABLE"}}`)
+	h.flushed()
+	h.accountsTaken(1)
+	kv, err := h.js.KeyValue(context.Background(), schema.BucketAccounts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another instance's write lands between this one's read and its
+	// write: a KV whose first Get is followed by a write of its own.
+	racing := &racingKV{KeyValue: kv, write: func() {
+		st, err := h.accountState(waba)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := sec(20)
+		st.Restrictions = []schema.AccountRestriction{{Type: schema.RestrictBusinessInitiated}}
+		st.RestrictionsAt, st.RestrictEvent = &at, "restrict-other"
+		b, _ := json.Marshal(st)
+		if _, err := kv.Put(context.Background(), schema.AccountKey(waba), b); err != nil {
+			t.Fatal(err)
+		}
+	}}
+	data, _ := json.Marshal(map[string]any{"kind": schema.KindAccount, "v": 1, "row": schema.ManagementRow{
+		EventID: "reinstate", EventTime: sec(30), WabaID: waba, Event: "DISABLED_UPDATE",
+		Raw: `{"event":"DISABLED_UPDATE","ban_info":{"waba_ban_state":"REINSTATE"}}`,
+	}})
+	if res := h.s.applyAccount(context.Background(), racing, data, h.s.log); res != accountApplied {
+		t.Fatalf("result %s", res)
+	}
+	if racing.gets < 2 {
+		t.Errorf("%d reads: the lost write was not read again", racing.gets)
+	}
+	st, err := h.accountState(waba)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.BanState != schema.BanReinstate || len(st.Restrictions) != 1 || st.RestrictEvent != "restrict-other" {
+		t.Fatalf("state %+v: one write undid the other's", st)
+	}
+}
+
+// racingKV runs write once, after its first Get.
+type racingKV struct {
+	jetstream.KeyValue
+	write func()
+	gets  int
+}
+
+func (r *racingKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	e, err := r.KeyValue.Get(ctx, key)
+	if r.gets++; r.gets == 1 {
+		r.write()
+	}
+	return e, err
+}
