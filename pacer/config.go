@@ -19,6 +19,10 @@ const (
 	// 6 s to the same recipient, bursts of up to 45 (131056 beyond).
 	PairInterval = 6 * time.Second
 	PairBurst    = 45
+	// accountRecheck is the Until of a stop by a WABA's ban or a
+	// restriction without an end: when to ask again (Meta ends it with an
+	// event, which the pacer applies as it comes).
+	accountRecheck = 15 * time.Minute
 	// stopHold is how long a number stays stopped after a stop verdict when
 	// the signal does not say (stage 2's rule: 15 minutes after the error).
 	stopHold = 15 * time.Minute
@@ -67,6 +71,13 @@ type Config struct {
 	// that the caller sends to other recipients meanwhile; otherwise Wait
 	// waits for it.
 	CooldownNoWait bool
+	// Replies says the service sends only replies to customers who wrote
+	// first (customer-initiated conversations). A WABA Meta disabled stops
+	// every number of it either way; a restriction of business-initiated
+	// messages stops them only without Replies, and one of
+	// customer-initiated messages only with it. The pacer knows a number's
+	// WABA from the waba_id of its send results (Outcome).
+	Replies bool
 	// MaintenanceMargin is added to a signal's maintenance_until before
 	// sending again (2 s): Meta stamps the THROUGHPUT_UPGRADE that starts the
 	// window in whole seconds, and a 131057 at its end would start another

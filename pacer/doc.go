@@ -2,10 +2,11 @@
 // limiter, a retry policy and a send-result reporter for services that send
 // WhatsApp messages through Meta's Cloud API.
 //
-// New watches the KV buckets wahook_pacing and wahook_pair_cooldown that
-// wahook's stage 2 writes. Wait blocks until a send is allowed: a token
-// bucket per business number at the signal's recommended_mps (changed live
-// as the signal changes), the signal's pause and stop, the pair cool-downs
+// New watches the KV buckets wahook_pacing, wahook_pair_cooldown and
+// wahook_accounts that wahook's stage 2 writes. Wait blocks until a send is
+// allowed: a token bucket per business number at the signal's
+// recommended_mps (changed live as the signal changes), the signal's pause
+// and stop, a ban or restriction of the number's WABA, the pair cool-downs
 // wahook writes after 131056, and Meta's pair rule (1 message per 6 s to one
 // recipient, bursts up to 45) kept locally so that 131056 rarely comes back
 // at all. Outcome reports each send's result to wahook (batched, on

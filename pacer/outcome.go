@@ -288,7 +288,10 @@ func (p *Pacer) learnWABA(id, waba string) {
 			delete(p.byWaba, n.waba)
 		}
 	}
-	n.waba = waba
+	n.waba, n.acct = waba, p.accounts[schema.AccountKey(waba)]
+	if n.acct != nil {
+		p.wake(n) // its Waits see the WABA's ban or restriction now
+	}
 	set := p.byWaba[waba]
 	if set == nil {
 		set = map[*number]struct{}{}

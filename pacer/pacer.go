@@ -77,6 +77,9 @@ type Pacer struct {
 	// id) or of the app ("app"), at most one a second (throttled).
 	byWaba map[string]map[*number]struct{}
 	fanAt  map[string]time.Time
+	// accounts is the WABAs' states of wahook_accounts, by key
+	// (schema.AccountKey).
+	accounts map[string]*schema.AccountState
 	// wabaOf is each number's WABA as learnWABA last recorded it, read
 	// without p.mu: results name the same WABA again and again.
 	wabaOf sync.Map
@@ -100,15 +103,16 @@ type number struct {
 	id       string
 	lim      *rate.Limiter
 	sig      *schema.PacingSignal
-	sigAt    time.Time     // when sig came, by this process's clock
-	tier     float64       // the last known tier (0: none)
-	fallback bool          // the fallback rate applies now
-	used     bool          // Wait or Rate was asked about it: its fallback is logged and counted
-	changed  chan struct{} // closed and replaced when its signal, holds, rate or a cool-down of its recipients changes
-	queue    list.List     // the Waits queued for a token of lim (*waiter), in their order
-	waba     string        // its WABA, from the waba_id of its send results (learnWABA)
-	throttle float64       // rate cap after a throughput error reported through Outcome (throttled)
-	thrUntil time.Time     // until then, or a signal that has the error (throttleSeen)
+	sigAt    time.Time            // when sig came, by this process's clock
+	tier     float64              // the last known tier (0: none)
+	fallback bool                 // the fallback rate applies now
+	used     bool                 // Wait or Rate was asked about it: its fallback is logged and counted
+	changed  chan struct{}        // closed and replaced when its signal, holds, rate or a cool-down of its recipients changes
+	queue    list.List            // the Waits queued for a token of lim (*waiter), in their order
+	waba     string               // its WABA, from the waba_id of its send results (learnWABA)
+	acct     *schema.AccountState // its WABA's state, if wahook_accounts has one
+	throttle float64              // rate cap after a throughput error reported through Outcome (throttled)
+	thrUntil time.Time            // until then, or a signal that has the error (throttleSeen)
 	thrSince time.Time
 	thrErrAt time.Time   // the reported 130429's own time (its result's timestamp)
 	thrTimer *time.Timer // refreshes the number at thrUntil
@@ -211,8 +215,8 @@ type pair struct {
 	strikes   int
 }
 
-// New returns a Pacer that watches wahook_pacing and wahook_pair_cooldown
-// through js and reports send results (unless Config.NoReport). It returns
+// New returns a Pacer that watches wahook_pacing, wahook_pair_cooldown and
+// wahook_accounts through js and reports send results (unless Config.NoReport). It returns
 // once the signals and cool-downs already written are held, or after
 // Config.StartWait (NATS unreachable: a warning, and every number at the
 // fallback rate until they are read), or with ctx's error when ctx ends
@@ -236,6 +240,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pacer, error
 		byKey:     map[string]*number{},
 		byWaba:    map[string]map[*number]struct{}{},
 		fanAt:     map[string]time.Time{},
+		accounts:  map[string]*schema.AccountState{},
 		done:      make(chan struct{}),
 	}
 	if js == nil {
@@ -261,10 +266,11 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pacer, error
 	// The signals and cool-downs already written are held before New
 	// returns: a number stopped, paused or slowed when the sender starts
 	// is not sent at the fallback rate meanwhile.
-	loaded := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
-	p.wg.Add(2)
+	loaded := [3]chan struct{}{make(chan struct{}), make(chan struct{}), make(chan struct{})}
+	p.wg.Add(3)
 	go func() { defer p.wg.Done(); p.watch(runCtx, schema.BucketPacing, p.onSignal, loaded[0]) }()
 	go func() { defer p.wg.Done(); p.watch(runCtx, schema.BucketPairCooldown, p.onCooldown, loaded[1]) }()
+	go func() { defer p.wg.Done(); p.watch(runCtx, schema.BucketAccounts, p.onAccount, loaded[2]) }()
 	limit := time.NewTimer(cfg.StartWait)
 	defer limit.Stop()
 	for _, ch := range loaded {
@@ -450,7 +456,7 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 			}
 		}
 		p.refresh(n, now)
-		h := n.hold(now, p.cfg.MaintenanceMargin)
+		h := p.hold(n, now)
 		changed := n.changed
 		var coolUntil time.Time
 		var local bool
@@ -601,7 +607,7 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 		now = time.Now()
 		// A stop or pause that came with the token still counts (the
 		// token is spent).
-		h = n.hold(now, p.cfg.MaintenanceMargin)
+		h = p.hold(n, now)
 		var res *rate.Reservation
 		if pr != nil && h.until.IsZero() {
 			res = pr.lim.ReserveN(now, 1)
@@ -628,7 +634,7 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 					p.mu.Lock()
 					changed = n.changed
 					now = time.Now()
-					h = n.hold(now, p.cfg.MaintenanceMargin)
+					h = p.hold(n, now)
 					cooled := p.cooled(key, now)
 					p.mu.Unlock()
 					if h.stop {
@@ -717,7 +723,7 @@ func (p *Pacer) waitToken(ctx context.Context, n *number, key string, w *waiter,
 			p.mu.Unlock()
 			return false, nil
 		}
-		h := n.hold(now, p.cfg.MaintenanceMargin)
+		h := p.hold(n, now)
 		if end != nil || h.stop || !h.until.IsZero() || p.cooled(key, now) {
 			// A hold or Close sends every queued Wait away: they make no
 			// bucket (the next Wait to queue does, once).
@@ -884,10 +890,24 @@ func (p *Pacer) burst(r float64) int {
 	return max(1, int(r*p.cfg.BurstWindow.Seconds()))
 }
 
-// hold is the number's stop or pause at now. p.mu is held.
-func (n *number) hold(now time.Time, margin time.Duration) hold {
+// hold is the number's stop or pause at now, with the pacer's
+// configuration. p.mu is held.
+func (p *Pacer) hold(n *number, now time.Time) hold {
+	return n.hold(now, p.cfg.MaintenanceMargin, p.cfg.Replies)
+}
+
+// hold is the number's stop or pause at now: its WABA's ban or
+// restriction (replies: Config.Replies), a stop, a maintenance window
+// (with its margin), a pause. p.mu is held.
+func (n *number) hold(now time.Time, margin time.Duration, replies bool) hold {
 	var h hold
-	if n.stopUntil.After(now) {
+	if until, reason, ok := n.acct.Blocks(now, replies); ok {
+		if until.IsZero() {
+			until = now.Add(accountRecheck)
+		}
+		h = hold{stop: true, until: until, reason: reason}
+	}
+	if n.stopUntil.After(now) && n.stopUntil.After(h.until) {
 		h = hold{stop: true, until: n.stopUntil, reason: n.stopReason}
 	}
 	if s := n.sig; s != nil {
@@ -1154,6 +1174,35 @@ func (p *Pacer) onSignal(key string, value []byte) {
 	p.wake(n)
 }
 
+// onAccount applies a value of wahook_accounts (nil: the key went) to the
+// numbers of its WABA.
+func (p *Pacer) onAccount(key string, value []byte) {
+	var st *schema.AccountState
+	if value != nil {
+		st = new(schema.AccountState)
+		if err := json.Unmarshal(value, st); err != nil || st.WabaID == "" || schema.AccountKey(st.WabaID) != key {
+			p.cfg.Logger.Warn("pacer: a WABA state that is not one", "key", key, "error", fmt.Sprint(err))
+			return
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if st == nil {
+		delete(p.accounts, key)
+	} else {
+		p.accounts[key] = st
+	}
+	for waba, ns := range p.byWaba {
+		if schema.AccountKey(waba) != key {
+			continue
+		}
+		for n := range ns {
+			n.acct = st
+			p.wake(n)
+		}
+	}
+}
+
 // onCooldown applies a value of wahook_pair_cooldown (nil: the key went).
 func (p *Pacer) onCooldown(key string, value []byte) {
 	p.mu.Lock()
@@ -1203,7 +1252,11 @@ func (p *Pacer) watch(ctx context.Context, bucket string, apply func(key string,
 		}
 		failing = true
 		if failLog.due(time.Minute) {
-			p.cfg.Logger.Warn("pacer: cannot watch "+bucket+"; numbers fall back once their signals are stale", "error", fmt.Sprint(err))
+			effect := "numbers fall back once their signals are stale"
+			if bucket == schema.BucketAccounts {
+				effect = "WABA bans and restrictions are not applied (wahook before 2026-12 has no such bucket)"
+			}
+			p.cfg.Logger.Warn("pacer: cannot watch "+bucket+"; "+effect, "error", fmt.Sprint(err))
 		}
 		select {
 		case <-ctx.Done():

@@ -25,7 +25,7 @@ func runCampaign(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	f.StringVar(&c.WebhookURL, "url", "http://127.0.0.1:8080/webhook", "wahook's webhook endpoint (loopback only), where the simulator posts its webhooks")
 	f.StringVar(&secret, "app-secret", "", "app secret the simulator signs its webhooks with (secret)")
 	f.Secret("app-secret")
-	f.StringVar(&c.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS of the running wahook: the pacer reads wahook_pacing and wahook_pair_cooldown and reports send results there (secret: may hold credentials)")
+	f.StringVar(&c.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS of the running wahook: the pacer reads wahook_pacing, wahook_pair_cooldown and wahook_accounts and reports send results there (secret: may hold credentials)")
 	f.Secret("nats-url")
 	f.StringVar(&hashKey, "phone-hash-key", "", "wahook's phone hash key, so that the pacer finds wahook's pair cool-downs (secret; empty: <data-dir>/phone-hash-key)")
 	f.Secret("phone-hash-key")

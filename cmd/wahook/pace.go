@@ -32,7 +32,7 @@ func runPace(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		hcfg             = pacerhttp.DefaultConfig()
 		cfg              = pacer.DefaultConfig()
 	)
-	no.register(f, "NATS of the running wahook, comma-separated URLs: the pacer reads wahook_pacing and wahook_pair_cooldown and reports send results on wahook.raw._send_results (required)")
+	no.register(f, "NATS of the running wahook, comma-separated URLs: the pacer reads wahook_pacing, wahook_pair_cooldown and wahook_accounts and reports send results on wahook.raw._send_results (required)")
 	f.Section("pacer", func() {
 		f.StringVar(&listen, "pace-listen", "127.0.0.1:8095", "address of the pacer's HTTP routes (POST /v1/wait, POST /v1/outcome, GET /v1/rate, GET /v1/stats, GET /healthz)")
 		f.StringVar(&token, "pace-token", "", "token every route but /healthz asks for as \"Authorization: Bearer <token>\"; required when --pace-listen is not a loopback address (secret)")
@@ -42,6 +42,7 @@ func runPace(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		f.StringVar(&dataDir, "data-dir", "./data", "serve's data directory, read for the phone hash key when --phone-hash-key is not set")
 		f.Float64Var(&cfg.Share, "pace-share", cfg.Share, "the part of each number's rate this sidecar sends at: 1/n when n sidecars (or services) send from the same numbers")
 		f.BoolVar(&cfg.CooldownNoWait, "pace-cooldown-no-wait", false, "answer a wait for a recipient in a cool-down at once (result cooldown, with its until) instead of holding it")
+		f.BoolVar(&cfg.Replies, "pace-replies", false, "the senders send only replies to customers who wrote first: a restriction Meta puts on a WABA's business-initiated messages does not stop its numbers, one on customer-initiated messages does (a ban stops them either way)")
 		f.DurationVar(&hcfg.DefaultWait, "pace-default-wait", hcfg.DefaultWait, "how long a wait is held when it gives no timeout_ms")
 		f.DurationVar(&hcfg.MaxWait, "pace-max-wait", hcfg.MaxWait, "the longest timeout_ms a wait may ask for")
 		f.BoolVar(&cfg.NoReport, "pace-no-report", false, "report no send results to wahook (the decisions are made all the same)")

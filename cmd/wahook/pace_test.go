@@ -59,7 +59,7 @@ func TestPaceSidecar(t *testing.T) {
 	done := make(chan int, 1)
 	go func() {
 		done <- run(rctx, []string{"pace", "--nats-url", srv.URL(), "--pace-listen", listen, "--pace-token", e2eToken,
-			"--phone-hash-key", "pace-test-key-0123456789", "--metrics-listen", metricsListen, "--log-level", "warn"}, &out, &logs)
+			"--phone-hash-key", "pace-test-key-0123456789", "--metrics-listen", metricsListen, "--pace-replies", "--log-level", "warn"}, &out, &logs)
 	}()
 	stopped := false
 	defer func() {
@@ -122,6 +122,34 @@ func TestPaceSidecar(t *testing.T) {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+	// WABAs Meta restricted (stage 2 writes their states): a sender of
+	// replies (--pace-replies) is stopped by a restriction of replies, not
+	// by one of business-initiated messages. The pacer learns each number's
+	// WABA from its results.
+	accounts, err := js.KeyValue(ctx, schema.BucketAccounts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for waba, typ := range map[string]string{"209374655180301": schema.RestrictBusinessInitiated, "209374655180302": schema.RestrictCustomerInitiated} {
+		st, _ := json.Marshal(schema.AccountState{Version: schema.AccountVersion, WabaID: waba, UpdatedAt: time.Now().UTC(),
+			Restrictions: []schema.AccountRestriction{{Type: typ}}})
+		if _, err := accounts.Put(ctx, schema.AccountKey(waba), st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for number, waba := range map[string]string{"109876543210801": "209374655180301", "109876543210802": "209374655180302"} {
+		res := `{"phone_number_id":"` + number + `","waba_id":"` + waba + `","status":"accepted","message_id":"wamid.r` + number + `","attempt":1}`
+		if code, body := do(http.MethodPost, "/v1/outcome", e2eToken, res); code != 200 {
+			t.Fatalf("outcome: %d %s", code, body)
+		}
+	}
+	testutil.Eventually(t, 10*time.Second, "the number of the WABA whose replies are restricted stopped", func() (bool, string) {
+		code, body := do(http.MethodPost, "/v1/wait", e2eToken, `{"phone_number_id":"109876543210802"}`)
+		return code == 200 && strings.Contains(body, `"result":"stopped"`) && strings.Contains(body, schema.RestrictCustomerInitiated), body
+	})
+	if code, body := do(http.MethodPost, "/v1/wait", e2eToken, `{"phone_number_id":"109876543210801"}`); code != 200 || !strings.Contains(body, `"result":"send"`) {
+		t.Errorf("a reply from a number of a WABA restricted from business-initiated messages: %d %s", code, body)
 	}
 	// A wait held by a pause an hour long does not hold up the shutdown:
 	// it is answered 503 at once, and the command exits 0.
