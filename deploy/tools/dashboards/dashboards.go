@@ -121,6 +121,11 @@ func Service() (dashboard.Dashboard, error) {
 		WithPanel(series("Stage 2: message memory read back at starts and handovers", "short",
 			prom("sum by (outcome) (increase(wahook_stage2_memory_warmups_total["+rate+"]))", "read-backs {{outcome}}"),
 			prom("sum(increase(wahook_stage2_memory_warmed_messages_total["+rate+"]))", "messages remembered"))).
+		// Meta's bans and restrictions of WABAs: every stage 2 instance
+		// counts the whole bucket, so the max is the count.
+		WithPanel(series("WABAs banned or restricted by Meta (wahook_accounts)", "short",
+			prom("max by (state) (wahook_stage2_wabas)", "{{state}}"),
+			prom("sum by (result) (increase(wahook_stage2_account_events_total["+rate+"]))", "account events {{result}}"))).
 		WithRow(dashboard.NewRowBuilder("Query API and memory")).
 		WithPanel(series("Query API by status, and 429s by limit", "reqps",
 			prom("sum by (status) (rate(wahook_api_requests_total["+rate+"]))", "{{status}}"),
