@@ -93,6 +93,14 @@ func TestWABABanAndRestrictions(t *testing.T) {
 		}
 	}
 
+	// A number no send result named, whose signal names waba-1.
+	const f = "100000000000205"
+	if err := e.putSignal(schema.PacingSignal{PhoneNumberID: f, WabaID: "waba-1", UpdatedAt: time.Now().UTC(), TierMPS: 80,
+		Advice: schema.AdviceOK, RecommendedMPS: 72}); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually("f stopped by its signal's WABA's ban", func() (bool, string) { se, err := stopped(p, f); return se != nil, fmt.Sprint(err) })
+
 	// waba-2 restricted from business-initiated messages for an hour.
 	until := now.Add(time.Hour)
 	e.account("waba-2", now, `{"event":"ACCOUNT_RESTRICTION","restriction_info":[{"restriction_type":"RESTRICTED_BIZ_INITIATED_MESSAGING","expiration":`+fmt.Sprint(until.Unix())+`}]}`)

@@ -281,7 +281,14 @@ func (p *Pacer) learnWABA(id, waba string) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	n := p.number(id)
+	p.setWABA(p.number(id), waba)
+}
+
+// setWABA records waba as the number's WABA. p.mu is held.
+func (p *Pacer) setWABA(n *number, waba string) {
+	if n.waba == waba {
+		return
+	}
 	if old := p.byWaba[n.waba]; old != nil {
 		delete(old, n)
 		if len(old) == 0 {
@@ -298,7 +305,7 @@ func (p *Pacer) learnWABA(id, waba string) {
 		p.byWaba[waba] = set
 	}
 	set[n] = struct{}{}
-	p.wabaOf.Store(id, waba)
+	p.wabaOf.Store(n.id, waba)
 }
 
 // outcomeNow is Outcome's clock (a variable for tests).

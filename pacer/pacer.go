@@ -72,15 +72,15 @@ type Pacer struct {
 	cooldowns map[string]time.Time // wahook's cool-downs by PairCooldownKey
 	pairs     map[string]*pair     // the local pair rule by PairCooldownKey
 	byKey     map[string]*number   // the numbers by their KV key (schema.PacingKey), for cool-downs
-	// byWaba is the numbers of each WABA that send results named
-	// (learnWABA); fanAt the last halving of a whole WABA ("waba:" and its
+	// byWaba is the numbers of each WABA that signals or send results
+	// named (setWABA); fanAt the last halving of a whole WABA ("waba:" and its
 	// id) or of the app ("app"), at most one a second (throttled).
 	byWaba map[string]map[*number]struct{}
 	fanAt  map[string]time.Time
 	// accounts is the WABAs' states of wahook_accounts, by key
 	// (schema.AccountKey).
 	accounts map[string]*schema.AccountState
-	// wabaOf is each number's WABA as learnWABA last recorded it, read
+	// wabaOf is each number's WABA as setWABA last recorded it, read
 	// without p.mu: results name the same WABA again and again.
 	wabaOf sync.Map
 
@@ -109,7 +109,7 @@ type number struct {
 	used     bool                 // Wait or Rate was asked about it: its fallback is logged and counted
 	changed  chan struct{}        // closed and replaced when its signal, holds, rate or a cool-down of its recipients changes
 	queue    list.List            // the Waits queued for a token of lim (*waiter), in their order
-	waba     string               // its WABA, from the waba_id of its send results (learnWABA)
+	waba     string               // its WABA: its signal's waba_id or its send results' (setWABA)
 	acct     *schema.AccountState // its WABA's state, if wahook_accounts has one
 	throttle float64              // rate cap after a throughput error reported through Outcome (throttled)
 	thrUntil time.Time            // until then, or a signal that has the error (throttleSeen)
@@ -1169,6 +1169,11 @@ func (p *Pacer) onSignal(key string, value []byte) {
 	}
 	if s.TierMPS > 0 {
 		n.tier = float64(s.TierMPS)
+	}
+	// The number's WABA as Meta's webhooks name it: a ban or restriction
+	// of it stops the number without a send result that names it.
+	if s.WabaID != "" {
+		p.setWABA(n, s.WabaID)
 	}
 	p.refresh(n, now)
 	p.wake(n)

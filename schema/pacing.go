@@ -55,8 +55,12 @@ type PacingSignal struct {
 	// when an override sets its tier: Meta's time of its first
 	// THROUGHPUT_UPGRADE, and whether its Business-app echoes or syncs
 	// came. A restarted stage 2 restores them from here.
-	UpgradedAt       *time.Time         `json:"upgraded_at,omitempty"`
-	Coexistence      bool               `json:"coexistence,omitempty"`
+	UpgradedAt  *time.Time `json:"upgraded_at,omitempty"`
+	Coexistence bool       `json:"coexistence,omitempty"`
+	// WabaID is the number's WABA as Meta's webhooks of it last named it
+	// (their entry id): the pacer stops the numbers of a WABA Meta
+	// disabled or restricted (wahook_accounts).
+	WabaID           string             `json:"waba_id,omitempty"`
 	Observed         ObservedMPS        `json:"observed_mps"`
 	Utilization      float64            `json:"utilization"`          // observed_mps.10s / tier_mps
 	Quality          string             `json:"quality"`              // flagged, unflagged or unknown

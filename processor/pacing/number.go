@@ -64,6 +64,9 @@ type Event struct {
 	// Management events (phone_number_quality_update and the like).
 	Field, Name, NewValue string
 	Coexistence           bool // an echo, history or contact sync: the number is on the Business app too
+	// Waba is the WABA that Meta's webhook names for the number (its
+	// entry id); "" for a send result.
+	Waba string
 }
 
 // Number is the state of one business number. Its memory is about 1.5 KiB
@@ -79,6 +82,11 @@ type Number struct {
 	stopCode                     int32
 	coexistence                  bool
 	quality, limit               string
+	// waba is the number's WABA, from the newest event that named one
+	// (wabaAt): Meta moves a number to another WABA, and the late
+	// webhooks of the old one do not move it back.
+	waba   string
+	wabaAt int64
 	// qualityAt and limitAt are the times of the events that set quality
 	// and limit: an older event, retried or replayed late, changes neither.
 	qualityAt, limitAt int64
@@ -108,6 +116,12 @@ func (n *Number) Apply(e Event) bool {
 	}
 	if e.Coexistence && !n.coexistence {
 		n.coexistence, changed = true, true
+	}
+	if e.Waba != "" && e.At >= n.wabaAt {
+		if e.Waba != n.waba {
+			n.waba, changed = e.Waba, true
+		}
+		n.wabaAt = e.At
 	}
 	for _, code := range e.Codes {
 		ec, _ := schema.LookupError(code)
@@ -173,6 +187,7 @@ func (n *Number) Signal(now time.Time, tiers Tiers) schema.PacingSignal {
 		s.UpgradedAt = &t
 	}
 	s.Coexistence = n.coexistence
+	s.WabaID = n.waba
 	if n.qualityAt > 0 {
 		t := time.Unix(n.qualityAt, 0).UTC()
 		s.QualityAt = &t

@@ -717,3 +717,33 @@ func NextCooldown2(t *testing.T, prev *schema.PairCooldown, id string, at time.T
 	}
 	return c
 }
+
+// The signal names the number's WABA from the newest event that named one:
+// after Meta moves the number, the old WABA's late webhooks do not move it
+// back; an event naming none changes nothing; a restored number keeps its
+// WABA until an event names one.
+func TestNumberWABA(t *testing.T) {
+	n := NewNumber("1001")
+	at := func(s int) int64 { return t0.Unix() + int64(s) }
+	if !n.Apply(Event{Kind: schema.KindStatus, At: at(1), Waba: "w1"}) || n.Signal(t0.Add(5*time.Second), DefaultTiers()).WabaID != "w1" {
+		t.Fatal("the first WABA")
+	}
+	if !n.Apply(Event{Kind: schema.KindInbound, At: at(5), Inbound: true, Waba: "w2"}) {
+		t.Fatal("a move to another WABA changes the signal")
+	}
+	n.Apply(Event{Kind: schema.KindStatus, At: at(3), Waba: "w1"})
+	n.Apply(Event{Kind: schema.KindError, At: at(6), Codes: []int32{131000}})
+	sig := n.Signal(t0.Add(10*time.Second), DefaultTiers())
+	if sig.WabaID != "w2" {
+		t.Fatalf("after a late webhook of the old WABA and an event naming none: %q, want w2", sig.WabaID)
+	}
+	r := NewNumber("1001")
+	r.Restore(sig)
+	if got := r.Signal(t0.Add(11*time.Second), DefaultTiers()).WabaID; got != "w2" {
+		t.Fatalf("restored: %q", got)
+	}
+	r.Apply(Event{Kind: schema.KindStatus, At: at(12), Waba: "w3"})
+	if got := r.Signal(t0.Add(13*time.Second), DefaultTiers()).WabaID; got != "w3" {
+		t.Fatalf("restored, then an event of another WABA: %q", got)
+	}
+}

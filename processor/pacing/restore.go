@@ -34,6 +34,10 @@ func (n *Number) Restore(s schema.PacingSignal) {
 	if s.Coexistence || s.TierSource == schema.TierSourceCoexistence {
 		n.coexistence = true
 	}
+	// Its WABA, until an event names one: a newer event's replaces it.
+	if n.waba == "" {
+		n.waba = s.WabaID
+	}
 	// With the times of the updates that set them, so that an older one
 	// delivered again (a redelivery, a replay) changes neither; a signal
 	// written before it had them stands for updates no newer than itself.

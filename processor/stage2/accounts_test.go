@@ -225,3 +225,29 @@ func (r *racingKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry
 	}
 	return e, err
 }
+
+// The signal names the number's WABA as Meta's webhooks name it; a send
+// result's waba_id, the sender's word, does not set it. A restarted stage 2
+// keeps it.
+func TestSignalNamesWABA(t *testing.T) {
+	h := start(t, sec(10), nil)
+	const number = "106540352249001"
+	h.publish(schema.KindStatus, number, "s1", schema.StatusRow{EventID: "s1", EventTime: sec(1), WabaID: "w1", PhoneNumberID: number, MessageID: "wamid.s1", Status: "sent", RecipientHash: "r"})
+	h.flushed()
+	h.waitSignal(number, "the WABA of the status", func(s schema.PacingSignal) bool { return s.WabaID == "w1" })
+	h.publish(schema.KindSendResult, number, "sr1", schema.SendResultRow{EventID: "sr1", EventTime: sec(2), WabaID: "w9", PhoneNumberID: number, MessageID: "wamid.sr1", Status: schema.SendAccepted})
+	h.publish(schema.KindInbound, number, "i1", schema.InboundRow{EventID: "i1", EventTime: sec(3), WabaID: "w2", PhoneNumberID: number, MessageID: "wamid.i1", Type: "text", FromHash: "u"})
+	h.flushed()
+	h.waitSignal(number, "the WABA of the inbound message", func(s schema.PacingSignal) bool { return s.WabaID == "w2" && s.Observed.S60 > 0 })
+	h.restart()
+	h.publish(schema.KindSendResult, number, "sr2", schema.SendResultRow{EventID: "sr2", EventTime: sec(4), WabaID: "w9", PhoneNumberID: number, MessageID: "wamid.sr2", Status: schema.SendAccepted})
+	h.flushed()
+	// Written again by the restarted stage 2: its windows hold the send
+	// result alone.
+	s := h.waitSignal(number, "the send result after the restart", func(s schema.PacingSignal) bool {
+		return s.Observed.Inbound10 == 0 && s.Observed.Outbound10 > 0
+	})
+	if s.WabaID != "w2" {
+		t.Fatalf("after a restart and a send result naming another WABA: %q, want w2", s.WabaID)
+	}
+}

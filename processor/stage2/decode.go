@@ -27,6 +27,7 @@ type wireEvent struct {
 		EventID       string    `json:"event_id"`
 		EventTime     time.Time `json:"event_time"`
 		PhoneNumberID string    `json:"phone_number_id"`
+		WabaID        string    `json:"waba_id"`
 		MessageID     string    `json:"message_id"`
 		Status        string    `json:"status"`
 		ErrorCodes    []int32   `json:"error_codes"`
@@ -101,6 +102,11 @@ func decodeEvent(data []byte, ev *event) error {
 	*ev = event{id: r.EventID, number: r.PhoneNumberID}
 	e := &ev.e
 	e.Kind, e.At, e.Status = w.Kind, r.EventTime.Unix(), r.Status
+	if w.Kind != schema.KindSendResult {
+		// Meta's webhooks name the number's WABA (entry.id); a send result
+		// names what its sender says, which is not taken for it.
+		e.Waba = r.WabaID
+	}
 	switch w.Kind {
 	case schema.KindStatus:
 		if schema.OutboundEvidence(r.Status) && r.MessageID != "" {

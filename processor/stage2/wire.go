@@ -60,6 +60,8 @@ func (s *wireScanner) rowField(key []byte, w *wireEvent) bool {
 		dst = &r.EventID
 	case "phone_number_id":
 		dst = &r.PhoneNumberID
+	case "waba_id":
+		dst = &r.WabaID
 	case "message_id":
 		dst = &r.MessageID
 	case "status":
