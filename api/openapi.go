@@ -29,6 +29,7 @@ var responseTypes = map[string]reflect.Type{
 	"SendResults": reflect.TypeOf(schema.SendResults{}),
 	"Accepted":    reflect.TypeOf(SendResultsAnswer{}),
 	"Signals":     reflect.TypeOf(Signals{}),
+	"Accounts":    reflect.TypeOf(Accounts{}),
 }
 
 var (
@@ -119,6 +120,12 @@ func buildOpenAPI() obj {
 		obj{"description": "the signals", "content": obj{"application/json": obj{"schema": obj{"$ref": "#/components/schemas/Signals"}}}})
 	paths["/api/v1/pacing/stream"] = live("pacing_stream", "The pacing signals as they change, as server-sent events (one event per signal, data: its JSON), after the current ones; event delete (data: {\"phone_number_id\": ...}) when a number's key is deleted or purged",
 		obj{"description": "an event stream", "content": obj{"text/event-stream": obj{}}})
+	accounts := live("accounts", "Every WABA's ban and restrictions as Meta's account_update events last set them (the wahook_accounts bucket), with whether its numbers may send business-initiated messages and replies now; those that cannot first. A scoped token sees its WABAs only",
+		obj{"description": "the WABAs' states", "content": obj{"application/json": obj{"schema": obj{"$ref": "#/components/schemas/Accounts"}}}})
+	accounts["get"].(obj)["parameters"] = []obj{paramDoc(accountParams[0])}
+	accounts["get"].(obj)["responses"].(obj)["400"] = errResp("a parameter is unknown or malformed (code bad_parameter)")
+	accounts["get"].(obj)["responses"].(obj)["404"] = errResp("a scoped token asked for a WABA that is not its tenant's (code not_found)")
+	paths["/api/v1/accounts"] = accounts
 	paths["/api/v1/openapi.json"] = obj{"get": obj{
 		"operationId": "openapi", "summary": "This document", "security": []obj{},
 		"responses": obj{
@@ -228,6 +235,18 @@ func typeSchema(t reflect.Type) obj {
 			}
 			name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
 			if name == "-" {
+				continue
+			}
+			if name == "" && f.Anonymous && f.Type.Kind() == reflect.Struct {
+				// Embedded: its fields are the struct's own, as
+				// encoding/json writes them.
+				inner := typeSchema(f.Type)
+				for k, v := range inner["properties"].(obj) {
+					props[k] = v
+				}
+				if r, ok := inner["required"].([]string); ok {
+					required = append(required, r...)
+				}
 				continue
 			}
 			if name == "" {

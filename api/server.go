@@ -42,6 +42,9 @@ type Config struct {
 	// Pacing watches the KV bucket wahook_pacing for the live page and
 	// /api/v1/pacing; nil turns them off (503).
 	Pacing PacingWatcher
+	// Accounts watches the KV bucket wahook_accounts for
+	// /api/v1/accounts; nil turns it off (503).
+	Accounts PacingWatcher
 }
 
 // Publisher stores a send-results document durably (JetStream, RAW app
@@ -308,6 +311,7 @@ func newServer(cfg Config, store *Store, reg prometheus.Registerer, log *zap.Log
 	}
 	v1.Post("/send-results", s.authorize, s.limitGroup(groupSendResults), s.sendResults)
 	v1.Get("/pacing", s.authorize, s.limitGroup(groupReports), s.pacingSnapshot)
+	v1.Get("/accounts", s.authorize, s.limitGroup(groupReports), s.accounts)
 	v1.Get("/pacing/stream", s.authorize, s.pacingStream)
 	v1.Use(func(c *fiber.Ctx) error {
 		return s.writeError(c, &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "no such route; see /api/v1/openapi.json"})
@@ -525,6 +529,8 @@ func routeName(c *fiber.Ctx) string {
 		return "send-results"
 	case "/api/v1/pacing", "/api/v1/pacing/stream":
 		return "pacing"
+	case "/api/v1/accounts":
+		return "accounts"
 	}
 	return "other"
 }

@@ -171,19 +171,24 @@ func (o *apiOptions) onNATS(nc *nats.Conn, sendResults bool) error {
 	if err != nil {
 		return err
 	}
-	o.cfg.Pacing = pacingBucket{js}
+	o.cfg.Pacing = bucketWatcher{js, schema.BucketPacing}
+	o.cfg.Accounts = bucketWatcher{js, schema.BucketAccounts}
 	if sendResults {
 		o.cfg.Intake = rawPublisher{js}
 	}
 	return nil
 }
 
-// pacingBucket watches wahook_pacing for the live page, opening the bucket
-// at each watch (stage 2 creates it with its first signal).
-type pacingBucket struct{ js jetstream.JetStream }
+// bucketWatcher watches a bucket stage 2 writes (wahook_pacing for the live
+// page, wahook_accounts), opening it at each watch: stage 2 creates it
+// when it starts.
+type bucketWatcher struct {
+	js     jetstream.JetStream
+	bucket string
+}
 
-func (p pacingBucket) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
-	kv, err := p.js.KeyValue(ctx, schema.BucketPacing)
+func (p bucketWatcher) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	kv, err := p.js.KeyValue(ctx, p.bucket)
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +251,7 @@ func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 		sendResults bool
 	)
 	ao.register(f)
-	no.register(f, "NATS server URLs, comma-separated, for POST /api/v1/send-results and the pacing signals (/api/v1/pacing, /api/v1/pacing/stream) (empty: those answer 503)")
+	no.register(f, "NATS server URLs, comma-separated, for POST /api/v1/send-results, the pacing signals (/api/v1/pacing, /api/v1/pacing/stream) and the WABA states (/api/v1/accounts) (empty: those answer 503)")
 	f.Section("query API", func() {
 		f.BoolVar(&sendResults, "send-results", true, "store send results of POST /api/v1/send-results in NATS (false: that route answers 503; the pacing signals are still read from --nats-url)")
 	})

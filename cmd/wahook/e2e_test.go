@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/wahook/wahook/api"
 	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/schematest"
@@ -331,6 +332,21 @@ func checkPacing(t *testing.T, base, apiBase, natsURL string) {
 		if r := st.Restrictions[i]; r.Type != typ || r.Expires == nil || !r.Expires.Equal(expires) {
 			t.Errorf("state of WABA %s: restriction %d is %+v, want %s until %v", restricted, i, r, typ, expires)
 		}
+	}
+	// The API answers it, the restriction of business-initiated messages
+	// over by now (it ended in June 2026).
+	req, _ := http.NewRequest(http.MethodGet, apiBase+"/api/v1/accounts?waba_id="+restricted, nil)
+	req.Header.Set("Authorization", "Bearer "+e2eToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var accounts api.Accounts
+	if resp.StatusCode != 200 || json.Unmarshal(body, &accounts) != nil || len(accounts.Accounts) != 1 ||
+		accounts.Accounts[0].WabaID != restricted || len(accounts.Accounts[0].Restrictions) != 2 || !accounts.Accounts[0].BusinessInitiated.Allowed {
+		t.Errorf("/api/v1/accounts: %d %s", resp.StatusCode, body)
 	}
 }
 
