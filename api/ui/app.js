@@ -336,10 +336,27 @@ function pacingNote(p) {
   return p.error ? `Pacing signals are not available: ${p.error}.` : "";
 }
 
+// wabaStates answers the WABAs Meta banned, restricted or scheduled to
+// disable (/api/v1/accounts), or none when the route refuses: the page
+// goes on without them.
+async function wabaStates() {
+  try {
+    const a = (await api("/api/v1/accounts")).accounts || [];
+    return a.filter((x) => !x.business_initiated.allowed || !x.replies.allowed || x.ban_state === "SCHEDULE_FOR_DISABLE");
+  } catch (e) { if (e instanceof AuthError || e.name === "AbortError") throw e; return []; }
+}
+
+function sendCell(s) {
+  if (s.allowed) return "allowed";
+  return `<span class="badge v-stop">blocked</span> ${s.until ? "until " + esc(s.until) : "until Meta lifts it"}`;
+}
+
 async function renderNumbers() {
   const r = range();
-  view().innerHTML = `<h1>Numbers</h1><div class="card"><table id="numbers-table"><thead><tr><th>number</th><th>display</th><th>WABA</th><th class="num">tier (mps)</th><th>tier source</th><th>quality</th><th>messaging limit</th><th>advice</th><th class="num">recommended mps</th><th class="num">use of tier (10 s)</th></tr></thead><tbody></tbody></table><p class="muted" id="pacing-note"></p></div><div class="card" id="pending-card" hidden><h2>Waiting for their number</h2><p class="muted">Quality, limit and throughput-upgrade webhooks that named a display number no message webhook has paired with its phone number id yet. They apply to the number (tier, quality, pacing) as soon as it sends or receives a message.</p><table id="pending-table"><thead><tr><th>display number</th><th>WABA</th><th class="num">events</th><th>first</th><th>last</th><th>latest</th></tr></thead><tbody></tbody></table></div>`;
-  const [nums, sigs] = await Promise.all([api("/api/v1/numbers?" + qs({ from: r.from, to: r.to, limit: 5 })), pacingSignals()]);
+  view().innerHTML = `<h1>Numbers</h1><div class="card" id="accounts-card" hidden><h2>WABAs Meta banned or restricted</h2><p class="muted">From Meta's account_update webhooks (<code>/api/v1/accounts</code>). The pacer stops these WABAs' numbers for what they may not send.</p><table id="accounts-table"><thead><tr><th>WABA</th><th>ban state</th><th>restrictions</th><th>business-initiated</th><th>replies</th><th>since</th></tr></thead><tbody></tbody></table></div><div class="card"><table id="numbers-table"><thead><tr><th>number</th><th>display</th><th>WABA</th><th class="num">tier (mps)</th><th>tier source</th><th>quality</th><th>messaging limit</th><th>advice</th><th class="num">recommended mps</th><th class="num">use of tier (10 s)</th></tr></thead><tbody></tbody></table><p class="muted" id="pacing-note"></p></div><div class="card" id="pending-card" hidden><h2>Waiting for their number</h2><p class="muted">Quality, limit and throughput-upgrade webhooks that named a display number no message webhook has paired with its phone number id yet. They apply to the number (tier, quality, pacing) as soon as it sends or receives a message.</p><table id="pending-table"><thead><tr><th>display number</th><th>WABA</th><th class="num">events</th><th>first</th><th>last</th><th>latest</th></tr></thead><tbody></tbody></table></div>`;
+  const [nums, sigs, wabas] = await Promise.all([api("/api/v1/numbers?" + qs({ from: r.from, to: r.to, limit: 5 })), pacingSignals(), wabaStates()]);
+  $("#accounts-card").hidden = wabas.length === 0;
+  $("#accounts-table tbody").innerHTML = wabas.map((a) => `<tr data-waba="${esc(a.waba_id)}"><td>${esc(a.waba_id)}</td><td>${esc(a.ban_state || "–")}</td><td>${esc((a.restrictions || []).map((x) => x.type.replace(/^RESTRICTED_/, "").toLowerCase()).join(", ") || "–")}</td><td>${sendCell(a.business_initiated)}</td><td>${sendCell(a.replies)}</td><td>${esc(a.ban_at || a.restrictions_at || "")}</td></tr>`).join("");
   const sig = new Map(sigs.signals.map((s) => [s.phone_number_id, s]));
   $("#pacing-note").textContent = pacingNote(sigs);
   $("#numbers-table tbody").innerHTML = nums.numbers.map((n) => {

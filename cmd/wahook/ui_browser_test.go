@@ -175,6 +175,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	const uiPendingDisplay = "15557810999"
 	post([]byte(fmt.Sprintf(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","time":%d,"changes":[{"field":"phone_number_quality_update","value":{"display_phone_number":%q,"event":"THROUGHPUT_UPGRADE","current_limit":"TIER_UNLIMITED"}}]}]}`,
 		now.Unix(), uiPendingDisplay)))
+	// Meta disables A's WABA.
+	post([]byte(fmt.Sprintf(`{"object":"whatsapp_business_account","entry":[{"id":%q,"time":%d,"changes":[{"field":"account_update","value":{"event":"DISABLED_UPDATE","ban_info":{"waba_ban_state":"DISABLE","waba_ban_date":"December 7, 2026"}}}]}]}`,
+		uiWabaA, now.Unix())))
 	apiGet := func(path, token string) (int, []byte) {
 		req, _ := http.NewRequest(http.MethodGet, apiBase+path, nil)
 		if token != "" {
@@ -204,9 +207,13 @@ func TestDashboardInBrowser(t *testing.T) {
 		_, b := apiGet("/api/v1/pacing", uiAdminToken)
 		return bytes.Contains(b, []byte(uiNumberB)), string(b)
 	})
+	testutil.Eventually(t, 30*time.Second, "A's WABA disabled", func() (bool, string) {
+		_, b := apiGet("/api/v1/accounts", uiAdminToken)
+		return bytes.Contains(b, []byte(`"waba_id":"`+uiWabaA+`"`)), string(b)
+	})
 
 	// Every data route refuses without a token; the page itself is public.
-	for _, p := range []string{"/api/v1/failures", "/api/v1/numbers", "/api/v1/funnel", "/api/v1/dead-letters", "/api/v1/pacing", "/api/v1/pacing/stream"} {
+	for _, p := range []string{"/api/v1/failures", "/api/v1/numbers", "/api/v1/funnel", "/api/v1/dead-letters", "/api/v1/pacing", "/api/v1/pacing/stream", "/api/v1/accounts"} {
 		if code, _ := apiGet(p, ""); code != http.StatusUnauthorized {
 			t.Errorf("%s without a token: %d", p, code)
 		}
@@ -489,6 +496,12 @@ func TestDashboardInBrowser(t *testing.T) {
 	loaded("numbers")
 	do("numbers rows", chromedp.WaitVisible(fmt.Sprintf(`#numbers-table tr[data-number="%s"]`, uiNumberA), chromedp.ByQuery))
 	do("pending display number", chromedp.WaitVisible(fmt.Sprintf(`#pending-table tr[data-display="%s"]`, uiPendingDisplay), chromedp.ByQuery))
+	var banned string
+	do("A's WABA disabled", chromedp.WaitVisible(fmt.Sprintf(`#accounts-table tr[data-waba="%s"]`, uiWabaA), chromedp.ByQuery),
+		chromedp.Text(fmt.Sprintf(`#accounts-table tr[data-waba="%s"]`, uiWabaA), &banned, chromedp.ByQuery))
+	if !strings.Contains(banned, "DISABLE") || !strings.Contains(banned, "blocked until Meta lifts it") || !strings.Contains(banned, now.UTC().Format("2006-01-02T15:04:05Z")) {
+		t.Errorf("A's WABA on the Numbers page: %q", banned)
+	}
 	shot("03-numbers")
 	do("number", chromedp.Navigate(apiBase+"/#number/"+uiNumberA))
 	loaded("number")
@@ -710,6 +723,11 @@ func TestDashboardInBrowser(t *testing.T) {
 			got = append(got, r.AttributeValue("data-number"))
 		}
 		t.Errorf("the tenant sees numbers %v, want only %s", got, uiNumberB)
+	}
+	var wabaRows int
+	do("tenant's WABA states", chromedp.Evaluate(`document.querySelectorAll("#accounts-table tr[data-waba]").length + (document.getElementById("accounts-card").hidden ? 0 : 100)`, &wabaRows))
+	if wabaRows != 0 {
+		t.Errorf("the tenant sees another tenant's WABA state (%d)", wabaRows)
 	}
 	shot("08-tenant-numbers")
 	// The signal comes before ClickHouse holds the failure (stage 2 reads
