@@ -2,13 +2,17 @@ package pacer_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/wahook/wahook/pacer"
+	"github.com/wahook/wahook/processor/stage2"
 	"github.com/wahook/wahook/schema"
 )
 
@@ -122,11 +126,52 @@ func TestWABABanAndRestrictions(t *testing.T) {
 	e.account("waba-1", now.Add(2*time.Second), `{"event":"DISABLED_UPDATE","ban_info":{"waba_ban_state":"REINSTATE"}}`)
 	e.account("waba-1", now.Add(-time.Minute), `{"event":"DISABLED_UPDATE","ban_info":{"waba_ban_state":"DISABLE"}}`)
 	e.eventually("a reinstated", func() (bool, string) { se, err := stopped(p, a); return se == nil && err == nil, fmt.Sprint(err) })
-	time.Sleep(300 * time.Millisecond)
+	e.eventually("stage 2 has taken every account event", func() (bool, string) {
+		info, err := e.js.Consumer(context.Background(), schema.StreamEvents, stage2.DefaultConfig().Durable+"_accounts")
+		if err != nil {
+			return false, err.Error()
+		}
+		i, err := info.Info(context.Background())
+		return err == nil && i.NumPending == 0 && i.NumAckPending == 0 && i.Delivered.Consumer >= 4, fmt.Sprint(i, err)
+	})
 	if se, err := stopped(replies, a); se != nil || err != nil {
 		t.Errorf("after the reinstatement and a late older ban: %v", err)
 	}
 	if s := p.Stats(); s.Stops < 3 {
 		t.Errorf("stops counted: %d", s.Stops)
 	}
+}
+
+// A pacer whose wahook_accounts is deleted forgets its states, and one
+// made again is watched anew: a watch of the old bucket saw nothing of it,
+// and a ban held for good.
+func TestAccountsBucketRemade(t *testing.T) {
+	const a = "100000000000211"
+	pacer.SetBucketCheck(t, 200*time.Millisecond)
+	e := newEnv(t, nil)
+	p := e.pacer(func(c *pacer.Config) { c.NoReport = true })
+	p.Outcome(pacer.Result{SendResult: schema.SendResult{PhoneNumberID: a, WabaID: "waba-9", MessageID: "wamid.1"}})
+	ctx := context.Background()
+	put := func() {
+		t.Helper()
+		kv, err := e.js.KeyValue(ctx, schema.BucketAccounts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(schema.AccountState{Version: schema.AccountVersion, WabaID: "waba-9", BanState: schema.BanDisable})
+		if _, err := kv.Put(ctx, schema.AccountKey("waba-9"), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put()
+	e.eventually("a stopped", func() (bool, string) { se, err := stopped(p, a); return se != nil, fmt.Sprint(err) })
+	if err := e.js.DeleteKeyValue(ctx, schema.BucketAccounts); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually("a sends once the bucket is gone", func() (bool, string) { se, err := stopped(p, a); return se == nil && err == nil, fmt.Sprint(err) })
+	if _, err := e.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: schema.BucketAccounts}); err != nil {
+		t.Fatal(err)
+	}
+	put()
+	e.eventually("a stopped by the bucket made again", func() (bool, string) { se, err := stopped(p, a); return se != nil, fmt.Sprint(err) })
 }

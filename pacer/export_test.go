@@ -67,3 +67,11 @@ func QueuedTurns(p *Pacer, id string) []time.Duration {
 // Buckets is how many buckets p has made for its numbers since New (a new
 // rate, a Wait leaving the queue).
 func Buckets(p *Pacer) int64 { return p.buckets.Load() }
+
+// SetBucketCheck sets how often a watch checks that its bucket was not
+// made again, for the test.
+func SetBucketCheck(t *testing.T, d time.Duration) {
+	old := bucketCheck
+	bucketCheck = d
+	t.Cleanup(func() { bucketCheck = old })
+}

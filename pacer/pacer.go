@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/time/rate"
 
+	"github.com/wahook/wahook/internal/kvbucket"
 	"github.com/wahook/wahook/schema"
 )
 
@@ -268,9 +269,12 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pacer, error
 	// is not sent at the fallback rate meanwhile.
 	loaded := [3]chan struct{}{make(chan struct{}), make(chan struct{}), make(chan struct{})}
 	p.wg.Add(3)
-	go func() { defer p.wg.Done(); p.watch(runCtx, schema.BucketPacing, p.onSignal, loaded[0]) }()
-	go func() { defer p.wg.Done(); p.watch(runCtx, schema.BucketPairCooldown, p.onCooldown, loaded[1]) }()
-	go func() { defer p.wg.Done(); p.watch(runCtx, schema.BucketAccounts, p.onAccount, loaded[2]) }()
+	go func() { defer p.wg.Done(); p.watch(runCtx, schema.BucketPacing, p.onSignal, nil, loaded[0]) }()
+	go func() { defer p.wg.Done(); p.watch(runCtx, schema.BucketPairCooldown, p.onCooldown, nil, loaded[1]) }()
+	go func() {
+		defer p.wg.Done()
+		p.watch(runCtx, schema.BucketAccounts, p.onAccount, p.accountsSynced, loaded[2])
+	}()
 	limit := time.NewTimer(cfg.StartWait)
 	defer limit.Stop()
 	for _, ch := range loaded {
@@ -1208,6 +1212,28 @@ func (p *Pacer) onAccount(key string, value []byte) {
 	}
 }
 
+// accountsSynced forgets the WABAs' states whose keys a new watch of
+// wahook_accounts did not give: they went with the bucket.
+func (p *Pacer) accountsSynced(keys map[string]bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for key := range p.accounts {
+		if keys[key] {
+			continue
+		}
+		delete(p.accounts, key)
+		for waba, ns := range p.byWaba {
+			if schema.AccountKey(waba) != key {
+				continue
+			}
+			for n := range ns {
+				n.acct = nil
+				p.wake(n)
+			}
+		}
+	}
+}
+
 // onCooldown applies a value of wahook_pair_cooldown (nil: the key went).
 func (p *Pacer) onCooldown(key string, value []byte) {
 	p.mu.Lock()
@@ -1234,14 +1260,16 @@ func (p *Pacer) onCooldown(key string, value []byte) {
 // starting again after an error (with a backoff, logged at most once a
 // minute) or at once after NATS reconnects: the client's own watch may take
 // many seconds to notice that the server it read from went away, and a stop
-// written meanwhile would be missed.
-func (p *Pacer) watch(ctx context.Context, bucket string, apply func(key string, value []byte), loaded chan struct{}) {
+// written meanwhile would be missed. synced, if not nil, is given the keys
+// of each new watch's first values once they are in: what is held of
+// other keys went with a bucket deleted or made again.
+func (p *Pacer) watch(ctx context.Context, bucket string, apply func(key string, value []byte), synced func(keys map[string]bool), loaded chan struct{}) {
 	const minBackoff = 250 * time.Millisecond
 	backoff := minBackoff
 	var failLog every
 	failing := false
 	for ctx.Err() == nil {
-		live, err := p.watchOnce(ctx, bucket, apply, loaded)
+		live, err := p.watchOnce(ctx, bucket, apply, synced, loaded)
 		if ctx.Err() != nil {
 			return
 		}
@@ -1253,6 +1281,10 @@ func (p *Pacer) watch(ctx context.Context, bucket string, apply func(key string,
 			}
 		}
 		if errors.Is(err, errReconnected) {
+			continue
+		}
+		if errors.Is(err, errRecreated) {
+			p.cfg.Logger.Info("pacer: " + bucket + " was deleted or made again; watching it anew")
 			continue
 		}
 		failing = true
@@ -1285,16 +1317,32 @@ func closeOnce(ch chan struct{}) {
 // errReconnected ends a watch when NATS reconnects.
 var errReconnected = errors.New("nats reconnected")
 
-// watchOnce watches the bucket until an error, ctx's end or a reconnect.
-// live is whether the watch delivered the bucket's values.
-func (p *Pacer) watchOnce(ctx context.Context, bucket string, apply func(string, []byte), loaded chan struct{}) (live bool, err error) {
+// errRecreated ends a watch whose bucket was deleted or made again.
+var errRecreated = errors.New("the bucket was deleted or made again")
+
+// bucketCheck is how often a watch checks that its bucket is the one it
+// watches (a variable for tests).
+var bucketCheck = 30 * time.Second
+
+// watchOnce watches the bucket until an error, ctx's end, a reconnect, or
+// the bucket deleted or made again (checked every bucketCheck: the watch
+// itself does not end then, and would see nothing of the new bucket). live
+// is whether the watch delivered the bucket's values.
+func (p *Pacer) watchOnce(ctx context.Context, bucket string, apply func(string, []byte), synced func(map[string]bool), loaded chan struct{}) (live bool, err error) {
 	reconnected := p.js.Conn().StatusChanged(nats.CONNECTED)
 	defer p.js.Conn().RemoveStatusListener(reconnected)
 	kv, err := p.js.KeyValue(ctx, bucket)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
 			closeOnce(loaded) // no value written yet: nothing to wait for
+			if synced != nil {
+				synced(map[string]bool{}) // none held: the bucket is gone
+			}
 		}
+		return false, err
+	}
+	created, _, err := kvbucket.Created(ctx, kv)
+	if err != nil {
 		return false, err
 	}
 	w, err := kv.WatchAll(ctx)
@@ -1302,20 +1350,37 @@ func (p *Pacer) watchOnce(ctx context.Context, bucket string, apply func(string,
 		return false, err
 	}
 	defer w.Stop()
+	check := time.NewTicker(bucketCheck)
+	defer check.Stop()
+	var first map[string]bool // the keys of the first values, until they are in
+	if synced != nil {
+		first = map[string]bool{}
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return live, ctx.Err()
 		case <-reconnected:
 			return live, errReconnected
+		case <-check.C:
+			if kvbucket.Recreated(ctx, kv, created) {
+				return live, errRecreated
+			}
 		case e, ok := <-w.Updates():
 			if !ok {
 				return live, errors.New("watcher closed")
 			}
 			if e == nil {
+				if first != nil {
+					synced(first)
+					first = nil
+				}
 				live = true
 				closeOnce(loaded)
 				continue // the initial values are in
+			}
+			if first != nil {
+				first[e.Key()] = true
 			}
 			switch e.Operation() {
 			case jetstream.KeyValuePut:

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -29,4 +30,31 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueC
 		return nil, fmt.Errorf("provision bucket %s: %w", cfg.Bucket, err)
 	}
 	return kv, nil
+}
+
+// Created is when the bucket's stream was made. A bucket deleted and made
+// again has a new one, and a watch of the old stream sees nothing of the
+// new: a watcher compares it now and then, and watches again when it
+// changed. ok is false when the server did not say.
+func Created(ctx context.Context, kv jetstream.KeyValue) (created time.Time, ok bool, err error) {
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	bs, isBucket := st.(*jetstream.KeyValueBucketStatus)
+	if !isBucket || bs.StreamInfo() == nil {
+		return time.Time{}, false, nil
+	}
+	return bs.StreamInfo().Created, true, nil
+}
+
+// Recreated reports whether the bucket's stream is no longer the one made
+// at created (deleted, or deleted and made again). A check that fails for
+// another reason (NATS away) says no: the watch goes on.
+func Recreated(ctx context.Context, kv jetstream.KeyValue, created time.Time) bool {
+	now, ok, err := Created(ctx, kv)
+	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return true
+	}
+	return err == nil && ok && !now.Equal(created)
 }

@@ -118,12 +118,13 @@ func (s *Stage2) runAccounts(ctx context.Context) {
 			wait = restartMin
 			continue
 		}
-		if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		// Made again, idempotently: a fetch fails without saying that its
+		// consumer is gone (a pull to a deleted consumer ends with "consumer
+		// deleted" or no responders), nor a write that its bucket is.
+		if !errors.Is(err, errAccountsNotWritten) {
 			cons = nil
 		}
-		if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
-			kv = nil
-		}
+		kv = nil
 		if n, due := failures.Note(); due {
 			log.Warn("account events: retrying", zap.Error(err), zap.Duration("in", wait), zap.Int64("failures_since_last_line", n))
 		}
@@ -132,8 +133,13 @@ func (s *Stage2) runAccounts(ctx context.Context) {
 	}
 }
 
-// fetchAccounts applies one batch of account events. It fails only when
-// the batch could not be read.
+// errAccountsNotWritten is fetchAccounts' error when a state could not be
+// written (its event nak'ed): the bucket is opened again, made again if it
+// is gone.
+var errAccountsNotWritten = errors.New("a WABA state could not be written to " + schema.BucketAccounts)
+
+// fetchAccounts applies one batch of account events. It fails when the
+// batch could not be read, or a state not written.
 func (s *Stage2) fetchAccounts(ctx context.Context, cons jetstream.Consumer, kv jetstream.KeyValue, log *zap.Logger) error {
 	fctx, cancel := context.WithTimeout(ctx, accountsFetchWait)
 	defer cancel()
@@ -141,10 +147,12 @@ func (s *Stage2) fetchAccounts(ctx context.Context, cons jetstream.Consumer, kv 
 	if err != nil {
 		return err
 	}
+	failed := false
 	for msg := range batch.Messages() {
 		res := s.applyAccount(ctx, kv, msg.Data(), log)
 		s.m.accountEvents.WithLabelValues(res).Inc()
 		if res == accountFailed {
+			failed = true
 			if err := msg.NakWithDelay(accountsRetry); err != nil && ctx.Err() == nil {
 				log.Debug("nak", zap.Error(err))
 			}
@@ -156,6 +164,9 @@ func (s *Stage2) fetchAccounts(ctx context.Context, cons jetstream.Consumer, kv 
 	}
 	if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 		return err
+	}
+	if failed {
+		return errAccountsNotWritten
 	}
 	return nil
 }
@@ -235,20 +246,24 @@ func isWrongSequence(err error) bool {
 
 // mergeAccount folds the event id of Meta's time at into st, and reports
 // whether st changed. Each part (the ban, the restrictions) takes the
-// newest event; one as old as the part's, other than the same event
-// again, takes it too (Meta's times are seconds).
+// newest event by Meta's time; of two in one second (Meta's times are
+// seconds) the one with the greater id, so that any order of delivery,
+// a redelivery or a replay among them, gives the same state.
 func mergeAccount(st *schema.AccountState, id string, at time.Time, u *meta.AccountUpdate) bool {
 	at = at.UTC()
+	newer := func(cur *time.Time, curID string) bool {
+		return cur == nil || at.After(*cur) || (at.Equal(*cur) && id > curID)
+	}
 	switch strings.ToUpper(u.Event) {
 	case eventDisabledUpdate:
-		if u.BanInfo == nil || (st.BanAt != nil && (at.Before(*st.BanAt) || st.BanEvent == id)) {
+		if u.BanInfo == nil || !newer(st.BanAt, st.BanEvent) {
 			return false
 		}
 		st.BanState, st.BanDate = strings.ToUpper(u.BanInfo.WABABanState), u.BanInfo.WABABanDate
 		st.BanAt, st.BanEvent = &at, id
 		return true
 	case eventAccountRestriction:
-		if st.RestrictionsAt != nil && (at.Before(*st.RestrictionsAt) || st.RestrictEvent == id) {
+		if !newer(st.RestrictionsAt, st.RestrictEvent) {
 			return false
 		}
 		rs := make([]schema.AccountRestriction, 0, len(u.RestrictionInfo))
@@ -322,6 +337,10 @@ func (s *Stage2) countAccountsOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	created, _, err := kvbucket.Created(ctx, kv)
+	if err != nil {
+		return err
+	}
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
 		return err
@@ -336,6 +355,11 @@ func (s *Stage2) countAccountsOnce(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
+			// A bucket deleted (and made again) ends nothing of this
+			// watch, which would count its old states for good.
+			if kvbucket.Recreated(ctx, kv, created) {
+				return errors.New("the bucket " + schema.BucketAccounts + " was deleted or made again")
+			}
 		case e, ok := <-w.Updates():
 			if !ok {
 				return errors.New("the watch of " + schema.BucketAccounts + " ended")

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wahook/wahook/schema"
+	"github.com/wahook/wahook/schema/meta"
 )
 
 // account publishes an account event of the WABA, as stage 1 does: no
@@ -249,5 +250,73 @@ func TestSignalNamesWABA(t *testing.T) {
 	})
 	if s.WabaID != "w2" {
 		t.Fatalf("after a restart and a send result naming another WABA: %q, want w2", s.WabaID)
+	}
+}
+
+// The account consumer and the bucket, deleted by hand, are made again,
+// and the events meanwhile are applied; the gauge counts the new bucket's
+// states, not the old one's.
+func TestAccountsRemade(t *testing.T) {
+	old := accountsCount
+	accountsCount = 200 * time.Millisecond
+	t.Cleanup(func() { accountsCount = old })
+	h := start(t, sec(0), nil)
+	ctx := context.Background()
+	ban := func(state string) string { return `{"event":"DISABLED_UPDATE","ban_info":{"waba_ban_state":"` + state + `"}}` }
+	h.account("w1", "ban-1", sec(10), ban("DISABLE"))
+	h.flushed()
+	h.accountsTaken(1)
+	h.wabas("after the ban", map[string]int{wabaDisabled: 1, wabaScheduled: 0})
+
+	// The consumer deleted: made again, and the next event applied.
+	if err := h.js.DeleteConsumer(ctx, schema.StreamEvents, h.cfg.Durable+"_accounts"); err != nil {
+		t.Fatal(err)
+	}
+	h.account("w1", "reinstate", sec(20), ban("REINSTATE"))
+	h.flushed()
+	h.eventually("the reinstatement after the consumer was deleted", func() (bool, string) {
+		st, err := h.accountState("w1")
+		return err == nil && st.BanState == schema.BanReinstate, fmt.Sprint(st, err)
+	})
+
+	// The bucket deleted: made again by the next event's write, and the
+	// gauge counts what the new bucket holds.
+	if err := h.js.DeleteKeyValue(ctx, schema.BucketAccounts); err != nil {
+		t.Fatal(err)
+	}
+	h.account("w2", "sched", sec(30), ban("SCHEDULE_FOR_DISABLE"))
+	h.flushed()
+	h.eventually("w2's state in the bucket made again", func() (bool, string) {
+		st, err := h.accountState("w2")
+		return err == nil && st.BanState == schema.BanScheduleToDisable, fmt.Sprint(st, err)
+	})
+	h.wabas("in the new bucket", map[string]int{wabaDisabled: 0, wabaScheduled: 1})
+	if _, err := h.accountState("w1"); err == nil {
+		t.Error("w1's state outlived its bucket")
+	}
+}
+
+// Two events of one WABA in one second give the same state in any order,
+// redelivered or replayed.
+func TestAccountSameSecond(t *testing.T) {
+	disable := &meta.AccountUpdate{Event: "DISABLED_UPDATE", BanInfo: &meta.BanInfo{WABABanState: "DISABLE"}}
+	reinstate := &meta.AccountUpdate{Event: "DISABLED_UPDATE", BanInfo: &meta.BanInfo{WABABanState: "REINSTATE"}}
+	type ev struct {
+		id string
+		u  *meta.AccountUpdate
+	}
+	a, b := ev{"aaa", disable}, ev{"bbb", reinstate}
+	for _, order := range [][]ev{{a, b}, {b, a}, {a, b, a}, {b, a, b, a}} {
+		st := schema.AccountState{WabaID: "w"}
+		for _, e := range order {
+			mergeAccount(&st, e.id, sec(5), e.u)
+		}
+		if st.BanState != schema.BanReinstate || st.BanEvent != "bbb" {
+			t.Errorf("order %v: %s (%s)", order, st.BanState, st.BanEvent)
+		}
+		// An older one after them changes nothing.
+		if mergeAccount(&st, "zzz", sec(4), disable) {
+			t.Errorf("order %v: an older event changed the state", order)
+		}
 	}
 }
