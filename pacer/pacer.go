@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/time/rate"
 
-	"github.com/wahook/wahook/internal/kvbucket"
 	"github.com/wahook/wahook/schema"
 )
 
@@ -1320,6 +1319,20 @@ var errReconnected = errors.New("nats reconnected")
 // errRecreated ends a watch whose bucket was deleted or made again.
 var errRecreated = errors.New("the bucket was deleted or made again")
 
+// bucketCreated is when the bucket's stream was made (zero when the server
+// does not say): a bucket deleted and made again has a new time. (The
+// pacer brings only schema with it, so not internal/kvbucket's.)
+func bucketCreated(ctx context.Context, kv jetstream.KeyValue) (time.Time, error) {
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && bs.StreamInfo() != nil {
+		return bs.StreamInfo().Created, nil
+	}
+	return time.Time{}, nil
+}
+
 // bucketCheck is how often a watch checks that its bucket is the one it
 // watches (a variable for tests).
 var bucketCheck = 30 * time.Second
@@ -1341,7 +1354,7 @@ func (p *Pacer) watchOnce(ctx context.Context, bucket string, apply func(string,
 		}
 		return false, err
 	}
-	created, _, err := kvbucket.Created(ctx, kv)
+	created, err := bucketCreated(ctx, kv)
 	if err != nil {
 		return false, err
 	}
@@ -1363,7 +1376,8 @@ func (p *Pacer) watchOnce(ctx context.Context, bucket string, apply func(string,
 		case <-reconnected:
 			return live, errReconnected
 		case <-check.C:
-			if kvbucket.Recreated(ctx, kv, created) {
+			if now, err := bucketCreated(ctx, kv); errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) ||
+				(err == nil && !now.Equal(created)) {
 				return live, errRecreated
 			}
 		case e, ok := <-w.Updates():
