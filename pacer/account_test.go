@@ -104,6 +104,12 @@ func TestWABABanAndRestrictions(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.eventually("f stopped by its signal's WABA's ban", func() (bool, string) { se, err := stopped(p, f); return se != nil, fmt.Sprint(err) })
+	// A result that names another WABA (a sender's stale configuration)
+	// does not replace Meta's.
+	p.Outcome(pacer.Result{SendResult: schema.SendResult{PhoneNumberID: f, WabaID: "waba-3", MessageID: "wamid.3"}})
+	if se, _ := stopped(p, f); se == nil {
+		t.Error("a send result naming another WABA replaced the signal's")
+	}
 
 	// waba-2 restricted from business-initiated messages for an hour.
 	until := now.Add(time.Hour)

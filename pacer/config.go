@@ -76,8 +76,8 @@ type Config struct {
 	// every number of it either way; a restriction of business-initiated
 	// messages stops them only without Replies, and one of
 	// customer-initiated messages only with it. The pacer knows a number's
-	// WABA from its signal's waba_id or the waba_id of its send results
-	// (Outcome), whichever came last.
+	// WABA from its signal's waba_id (Meta's word), else from the waba_id
+	// of its send results (Outcome).
 	Replies bool
 	// MaintenanceMargin is added to a signal's maintenance_until before
 	// sending again (2 s): Meta stamps the THROUGHPUT_UPGRADE that starts the

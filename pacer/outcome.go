@@ -270,23 +270,41 @@ func (p *Pacer) throttle(n *number, now, errAt time.Time) {
 }
 
 // learnWABA records the WABA of the number id that its send result names,
-// for the numbers a WABA's limit (80007) slows together. Only a change
-// takes p.mu.
+// for the numbers a WABA's limit (80007) slows together and its ban stops,
+// unless the number's signal has named one: Meta's word, where the
+// result's is the sender's (a sender's configuration that still names the
+// WABA Meta moved the number from would move it back at every result).
+// Only a change takes p.mu.
 func (p *Pacer) learnWABA(id, waba string) {
 	if waba == "" || id == "" {
 		return
 	}
-	if v, ok := p.wabaOf.Load(id); ok && v.(string) == waba {
+	if v, ok := p.wabaOf.Load(id); ok && (v.(wabaSeen).waba == waba || v.(wabaSeen).signal) {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.setWABA(p.number(id), waba)
+	p.setWABA(p.number(id), waba, false)
 }
 
-// setWABA records waba as the number's WABA. p.mu is held.
-func (p *Pacer) setWABA(n *number, waba string) {
+// wabaSeen is a value of Pacer.wabaOf: a number's WABA, and whether its
+// signal named it.
+type wabaSeen struct {
+	waba   string
+	signal bool
+}
+
+// setWABA records waba as the number's WABA, named by its signal or by a
+// send result (which does not replace the signal's). p.mu is held.
+func (p *Pacer) setWABA(n *number, waba string, signal bool) {
+	if n.wabaSignal && !signal {
+		return
+	}
 	if n.waba == waba {
+		if signal && !n.wabaSignal {
+			n.wabaSignal = true
+			p.wabaOf.Store(n.id, wabaSeen{waba, true})
+		}
 		return
 	}
 	if old := p.byWaba[n.waba]; old != nil {
@@ -305,7 +323,8 @@ func (p *Pacer) setWABA(n *number, waba string) {
 		p.byWaba[waba] = set
 	}
 	set[n] = struct{}{}
-	p.wabaOf.Store(n.id, waba)
+	n.wabaSignal = signal
+	p.wabaOf.Store(n.id, wabaSeen{waba, signal})
 }
 
 // outcomeNow is Outcome's clock (a variable for tests).

@@ -111,11 +111,13 @@ type number struct {
 	queue    list.List            // the Waits queued for a token of lim (*waiter), in their order
 	waba     string               // its WABA: its signal's waba_id or its send results' (setWABA)
 	acct     *schema.AccountState // its WABA's state, if wahook_accounts has one
-	throttle float64              // rate cap after a throughput error reported through Outcome (throttled)
-	thrUntil time.Time            // until then, or a signal that has the error (throttleSeen)
-	thrSince time.Time
-	thrErrAt time.Time   // the reported 130429's own time (its result's timestamp)
-	thrTimer *time.Timer // refreshes the number at thrUntil
+	// wabaSignal: its signal named waba; a send result no longer replaces it
+	wabaSignal bool
+	throttle   float64   // rate cap after a throughput error reported through Outcome (throttled)
+	thrUntil   time.Time // until then, or a signal that has the error (throttleSeen)
+	thrSince   time.Time
+	thrErrAt   time.Time   // the reported 130429's own time (its result's timestamp)
+	thrTimer   *time.Timer // refreshes the number at thrUntil
 	// holds from Outcome, before the signal says so
 	pauseUntil time.Time
 	stopUntil  time.Time
@@ -1176,7 +1178,7 @@ func (p *Pacer) onSignal(key string, value []byte) {
 	// The number's WABA as Meta's webhooks name it: a ban or restriction
 	// of it stops the number without a send result that names it.
 	if s.WabaID != "" {
-		p.setWABA(n, s.WabaID)
+		p.setWABA(n, s.WabaID, true)
 	}
 	p.refresh(n, now)
 	p.wake(n)
@@ -1267,10 +1269,22 @@ func (p *Pacer) watch(ctx context.Context, bucket string, apply func(key string,
 	backoff := minBackoff
 	var failLog every
 	failing := false
+	gone := 0 // tries in a row that found no bucket
 	for ctx.Err() == nil {
 		live, err := p.watchOnce(ctx, bucket, apply, synced, loaded)
 		if ctx.Err() != nil {
 			return
+		}
+		// A bucket gone holds nothing: once it is not found three times
+		// in a row (about 2 s; not for a server that answers so for a
+		// moment while it restarts), what was held of it goes.
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			gone++
+		} else {
+			gone = 0
+		}
+		if gone == 3 && synced != nil {
+			synced(map[string]bool{})
 		}
 		if live {
 			backoff = minBackoff
@@ -1348,9 +1362,6 @@ func (p *Pacer) watchOnce(ctx context.Context, bucket string, apply func(string,
 	if err != nil {
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
 			closeOnce(loaded) // no value written yet: nothing to wait for
-			if synced != nil {
-				synced(map[string]bool{}) // none held: the bucket is gone
-			}
 		}
 		return false, err
 	}

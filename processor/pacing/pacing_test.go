@@ -742,6 +742,12 @@ func TestNumberWABA(t *testing.T) {
 	if got := r.Signal(t0.Add(11*time.Second), DefaultTiers()).WabaID; got != "w2" {
 		t.Fatalf("restored: %q", got)
 	}
+	// A webhook of the old WABA redelivered after the restart, older than
+	// the signal: the number stays.
+	r.Apply(Event{Kind: schema.KindStatus, At: at(3), Waba: "w1"})
+	if got := r.Signal(t0.Add(11*time.Second), DefaultTiers()).WabaID; got != "w2" {
+		t.Fatalf("restored, then a redelivered webhook of the old WABA: %q, want w2", got)
+	}
 	r.Apply(Event{Kind: schema.KindStatus, At: at(12), Waba: "w3"})
 	if got := r.Signal(t0.Add(13*time.Second), DefaultTiers()).WabaID; got != "w3" {
 		t.Fatalf("restored, then an event of another WABA: %q", got)

@@ -34,9 +34,11 @@ func (n *Number) Restore(s schema.PacingSignal) {
 	if s.Coexistence || s.TierSource == schema.TierSourceCoexistence {
 		n.coexistence = true
 	}
-	// Its WABA, until an event names one: a newer event's replaces it.
-	if n.waba == "" {
-		n.waba = s.WabaID
+	// Its WABA, as of the signal's time: an event that names another
+	// replaces it only if newer (a redelivered webhook of the WABA Meta
+	// moved the number from does not move it back).
+	if n.waba == "" && s.WabaID != "" {
+		n.waba, n.wabaAt = s.WabaID, s.UpdatedAt.Unix()
 	}
 	// With the times of the updates that set them, so that an older one
 	// delivered again (a redelivery, a replay) changes neither; a signal

@@ -118,13 +118,21 @@ func (s *Stage2) runAccounts(ctx context.Context) {
 			wait = restartMin
 			continue
 		}
-		// Made again, idempotently: a fetch fails without saying that its
-		// consumer is gone (a pull to a deleted consumer ends with "consumer
-		// deleted" or no responders), nor a write that its bucket is.
-		if !errors.Is(err, errAccountsNotWritten) {
-			cons = nil
-		}
+		// Made again, idempotently: a write fails without saying that its
+		// bucket is gone, nor a fetch that its consumer is (a pull to a
+		// deleted consumer ends with "consumer deleted" or no responders).
 		kv = nil
+		if errors.Is(err, errAccountsNotWritten) {
+			// Its event comes back in a second: so does the loop, the
+			// bucket opened (or made) again; the events behind it are not
+			// held up longer.
+			if n, due := failures.Note(); due {
+				log.Warn("account events: a WABA state not written, retrying", zap.Error(err), zap.Int64("failures_since_last_line", n))
+			}
+			sleepCtx(ctx, accountsRetry)
+			continue
+		}
+		cons = nil
 		if n, due := failures.Note(); due {
 			log.Warn("account events: retrying", zap.Error(err), zap.Duration("in", wait), zap.Int64("failures_since_last_line", n))
 		}
@@ -334,6 +342,9 @@ func (s *Stage2) countAccounts(ctx context.Context) {
 
 func (s *Stage2) countAccountsOnce(ctx context.Context) error {
 	kv, err := s.js.KeyValue(ctx, schema.BucketAccounts)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		s.setWABAGauge(nil) // gone: no WABA is in a state
+	}
 	if err != nil {
 		return err
 	}

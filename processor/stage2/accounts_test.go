@@ -262,7 +262,9 @@ func TestAccountsRemade(t *testing.T) {
 	t.Cleanup(func() { accountsCount = old })
 	h := start(t, sec(0), nil)
 	ctx := context.Background()
-	ban := func(state string) string { return `{"event":"DISABLED_UPDATE","ban_info":{"waba_ban_state":"` + state + `"}}` }
+	ban := func(state string) string {
+		return `{"event":"DISABLED_UPDATE","ban_info":{"waba_ban_state":"` + state + `"}}`
+	}
 	h.account("w1", "ban-1", sec(10), ban("DISABLE"))
 	h.flushed()
 	h.accountsTaken(1)
@@ -279,11 +281,15 @@ func TestAccountsRemade(t *testing.T) {
 		return err == nil && st.BanState == schema.BanReinstate, fmt.Sprint(st, err)
 	})
 
-	// The bucket deleted: made again by the next event's write, and the
-	// gauge counts what the new bucket holds.
+	// The bucket deleted: the gauge counts nothing; made again by the next
+	// event's write, and the gauge counts what the new bucket holds.
+	h.account("w3", "ban-3", sec(25), ban("DISABLE"))
+	h.flushed()
+	h.wabas("w3 banned", map[string]int{wabaDisabled: 1, wabaScheduled: 0})
 	if err := h.js.DeleteKeyValue(ctx, schema.BucketAccounts); err != nil {
 		t.Fatal(err)
 	}
+	h.wabas("once the bucket is gone", map[string]int{wabaDisabled: 0, wabaScheduled: 0})
 	h.account("w2", "sched", sec(30), ban("SCHEDULE_FOR_DISABLE"))
 	h.flushed()
 	h.eventually("w2's state in the bucket made again", func() (bool, string) {
