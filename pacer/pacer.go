@@ -402,6 +402,17 @@ func (p *Pacer) Signal(phoneNumberID string) (schema.PacingSignal, bool) {
 	return schema.PacingSignal{}, false
 }
 
+// Account returns the state of the number's WABA (wahook_accounts), if the
+// pacer knows the number's WABA and the bucket has a state for it.
+func (p *Pacer) Account(phoneNumberID string) (schema.AccountState, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n, ok := p.numbers[phoneNumberID]; ok && n.acct != nil {
+		return *n.acct, true
+	}
+	return schema.AccountState{}, false
+}
+
 // hold is what keeps a number from sending now.
 type hold struct {
 	stop   bool

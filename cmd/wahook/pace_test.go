@@ -151,6 +151,10 @@ func TestPaceSidecar(t *testing.T) {
 	if code, body := do(http.MethodPost, "/v1/wait", e2eToken, `{"phone_number_id":"109876543210801"}`); code != 200 || !strings.Contains(body, `"result":"send"`) {
 		t.Errorf("a reply from a number of a WABA restricted from business-initiated messages: %d %s", code, body)
 	}
+	if code, body := do(http.MethodGet, "/v1/rate?phone_number_id=109876543210802", e2eToken, ""); code != 200 ||
+		!strings.Contains(body, `"account":{"version":1,"waba_id":"209374655180302"`) || !strings.Contains(body, schema.RestrictCustomerInitiated) {
+		t.Errorf("the rate of a number of a restricted WABA, with its state: %d %s", code, body)
+	}
 	// A wait held by a pause an hour long does not hold up the shutdown:
 	// it is answered 503 at once, and the command exits 0.
 	paused := "109876543210779"

@@ -107,6 +107,9 @@ type RateResponse struct {
 	MPS           float64              `json:"mps"`
 	Fallback      bool                 `json:"fallback"`
 	Signal        *schema.PacingSignal `json:"signal,omitempty"`
+	// Account is the state of the number's WABA (a ban, restrictions),
+	// when the pacer knows the WABA and Meta has sent one.
+	Account *schema.AccountState `json:"account,omitempty"`
 }
 
 // Error is the body of every answer but 200.
@@ -342,6 +345,9 @@ func (h *Handler) rate(w http.ResponseWriter, r *http.Request) {
 	out := RateResponse{PhoneNumberID: id, MPS: mps, Fallback: fallback}
 	if s, ok := h.p.Signal(id); ok {
 		out.Signal = &s
+	}
+	if a, ok := h.p.Account(id); ok {
+		out.Account = &a
 	}
 	writeJSON(w, http.StatusOK, out)
 }
