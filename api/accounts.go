@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/url"
 	"slices"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/zap"
 
 	"github.com/wahook/wahook/schema"
 )
@@ -82,41 +80,29 @@ func (s *Server) accounts(c *fiber.Ctx) error {
 	ctx, cancel := context.WithTimeout(c.UserContext(), s.cfg.QueryTimeout)
 	defer cancel()
 	out := Accounts{Accounts: []Account{}}
-	w, err := s.cfg.Accounts.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return s.sendJSON(c, out)
-	}
-	if err != nil {
-		s.log.Warn("accounts watch", zap.Error(err))
-		return s.writeError(c, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "NATS did not answer; retry"})
-	}
-	defer w.Stop() //nolint:errcheck // the watch ends with the request
 	now := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return s.writeError(c, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "NATS did not answer; retry"})
-		case e, ok := <-w.Updates():
-			if !ok || e == nil { // nil: the current values are all given
-				blocked := func(a Account) bool { return !a.BusinessInitiated.Allowed || !a.Replies.Allowed }
-				sort.Slice(out.Accounts, func(i, j int) bool {
-					a, b := out.Accounts[i], out.Accounts[j]
-					if blocked(a) != blocked(b) {
-						return blocked(a)
-					}
-					return a.WabaID < b.WabaID
-				})
-				return s.sendJSON(c, out)
-			}
-			var st schema.AccountState
-			if e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &st) != nil || st.WabaID == "" {
-				continue
-			}
-			if !t.ownsWaba(st.WabaID) || (len(q.WabaIDs) > 0 && !slices.Contains(q.WabaIDs, st.WabaID)) {
-				continue
-			}
-			out.Accounts = append(out.Accounts, Account{AccountState: st,
-				BusinessInitiated: sendState(&st, now, false), Replies: sendState(&st, now, true)})
+	err = s.currentValues(ctx, s.cfg.Accounts, "accounts", func(e jetstream.KeyValueEntry) error {
+		var st schema.AccountState
+		if json.Unmarshal(e.Value(), &st) != nil || st.WabaID == "" {
+			return nil
 		}
+		if !t.ownsWaba(st.WabaID) || (len(q.WabaIDs) > 0 && !slices.Contains(q.WabaIDs, st.WabaID)) {
+			return nil
+		}
+		out.Accounts = append(out.Accounts, Account{AccountState: st,
+			BusinessInitiated: sendState(&st, now, false), Replies: sendState(&st, now, true)})
+		return nil
+	})
+	if err != nil {
+		return s.writeError(c, err)
 	}
+	blocked := func(a Account) bool { return !a.BusinessInitiated.Allowed || !a.Replies.Allowed }
+	sort.Slice(out.Accounts, func(i, j int) bool {
+		a, b := out.Accounts[i], out.Accounts[j]
+		if blocked(a) != blocked(b) {
+			return blocked(a)
+		}
+		return a.WabaID < b.WabaID
+	})
+	return s.sendJSON(c, out)
 }

@@ -8,34 +8,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/wahook/wahook/api"
 	"github.com/wahook/wahook/schema"
-	"github.com/wahook/wahook/schema/schematest"
 )
 
 // /api/v1/accounts lists the WABAs' states of wahook_accounts with what
 // their numbers may send now, those that cannot first; a scoped token sees
 // its own WABAs only, and a foreign one it names is not found.
 func TestAccounts(t *testing.T) {
-	js := schematest.StartJetStream(t)
-	nc, err := nats.Connect(js.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	jsc, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	jsc := embeddedJetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
 	cfg := tenantConfig()
-	cfg.Accounts = bucketOf(jsc, schema.BucketAccounts)
+	cfg.Accounts = api.Bucket{JS: jsc, Name: schema.BucketAccounts}
 	s, err := api.New(cfg, nil, nil, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
@@ -118,20 +107,4 @@ func TestAccounts(t *testing.T) {
 	if code, b := getAs(t, s2, "/api/v1/accounts", token1, nil); code != http.StatusServiceUnavailable || !strings.Contains(string(b), "--nats-url") {
 		t.Errorf("without NATS: %d %s", code, b)
 	}
-}
-
-// bucketOf watches the bucket, opened at each watch (as the command does).
-func bucketOf(js jetstream.JetStream, bucket string) api.PacingWatcher { return watcher{js, bucket} }
-
-type watcher struct {
-	js     jetstream.JetStream
-	bucket string
-}
-
-func (w watcher) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
-	kv, err := w.js.KeyValue(ctx, w.bucket)
-	if err != nil {
-		return nil, err
-	}
-	return kv.WatchAll(ctx, opts...)
 }

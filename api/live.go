@@ -20,10 +20,61 @@ import (
 	"github.com/wahook/wahook/schema"
 )
 
-// PacingWatcher watches every key of the KV bucket wahook_pacing (a
-// jetstream.KeyValue is one); the command wires it.
+// PacingWatcher watches every key of a KV bucket stage 2 writes
+// (wahook_pacing, wahook_accounts): a jetstream.KeyValue is one, and so is
+// Bucket, which the command wires.
 type PacingWatcher interface {
 	WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error)
+}
+
+// Bucket watches the bucket Name through JS, opening it at each watch:
+// stage 2 makes it when it starts, maybe after the API.
+type Bucket struct {
+	JS   jetstream.JetStream
+	Name string
+}
+
+func (b Bucket) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	kv, err := b.JS.KeyValue(ctx, b.Name)
+	if err != nil {
+		return nil, err
+	}
+	return kv.WatchAll(ctx, opts...)
+}
+
+// errNATSUnanswered is the answer when NATS does not give a bucket's
+// values in time.
+var errNATSUnanswered = &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "NATS did not answer; retry"}
+
+// currentValues gives each current value of the bucket w watches (puts
+// only) to each, and returns once they are all given; a bucket that does
+// not exist has none. It fails with each's error, or errNATSUnanswered.
+func (s *Server) currentValues(ctx context.Context, w PacingWatcher, what string, each func(jetstream.KeyValueEntry) error) error {
+	kw, err := w.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil
+	}
+	if err != nil {
+		s.log.Warn(what+" watch", zap.Error(err))
+		return errNATSUnanswered
+	}
+	defer kw.Stop() //nolint:errcheck // the watch ends with the request
+	for {
+		select {
+		case <-ctx.Done():
+			return errNATSUnanswered
+		case e, ok := <-kw.Updates():
+			if !ok || e == nil { // nil: the current values are all given
+				return nil
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			if err := each(e); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // maxStreams bounds the live streams open at once, and maxStreamsPerToken
@@ -147,48 +198,36 @@ func (s *Server) pacingSnapshot(c *fiber.Ctx) error {
 	}
 	ctx, cancel := context.WithTimeout(c.UserContext(), s.cfg.QueryTimeout)
 	defer cancel()
-	w, err := s.cfg.Pacing.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			return s.sendJSON(c, Signals{Signals: []schema.PacingSignal{}})
-		}
-		s.log.Warn("pacing watch", zap.Error(err))
-		return s.writeError(c, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "NATS did not answer; retry"})
-	}
-	defer w.Stop() //nolint:errcheck // the watch ends with the request
 	out := Signals{Signals: []schema.PacingSignal{}}
 	t := tenantOf(c)
-	for {
-		select {
-		case <-ctx.Done():
-			return s.writeError(c, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "NATS did not answer; retry"})
-		case e, ok := <-w.Updates():
-			if !ok || e == nil { // nil: the current values are all given
-				sort.Slice(out.Signals, func(i, j int) bool {
-					a, b := out.Signals[i], out.Signals[j]
-					if severity(a.Advice) != severity(b.Advice) {
-						return severity(a.Advice) < severity(b.Advice)
-					}
-					return a.PhoneNumberID < b.PhoneNumberID
-				})
-				return s.sendJSON(c, out)
-			}
-			sig, ok := decodeSignal(e)
-			if !ok {
-				continue
-			}
-			vis, err := s.visible(ctx, t, sig.PhoneNumberID)
-			if err != nil {
-				// An empty answer would say the tenant's numbers have no
-				// signal.
-				s.log.Warn("pacing: the tenant's numbers", zap.Error(err))
-				return s.writeError(c, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "ClickHouse did not answer with the token's numbers; retry"})
-			}
-			if vis {
-				out.Signals = append(out.Signals, sig)
-			}
+	err := s.currentValues(ctx, s.cfg.Pacing, "pacing", func(e jetstream.KeyValueEntry) error {
+		sig, ok := decodeSignal(e)
+		if !ok {
+			return nil
 		}
+		vis, err := s.visible(ctx, t, sig.PhoneNumberID)
+		if err != nil {
+			// An empty answer would say the tenant's numbers have no
+			// signal.
+			s.log.Warn("pacing: the tenant's numbers", zap.Error(err))
+			return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "ClickHouse did not answer with the token's numbers; retry"}
+		}
+		if vis {
+			out.Signals = append(out.Signals, sig)
+		}
+		return nil
+	})
+	if err != nil {
+		return s.writeError(c, err)
 	}
+	sort.Slice(out.Signals, func(i, j int) bool {
+		a, b := out.Signals[i], out.Signals[j]
+		if severity(a.Advice) != severity(b.Advice) {
+			return severity(a.Advice) < severity(b.Advice)
+		}
+		return a.PhoneNumberID < b.PhoneNumberID
+	})
+	return s.sendJSON(c, out)
 }
 
 func (s *Server) sendJSON(c *fiber.Ctx, v any) error {

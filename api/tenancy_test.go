@@ -395,8 +395,8 @@ func withoutAsOfField(b []byte) []byte {
 	return out
 }
 
-// pacingBucket is the KV bucket wahook_pacing on an embedded JetStream.
-func pacingBucket(t *testing.T) jetstream.KeyValue {
+// embeddedJetStream is a JetStream client of an embedded server.
+func embeddedJetStream(t *testing.T) jetstream.JetStream {
 	t.Helper()
 	js := schematest.StartJetStream(t)
 	nc, err := nats.Connect(js.URL())
@@ -408,6 +408,13 @@ func pacingBucket(t *testing.T) jetstream.KeyValue {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return jsc
+}
+
+// pacingBucket is the KV bucket wahook_pacing on an embedded JetStream.
+func pacingBucket(t *testing.T) jetstream.KeyValue {
+	t.Helper()
+	jsc := embeddedJetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	kv, err := jsc.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: schema.BucketPacing})

@@ -171,28 +171,12 @@ func (o *apiOptions) onNATS(nc *nats.Conn, sendResults bool) error {
 	if err != nil {
 		return err
 	}
-	o.cfg.Pacing = bucketWatcher{js, schema.BucketPacing}
-	o.cfg.Accounts = bucketWatcher{js, schema.BucketAccounts}
+	o.cfg.Pacing = api.Bucket{JS: js, Name: schema.BucketPacing}
+	o.cfg.Accounts = api.Bucket{JS: js, Name: schema.BucketAccounts}
 	if sendResults {
 		o.cfg.Intake = rawPublisher{js}
 	}
 	return nil
-}
-
-// bucketWatcher watches a bucket stage 2 writes (wahook_pacing for the live
-// page, wahook_accounts), opening it at each watch: stage 2 creates it
-// when it starts.
-type bucketWatcher struct {
-	js     jetstream.JetStream
-	bucket string
-}
-
-func (p bucketWatcher) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
-	kv, err := p.js.KeyValue(ctx, p.bucket)
-	if err != nil {
-		return nil, err
-	}
-	return kv.WatchAll(ctx, opts...)
 }
 
 // apiServer is a running query API.

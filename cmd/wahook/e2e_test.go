@@ -288,17 +288,13 @@ func checkPacing(t *testing.T, base, apiBase, natsURL string) {
 	var sig schema.PacingSignal
 	var last string
 	ok := testutil.Poll(30*time.Second, func() bool {
-		kv, err := js.KeyValue(ctx, schema.BucketPacing)
+		v, err := kvValue(ctx, js, schema.BucketPacing, schema.PacingKey(number))
 		if err != nil {
 			return false
 		}
-		e, err := kv.Get(ctx, schema.PacingKey(number))
-		if err != nil {
-			return false
-		}
-		last = string(e.Value())
+		last = string(v)
 		sig = schema.PacingSignal{}
-		if json.Unmarshal(e.Value(), &sig) != nil {
+		if json.Unmarshal(v, &sig) != nil {
 			return false
 		}
 		return sig.TierMPS == 1000 && sig.RecentErrors[schema.ClassThroughput] == 2 && sig.RecentErrors[schema.ClassPairRate] == 1
@@ -313,16 +309,9 @@ func checkPacing(t *testing.T, base, apiBase, natsURL string) {
 	const restricted = "209374655180223"
 	var st schema.AccountState
 	ok = testutil.Poll(30*time.Second, func() bool {
-		kv, err := js.KeyValue(ctx, schema.BucketAccounts)
-		if err != nil {
-			return false
-		}
-		e, err := kv.Get(ctx, schema.AccountKey(restricted))
-		if err != nil {
-			return false
-		}
-		last = string(e.Value())
-		return json.Unmarshal(e.Value(), &st) == nil
+		v, err := kvValue(ctx, js, schema.BucketAccounts, schema.AccountKey(restricted))
+		last = string(v)
+		return err == nil && json.Unmarshal(v, &st) == nil
 	})
 	expires := time.Unix(1782121000, 0)
 	if !ok || len(st.Restrictions) != 2 || st.RestrictionsAt == nil || !st.RestrictionsAt.Equal(time.Unix(1781516200, 0)) || st.BanState != "" {
@@ -348,6 +337,19 @@ func checkPacing(t *testing.T, base, apiBase, natsURL string) {
 		accounts.Accounts[0].WabaID != restricted || len(accounts.Accounts[0].Restrictions) != 2 || !accounts.Accounts[0].BusinessInitiated.Allowed {
 		t.Errorf("/api/v1/accounts: %d %s", resp.StatusCode, body)
 	}
+}
+
+// kvValue reads a key's value.
+func kvValue(ctx context.Context, js jetstream.JetStream, bucket, key string) ([]byte, error) {
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, err
+	}
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return e.Value(), nil
 }
 
 // cooldownKeys lists the keys of wahook_pair_cooldown.
