@@ -831,7 +831,7 @@ func TestClusterMigrate(t *testing.T) {
 	}
 	<-restarted
 
-	for _, name := range []string{schema.StreamRaw, "WAHOOK_EVENTS", "KV_" + schema.BucketNumbers, "KV_" + schema.BucketPacing, "KV_" + schema.BucketPairCooldown} {
+	for _, name := range []string{schema.StreamRaw, "WAHOOK_EVENTS", "KV_" + schema.BucketNumbers, "KV_" + schema.BucketPacing, "KV_" + schema.BucketPairCooldown, "KV_" + schema.BucketAccounts} {
 		s, err := js.Stream(ctx, name)
 		if err != nil {
 			t.Errorf("stream %s: %v", name, err)
