@@ -346,6 +346,14 @@ async function wabaStates() {
   } catch (e) { if (e instanceof AuthError || e.name === "AbortError") throw e; return []; }
 }
 
+// wabaStat is the number page's line for its WABA's ban or restriction,
+// empty when it has none.
+function wabaStat(a) {
+  if (!a) return "";
+  const s = !a.business_initiated.allowed ? a.business_initiated : a.replies;
+  return `<span class="stat" id="number-waba">WABA ${esc(a.waba_id)}<b>${s.allowed ? esc(a.ban_state) : badge("stop")}</b>${esc(s.reason || "scheduled to be disabled")}</span>`;
+}
+
 function sendCell(s) {
   if (s.allowed) return "allowed";
   return `<span class="badge v-stop">blocked</span> ${s.until ? "until " + esc(s.until) : "until Meta lifts it"}`;
@@ -406,13 +414,14 @@ async function renderNumber(id) {
   // The totals by class are a query of their own, as on the Failures
   // page: the buckets' rows stop at the limit (a long range at a short
   // step), and their sums undercounted every class past it.
-  const [nums, perMin, perSec, errTime, errs, sigs] = await Promise.all([
+  const [nums, perMin, perSec, errTime, errs, sigs, wabas] = await Promise.all([
     api("/api/v1/numbers?" + qs({ phone_number_id: id, from: r.from, to: r.to, limit: 100 })),
     api("/api/v1/throughput?" + qs({ phone_number_id: id, from, to: end, step: "1m" })),
     api("/api/v1/throughput?" + qs({ phone_number_id: id, from: secFrom, to: end, step: "1s" })),
     api("/api/v1/failures?" + qs({ phone_number_id: id, from: r.from, to: r.to, group_by: "class", step, limit: 10000 })),
     api("/api/v1/failures?" + qs({ phone_number_id: id, from: r.from, to: r.to, group_by: "class" })),
     pacingSignals(),
+    wabaStates(),
   ]);
   const n = nums.numbers[0] || {};
   const s = sigs.signals.find((x) => x.phone_number_id === id);
@@ -421,6 +430,7 @@ async function renderNumber(id) {
     <span class="stat">Advice<b>${s ? badge(s.advice) : "–"}</b>${s ? esc(s.reason) : ""}</span><span class="stat">Recommended<b>${s ? fmt(s.recommended_mps) + " mps" : "–"}</b></span>
     <span class="stat">Outbound<b id="number-outbound" data-value="${perMin.outbound}">${fmt(perMin.outbound)}</b></span><span class="stat">Inbound<b id="number-inbound" data-value="${perMin.inbound}">${fmt(perMin.inbound)}</b></span>
     <span class="stat">Peak<b>${fmt(perMin.peak_mps)} mps</b>${pct(perMin.peak_utilization)} of tier</span>
+    ${wabaStat(wabas.find((a) => a.waba_id === n.waba_id))}
     <p class="muted" id="pacing-note">${esc(pacingNote(sigs))}</p>`;
   const m = fillThroughput(perMin, 60, from, end);
   stacked($("#tp-minute"), "Messages per second, per minute, against the tier", m.xs,

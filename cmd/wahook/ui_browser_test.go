@@ -506,6 +506,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	do("number", chromedp.Navigate(apiBase+"/#number/"+uiNumberA))
 	loaded("number")
 	do("number charts", chromedp.WaitVisible("#tp-minute canvas", chromedp.ByQuery), chromedp.WaitVisible("#tp-second canvas", chromedp.ByQuery))
+	var wabaLine string
+	do("number's WABA", chromedp.Text("#number-waba", &wabaLine, chromedp.ByQuery))
+	if !strings.Contains(wabaLine, uiWabaA) || !strings.Contains(wabaLine, "stop") || !strings.Contains(wabaLine, "disabled by Meta") {
+		t.Errorf("number A's page on its WABA: %q", wabaLine)
+	}
 	checkShown("#number-outbound", "/api/v1/throughput?", "outbound", uiAdminToken, "step=1m")
 	checkShown("#number-inbound", "/api/v1/throughput?", "inbound", uiAdminToken, "step=1m")
 	var note string
