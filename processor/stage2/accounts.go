@@ -21,10 +21,10 @@ import (
 // This file keeps wahook_accounts: each WABA's last ban state and
 // restrictions, from the account_update events on EVENTS. Account events
 // carry no number, so they are not the numbers' consumer's: a durable
-// consumer of their own subject reads them, in every stage 2 instance (the
-// instances share it, each event goes to one), and each write is a
-// compare-and-set of the WABA's key, so that two instances never undo each
-// other's.
+// consumer of their own subject reads them in every stage 2 instance
+// (Config.Durable and "_accounts": the instances of one durable name share
+// it, each event going to one of them), and each write is a compare-and-set
+// of the WABA's key, so that two instances never undo each other's.
 
 // The account events' subject, and what stage 2 reads of one.
 var accountsSubject = schema.EventsSubject("", schema.KindAccount)
