@@ -19,12 +19,14 @@ import (
 // their numbers may send now, those that cannot first; a scoped token sees
 // its own WABAs only, and a foreign one it names is not found.
 func TestAccounts(t *testing.T) {
-	jsc := embeddedJetStream(t)
+	jsc, srv := embeddedJetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
 	cfg := tenantConfig()
 	cfg.Accounts = api.Bucket{JS: jsc, Name: schema.BucketAccounts}
+	cfg.Pacing = api.Bucket{JS: jsc, Name: schema.BucketPacing}
+	cfg.QueryTimeout = 2 * time.Second
 	s, err := api.New(cfg, nil, nil, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
@@ -97,6 +99,15 @@ func TestAccounts(t *testing.T) {
 	}
 	if code, _ := getAs(t, s, "/api/v1/accounts", "", nil); code != http.StatusUnauthorized {
 		t.Errorf("without a token: %d", code)
+	}
+
+	// NATS gone: both routes that read a bucket say so (503), neither
+	// answers an empty list.
+	srv.Shutdown()
+	for _, path := range []string{"/api/v1/accounts", "/api/v1/pacing"} {
+		if code, b := getAs(t, s, path, token1, nil); code != http.StatusServiceUnavailable || !strings.Contains(string(b), "NATS did not answer") {
+			t.Errorf("%s with NATS gone: %d %s", path, code, b)
+		}
 	}
 
 	// An API without NATS says so.

@@ -395,8 +395,9 @@ func withoutAsOfField(b []byte) []byte {
 	return out
 }
 
-// embeddedJetStream is a JetStream client of an embedded server.
-func embeddedJetStream(t *testing.T) jetstream.JetStream {
+// embeddedJetStream is a JetStream client of an embedded server, and the
+// server.
+func embeddedJetStream(t *testing.T) (jetstream.JetStream, *schematest.JetStream) {
 	t.Helper()
 	js := schematest.StartJetStream(t)
 	nc, err := nats.Connect(js.URL())
@@ -408,13 +409,13 @@ func embeddedJetStream(t *testing.T) jetstream.JetStream {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return jsc
+	return jsc, js
 }
 
 // pacingBucket is the KV bucket wahook_pacing on an embedded JetStream.
 func pacingBucket(t *testing.T) jetstream.KeyValue {
 	t.Helper()
-	jsc := embeddedJetStream(t)
+	jsc, _ := embeddedJetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	kv, err := jsc.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: schema.BucketPacing})

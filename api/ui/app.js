@@ -350,8 +350,10 @@ async function wabaStates() {
 // empty when it has none.
 function wabaStat(a) {
   if (!a) return "";
-  const s = !a.business_initiated.allowed ? a.business_initiated : a.replies;
-  return `<span class="stat" id="number-waba">WABA ${esc(a.waba_id)}<b>${s.allowed ? esc(a.ban_state) : badge("stop")}</b>${esc(s.reason || "scheduled to be disabled")}</span>`;
+  const why = [...new Set([a.business_initiated, a.replies].filter((s) => !s.allowed).map((s) => s.reason))];
+  if (a.ban_state === "SCHEDULE_FOR_DISABLE") why.push("scheduled to be disabled" + (a.ban_date ? " on " + a.ban_date : ""));
+  const blocked = !a.business_initiated.allowed || !a.replies.allowed;
+  return `<span class="stat" id="number-waba">WABA ${esc(a.waba_id)}<b>${blocked ? badge("stop") : esc(a.ban_state)}</b>${esc(why.join("; "))}</span>`;
 }
 
 function sendCell(s) {

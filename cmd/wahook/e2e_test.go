@@ -310,8 +310,11 @@ func checkPacing(t *testing.T, base, apiBase, natsURL string) {
 	var st schema.AccountState
 	ok = testutil.Poll(30*time.Second, func() bool {
 		v, err := kvValue(ctx, js, schema.BucketAccounts, schema.AccountKey(restricted))
+		if err != nil {
+			return false
+		}
 		last = string(v)
-		return err == nil && json.Unmarshal(v, &st) == nil
+		return json.Unmarshal(v, &st) == nil
 	})
 	expires := time.Unix(1782121000, 0)
 	if !ok || len(st.Restrictions) != 2 || st.RestrictionsAt == nil || !st.RestrictionsAt.Equal(time.Unix(1781516200, 0)) || st.BanState != "" {

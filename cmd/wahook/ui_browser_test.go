@@ -530,13 +530,19 @@ func TestDashboardInBrowser(t *testing.T) {
 			if page == "number" {
 				target = "#number/" + uiNumberA
 			}
-			do("pacing refused on "+page, fetch.Enable().WithPatterns([]*fetch.RequestPattern{{URLPattern: "*/api/v1/pacing"}}),
+			do("pacing refused on "+page, fetch.Enable().WithPatterns([]*fetch.RequestPattern{{URLPattern: "*/api/v1/pacing"}, {URLPattern: "*/api/v1/accounts"}}),
 				chromedp.Navigate(apiBase+"/"+target+"?pacing=refused"))
 			loaded(page)
 		})
 		do("pacing note on "+page, chromedp.Text("#pacing-note", &note, chromedp.ByQuery))
 		if want := "Pacing signals are not available: NATS did not answer; retry."; strings.TrimSpace(note) != want {
 			t.Errorf("with /api/v1/pacing refused, the %s page says %q, want %q", page, note, want)
+		}
+		// The WABA states refused too: the page draws without them.
+		var shown int
+		do("WABA states refused on "+page, chromedp.Evaluate(`document.querySelectorAll("#accounts-table tr[data-waba], #number-waba").length`, &shown))
+		if shown != 0 {
+			t.Errorf("with /api/v1/accounts refused, the %s page shows %d WABA states", page, shown)
 		}
 	}
 	refuseRequests.Store(nil)
