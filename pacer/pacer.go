@@ -1208,6 +1208,24 @@ func (p *Pacer) onAccount(key string, value []byte) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.setAccount(key, st)
+}
+
+// accountsSynced forgets the WABAs' states whose keys a new watch of
+// wahook_accounts did not give: they went with the bucket.
+func (p *Pacer) accountsSynced(keys map[string]bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for key := range p.accounts {
+		if !keys[key] {
+			p.setAccount(key, nil)
+		}
+	}
+}
+
+// setAccount holds st as the state of the WABA of key (nil: none) and
+// gives it to the WABA's numbers, waking their Waits. p.mu is held.
+func (p *Pacer) setAccount(key string, st *schema.AccountState) {
 	if st == nil {
 		delete(p.accounts, key)
 	} else {
@@ -1220,28 +1238,6 @@ func (p *Pacer) onAccount(key string, value []byte) {
 		for n := range ns {
 			n.acct = st
 			p.wake(n)
-		}
-	}
-}
-
-// accountsSynced forgets the WABAs' states whose keys a new watch of
-// wahook_accounts did not give: they went with the bucket.
-func (p *Pacer) accountsSynced(keys map[string]bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for key := range p.accounts {
-		if keys[key] {
-			continue
-		}
-		delete(p.accounts, key)
-		for waba, ns := range p.byWaba {
-			if schema.AccountKey(waba) != key {
-				continue
-			}
-			for n := range ns {
-				n.acct = nil
-				p.wake(n)
-			}
 		}
 	}
 }

@@ -72,6 +72,14 @@ func (a *AccountState) Blocks(now time.Time, replies bool) (until time.Time, rea
 		}
 		return time.Time{}, reason + ")", true
 	}
+	return a.Restricted(now, replies)
+}
+
+// Restricted is Blocks by the restrictions alone, the ban aside.
+func (a *AccountState) Restricted(now time.Time, replies bool) (until time.Time, reason string, blocked bool) {
+	if a == nil {
+		return time.Time{}, "", false
+	}
 	want := RestrictBusinessInitiated
 	if replies {
 		want = RestrictCustomerInitiated

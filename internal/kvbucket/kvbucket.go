@@ -35,26 +35,25 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueC
 // Created is when the bucket's stream was made. A bucket deleted and made
 // again has a new one, and a watch of the old stream sees nothing of the
 // new: a watcher compares it now and then, and watches again when it
-// changed. ok is false when the server did not say.
-func Created(ctx context.Context, kv jetstream.KeyValue) (created time.Time, ok bool, err error) {
+// changed. It is zero when the server does not say.
+func Created(ctx context.Context, kv jetstream.KeyValue) (time.Time, error) {
 	st, err := kv.Status(ctx)
 	if err != nil {
-		return time.Time{}, false, err
+		return time.Time{}, err
 	}
-	bs, isBucket := st.(*jetstream.KeyValueBucketStatus)
-	if !isBucket || bs.StreamInfo() == nil {
-		return time.Time{}, false, nil
+	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && bs.StreamInfo() != nil {
+		return bs.StreamInfo().Created, nil
 	}
-	return bs.StreamInfo().Created, true, nil
+	return time.Time{}, nil
 }
 
 // Recreated reports whether the bucket's stream is no longer the one made
 // at created (deleted, or deleted and made again). A check that fails for
 // another reason (NATS away) says no: the watch goes on.
 func Recreated(ctx context.Context, kv jetstream.KeyValue, created time.Time) bool {
-	now, ok, err := Created(ctx, kv)
+	now, err := Created(ctx, kv)
 	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
 		return true
 	}
-	return err == nil && ok && !now.Equal(created)
+	return err == nil && !now.IsZero() && !now.Equal(created)
 }

@@ -348,7 +348,7 @@ func (s *Stage2) countAccountsOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	created, _, err := kvbucket.Created(ctx, kv)
+	created, err := kvbucket.Created(ctx, kv)
 	if err != nil {
 		return err
 	}
@@ -404,13 +404,10 @@ func (s *Stage2) setWABAGauge(states map[string]*schema.AccountState) {
 		case schema.BanScheduleToDisable:
 			counts[wabaScheduled]++
 		}
-		// Blocks without the ban: the restrictions alone.
-		r := *st
-		r.BanState = ""
-		if _, _, ok := r.Blocks(now, false); ok {
+		if _, _, ok := st.Restricted(now, false); ok {
 			counts[wabaRestrictedBusiness]++
 		}
-		if _, _, ok := r.Blocks(now, true); ok {
+		if _, _, ok := st.Restricted(now, true); ok {
 			counts[wabaRestrictedReplies]++
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -119,10 +120,10 @@ func (s *Stage2) Run(ctx context.Context) error {
 	// The WABAs' states, beside the numbers: a goroutine of their own,
 	// stopped and waited for when Run returns.
 	actx, stopAccounts := context.WithCancel(ctx)
-	accountsDone := make(chan struct{}, 2)
-	go func() { defer func() { accountsDone <- struct{}{} }(); s.runAccounts(actx) }()
-	go func() { defer func() { accountsDone <- struct{}{} }(); s.countAccounts(actx) }()
-	defer func() { stopAccounts(); <-accountsDone; <-accountsDone }()
+	var accounts sync.WaitGroup
+	accounts.Go(func() { s.runAccounts(actx) })
+	accounts.Go(func() { s.countAccounts(actx) })
+	defer func() { stopAccounts(); accounts.Wait() }()
 	if !s.keyTTL {
 		s.log.Warn("the server has no per-message TTL: cool-downs stay in their bucket for the longest cool-down; readers go by until",
 			zap.String("bucket", schema.BucketPairCooldown))
