@@ -349,7 +349,7 @@ func (s *Server) handle(r *route) fiber.Handler {
 				return s.writeError(c, err)
 			}
 		}
-		res, err := r.run(ctx, s.store, q)
+		res, err := runRoute(ctx, r, s.store, q)
 		s.metrics.duration.WithLabelValues(r.Name).Observe(time.Since(start).Seconds())
 		if err != nil {
 			e := asError(err)
