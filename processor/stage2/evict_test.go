@@ -3,7 +3,9 @@ package stage2
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -105,6 +107,10 @@ func TestPacingBucketTTL(t *testing.T) {
 	if st.TTL() != 48*time.Hour {
 		t.Fatalf("TTL of %s: %s, want 48h", schema.BucketPacing, st.TTL())
 	}
+	// A bucket made by an earlier version gets its markers too.
+	if st.LimitMarkerTTL() != markerTTL {
+		t.Fatalf("marker TTL of %s: %s, want %s", schema.BucketPacing, st.LimitMarkerTTL(), markerTTL)
+	}
 	// wahook migrate, which has no --pacing-ttl, leaves the TTL stage 2
 	// gave the bucket (it set its default back at every run); stage 2
 	// gives its own again.
@@ -117,8 +123,50 @@ func TestPacingBucketTTL(t *testing.T) {
 	if kv, _, _, err = ensureBuckets(ctx, h.js, 1, 24*time.Hour, true); err != nil {
 		t.Fatal(err)
 	}
-	if st, err = kv.Status(ctx); err != nil || st.TTL() != 24*time.Hour {
-		t.Fatalf("TTL after stage 2 with 24h: %v (%v)", st.TTL(), err)
+	if st, err = kv.Status(ctx); err != nil || st.TTL() != 24*time.Hour || st.LimitMarkerTTL() != markerTTL {
+		t.Fatalf("TTL after stage 2 with 24h: %v, markers %v (%v)", st.TTL(), st.LimitMarkerTTL(), err)
+	}
+}
+
+// A signal that --pacing-ttl expires leaves a marker, which the bucket's
+// watchers (the live page, the pacers) see as the number's deletion: they
+// showed or used its last signal until their next start.
+func TestExpiredSignalSeenGone(t *testing.T) {
+	h := startServer(t, sec(1))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kv, _, _, err := ensureBuckets(ctx, h.js, 1, 2*time.Second, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := kv.WatchAll(ctx, jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop() //nolint:errcheck
+	if _, err := kv.Put(ctx, "5001", []byte(`{"phone_number_id":"5001"}`)); err != nil {
+		t.Fatal(err)
+	}
+	var ops []string
+	for {
+		select {
+		case e := <-w.Updates():
+			if e == nil {
+				continue
+			}
+			ops = append(ops, e.Key()+" "+e.Operation().String())
+			if e.Operation() != jetstream.KeyValuePut {
+				if want := []string{"5001 KeyValuePutOp", "5001 KeyValuePurgeOp"}; !slices.Equal(ops, want) {
+					t.Fatalf("watched %q, want %q", ops, want)
+				}
+				if _, err := kv.Get(ctx, "5001"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+					t.Fatalf("the expired signal read: %v, want not found", err)
+				}
+				return
+			}
+		case <-ctx.Done():
+			t.Fatalf("no marker 30 s after a signal of a 2 s TTL; watched %q", ops)
+		}
 	}
 }
 

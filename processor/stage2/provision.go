@@ -13,9 +13,10 @@ import (
 	"github.com/wahook/wahook/schema"
 )
 
-// cooldownMarkerTTL is how long the bucket keeps the marker a cool-down
-// leaves when it expires, so that a watcher sees it go.
-const cooldownMarkerTTL = time.Minute
+// markerTTL is how long a bucket keeps the marker a key leaves when it
+// expires (a cool-down at its end, a signal at --pacing-ttl), so that a
+// watcher sees it go (nats-server 2.11 and later).
+const markerTTL = time.Minute
 
 // ensureBuckets opens the KV buckets, creating those that are absent:
 // wahook_pacing (one value per number, history 1), wahook_pair_cooldown and
@@ -25,29 +26,53 @@ const cooldownMarkerTTL = time.Minute
 // for the longest cool-down instead, and readers go by the value's until.
 // It reports whether the cool-down bucket has per-key expiry.
 func ensureBuckets(ctx context.Context, js jetstream.JetStream, replicas int, signalTTL time.Duration, setTTL bool) (pacingKV, cooldownKV jetstream.KeyValue, keyTTL bool, err error) {
+	// A signal that expires leaves a marker, so that the live page and the
+	// pacers watching the bucket forget the number then, not at their
+	// next start.
 	pcfg := jetstream.KeyValueConfig{
-		Bucket:      schema.BucketPacing,
-		Description: "wahook: pacing signal per business number (schema.PacingSignal)",
-		History:     1,
-		TTL:         signalTTL,
-		Storage:     jetstream.FileStorage,
-		Replicas:    replicas,
+		Bucket:         schema.BucketPacing,
+		Description:    "wahook: pacing signal per business number (schema.PacingSignal)",
+		History:        1,
+		TTL:            signalTTL,
+		Storage:        jetstream.FileStorage,
+		Replicas:       replicas,
+		LimitMarkerTTL: markerTTL,
 	}
-	if pacingKV, err = kvbucket.Ensure(ctx, js, pcfg); err != nil {
+	pacingKV, err = kvbucket.Ensure(ctx, js, pcfg)
+	if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
+		pcfg.LimitMarkerTTL = 0
+		pacingKV, err = kvbucket.Ensure(ctx, js, pcfg)
+	}
+	if err != nil {
 		return nil, nil, false, err
 	}
 	// Stage 2 gives an existing bucket its --pacing-ttl (setTTL); migrate,
 	// which has no such flag, only one made by an earlier version, which
 	// keeps every signal for ever (it set the default back at every run,
-	// until stage 2 started again). The bucket keeps its replica count:
-	// the update took --replicas, 1 by default, and moved an R3 bucket to
-	// one copy at every start.
-	if st, err := pacingKV.Status(ctx); err == nil && st.TTL() != signalTTL && (setTTL || st.TTL() == 0) {
-		if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
-			pcfg.Replicas = bs.StreamInfo().Config.Replicas
+	// until stage 2 started again). Both give a bucket made by an earlier
+	// version its markers. The bucket keeps its replica count: the update
+	// took --replicas, 1 by default, and moved an R3 bucket to one copy at
+	// every start.
+	if st, err := pacingKV.Status(ctx); err == nil {
+		ucfg := pcfg
+		if st.TTL() == signalTTL || !setTTL && st.TTL() != 0 {
+			ucfg.TTL = st.TTL()
 		}
-		if kv, err := js.UpdateKeyValue(ctx, pcfg); err == nil {
-			pacingKV = kv
+		if st.LimitMarkerTTL() != 0 {
+			ucfg.LimitMarkerTTL = st.LimitMarkerTTL()
+		}
+		if ucfg.TTL != st.TTL() || ucfg.LimitMarkerTTL != st.LimitMarkerTTL() {
+			if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+				ucfg.Replicas = bs.StreamInfo().Config.Replicas
+			}
+			kv, err := js.UpdateKeyValue(ctx, ucfg)
+			if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) && ucfg.TTL != st.TTL() {
+				ucfg.LimitMarkerTTL = 0 // an older server: the TTL alone
+				kv, err = js.UpdateKeyValue(ctx, ucfg)
+			}
+			if err == nil {
+				pacingKV = kv
+			}
 		}
 	}
 	cfg := jetstream.KeyValueConfig{
@@ -56,7 +81,7 @@ func ensureBuckets(ctx context.Context, js jetstream.JetStream, replicas int, si
 		History:        1,
 		Storage:        jetstream.FileStorage,
 		Replicas:       replicas,
-		LimitMarkerTTL: cooldownMarkerTTL,
+		LimitMarkerTTL: markerTTL,
 	}
 	cooldownKV, err = kvbucket.Ensure(ctx, js, cfg)
 	if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
