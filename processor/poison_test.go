@@ -43,8 +43,8 @@ func (p *pipeline) publishAround(n int, bad string) {
 	}
 }
 
-// TestStage1ImpossibleIDs: a phone number id or a display number of
-// thousands of characters (it would be a subject token or a KV key longer
+// TestStage1ImpossibleIDs: a phone number id, a display number or a WABA id
+// of thousands of characters (it would be a subject token or a KV key longer
 // than nats-server takes, which closes the connection) makes its change a
 // dead letter with its path; stage 1 goes on, and the bodies after it are
 // stored.
@@ -54,10 +54,19 @@ func TestStage1ImpossibleIDs(t *testing.T) {
 	p.publish("default", statusBody(strings.Repeat("7", 5000), "15557810001", "wamid.long-id", 1781514312))
 	p.publish("default", statusBody("107655290331184", strings.Repeat("5", 5000), "wamid.long-display", 1781514313))
 	p.publish("default", []byte(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","time":1781514314,"changes":[{"field":"phone_number_quality_update","value":{"display_phone_number":"`+strings.Repeat("1", 5000)+`","event":"THROUGHPUT_UPGRADE","current_limit":"TIER_UNLIMITED"}}]}]}`))
+	// A WABA id (an entry's id) of thousands of characters: its key in
+	// wahook_accounts closed stage 2's connection, which ingest shares.
+	p.publish("default", []byte(`{"object":"whatsapp_business_account","entry":[{"id":"`+strings.Repeat("2", 5000)+`","time":1781514314,"changes":[{"field":"account_update","value":{"event":"DISABLED_UPDATE","ban_info":{"waba_ban_state":"DISABLE"}}}]}]}`))
 	p.publish("default", statusBody("107655290331184", "15557810001", "wamid.after", 1781514315))
 	p.drained(30 * time.Second)
 	got := p.codeCounts("SELECT concat(reason, ' ', item), count() FROM {db}.dead_letters FINAL GROUP BY reason, item")
-	equalCounts(t, "dead letters", got, map[string]uint64{"bad_item entry[0].changes[0]": 3})
+	equalCounts(t, "dead letters", got, map[string]uint64{"bad_item entry[0].changes[0]": 3, "bad_item entry[0]": 1})
+	if n := p.count("SELECT count() FROM {db}.dead_letters FINAL WHERE position(error, 'WABA id') > 0 AND position(error, 'string of 5000 bytes') > 0"); n != 1 {
+		t.Errorf("the long WABA id's dead letter does not name its length")
+	}
+	if n := p.count("SELECT count() FROM {db}.management_events WHERE length(waba_id) > 64"); n != 0 {
+		t.Errorf("%d number or account events kept an impossible WABA id", n)
+	}
 	if n := p.count("SELECT count() FROM {db}.dead_letters FINAL WHERE position(error, 'value.metadata.phone_number_id') > 0 AND position(error, 'string of 5000 bytes') > 0"); n != 1 {
 		t.Errorf("the long phone number id's dead letter does not name its path and length")
 	}

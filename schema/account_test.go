@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -33,6 +34,25 @@ func TestAccountBlocks(t *testing.T) {
 		until, reason, blocked := c.st.Blocks(now, c.replies)
 		if blocked != c.blocked || !until.Equal(c.until) || (blocked && reason == "") {
 			t.Errorf("%s: blocked %v until %v (%q), want %v until %v", c.name, blocked, until, reason, c.blocked, c.until)
+		}
+	}
+}
+
+// Keys built from ids keep within a KV token's bounds whatever the id: one
+// of thousands of characters (an account event published before the
+// decoder refused such WABA ids) is a digest, not a control line that
+// nats-server closes the connection for.
+func TestKeysBounded(t *testing.T) {
+	long, other := strings.Repeat("9", 5000), strings.Repeat("9", 4999)+"8"
+	for name, key := range map[string]func(string) string{
+		"AccountKey": AccountKey, "PacingKey": PacingKey,
+		"PairCooldownKey": func(s string) string { return PairCooldownKey(s, "0123456789abcdef0123456789abcdef") },
+	} {
+		if k := key(long); len(k) > 2*MaxSubjectToken+1 || k == key(other) {
+			t.Errorf("%s of 5,000 characters: %d characters, distinct from another's: %v", name, len(k), k != key(other))
+		}
+		if k := key("104281907735512"); !strings.HasPrefix(k, "104281907735512") {
+			t.Errorf("%s of a real id: %s, want it as it is", name, k)
 		}
 	}
 }

@@ -1,6 +1,8 @@
 package schema
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"math"
 	"strings"
 	"time"
@@ -130,10 +132,18 @@ func PairCooldownKey(phoneNumberID, recipientHash string) string {
 // PacingKey is the key of a number's signal in wahook_pacing.
 func PacingKey(phoneNumberID string) string { return kvToken(phoneNumberID) }
 
-// kvToken keeps the characters a KV key token may hold.
+// kvToken keeps the characters a KV key token may hold. A value longer than
+// MaxSubjectToken is a digest of it: a key of thousands of characters is a
+// control line longer than nats-server takes, and it closes the connection
+// (the decoder refuses such ids; this holds for events published before it
+// did, and for any other caller).
 func kvToken(s string) string {
 	if s == "" {
 		return NoNumber
+	}
+	if len(s) > MaxSubjectToken {
+		sum := sha256.Sum256([]byte(s))
+		return "h" + hex.EncodeToString(sum[:16])
 	}
 	return strings.Map(func(r rune) rune {
 		switch {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -196,6 +197,13 @@ func (s *Stage2) applyAccount(ctx context.Context, kv jetstream.KeyValue, data [
 		log.Warn("an account event without its WABA or time", zap.String("event_id", r.EventID), zap.String("event", event))
 		return accountBad
 	}
+	if !meta.ValidWabaID(r.WabaID) {
+		// Published before the decoder refused such ids: its key would
+		// close the connection (nats-server's control line), or name
+		// another WABA's.
+		log.Warn("an account event whose WABA id is impossible", zap.String("event_id", r.EventID), zap.Int("waba_id_bytes", len(r.WabaID)))
+		return accountBad
+	}
 	var u meta.AccountUpdate
 	if err := json.Unmarshal([]byte(r.Raw), &u); err != nil {
 		log.Warn("an account event whose value is not JSON", zap.String("event_id", r.EventID), zap.Error(err))
@@ -224,6 +232,7 @@ func (s *Stage2) applyAccount(ctx context.Context, kv jetstream.KeyValue, data [
 		st.Version, st.UpdatedAt = schema.AccountVersion, s.cfg.Now().UTC()
 		value, err := json.Marshal(st)
 		if err != nil {
+			log.Warn("an account event whose state cannot be written", zap.String("event_id", r.EventID), zap.Error(err))
 			return accountBad
 		}
 		if rev == 0 {
@@ -267,7 +276,7 @@ func mergeAccount(st *schema.AccountState, id string, at time.Time, u *meta.Acco
 		if u.BanInfo == nil || !newer(st.BanAt, st.BanEvent) {
 			return false
 		}
-		st.BanState, st.BanDate = strings.ToUpper(u.BanInfo.WABABanState), u.BanInfo.WABABanDate
+		st.BanState, st.BanDate = cut(strings.ToUpper(u.BanInfo.WABABanState)), cut(u.BanInfo.WABABanDate)
 		st.BanAt, st.BanEvent = &at, id
 		return true
 	case eventAccountRestriction:
@@ -276,31 +285,87 @@ func mergeAccount(st *schema.AccountState, id string, at time.Time, u *meta.Acco
 		}
 		rs := make([]schema.AccountRestriction, 0, len(u.RestrictionInfo))
 		for _, r := range u.RestrictionInfo {
-			rs = append(rs, schema.AccountRestriction{Type: strings.ToUpper(r.RestrictionType), Expires: expiration(r.Expiration)})
+			rs = append(rs, schema.AccountRestriction{Type: cut(strings.ToUpper(r.RestrictionType)), Expires: expiration(r.Expiration)})
 		}
 		slices.SortFunc(rs, func(a, b schema.AccountRestriction) int { return strings.Compare(a.Type, b.Type) })
+		if len(rs) > maxRestrictions {
+			// The restrictions that stop sending are kept before any
+			// other.
+			others := maxRestrictions
+			for _, r := range rs {
+				if blocking(r.Type) {
+					others--
+				}
+			}
+			kept := rs[:0]
+			for _, r := range rs {
+				switch {
+				case len(kept) == maxRestrictions:
+				case blocking(r.Type):
+					kept = append(kept, r)
+				case others > 0:
+					kept, others = append(kept, r), others-1
+				}
+			}
+			rs = kept
+		}
 		st.Restrictions, st.RestrictionsAt, st.RestrictEvent = rs, &at, id
 		return true
 	}
 	return false
 }
 
+// An account state stays a small value whatever an event holds: a ban's
+// state and date, and each restriction's type, are cut to maxAccountText
+// bytes, and at most maxRestrictions restrictions are kept. A state past
+// the server's max_payload could never be written, and its event was tried
+// again for ever.
+const (
+	maxAccountText  = 64
+	maxRestrictions = 16
+)
+
+// cut is s cut to maxAccountText bytes, on a character's start.
+func cut(s string) string {
+	if len(s) <= maxAccountText {
+		return s
+	}
+	n := maxAccountText
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// blocking reports whether a restriction of type typ stops sending.
+func blocking(typ string) bool {
+	return typ == schema.RestrictBusinessInitiated || typ == schema.RestrictCustomerInitiated
+}
+
 // expiration reads a restriction's expiration: Unix seconds (a number or a
-// string of one) or an RFC 3339 time. One it cannot read, or none, is nil:
-// the restriction holds until Meta's next event.
+// string of one; past 10^11, the year 5138, milliseconds) or an RFC 3339
+// time. One it cannot read, or none, or one outside the years 1970 to 9999,
+// is nil: the restriction holds until Meta's next event.
 func expiration(v meta.FlexString) *time.Time {
 	s := strings.TrimSpace(string(v))
 	if s == "" {
 		return nil
 	}
-	if n, err := strconv.ParseInt(s, 10, 64); err == nil && n > 0 {
-		t := time.Unix(n, 0).UTC()
+	in := func(t time.Time) *time.Time {
+		if t = t.UTC(); t.Year() < 1970 || t.Year() > 9999 {
+			return nil
+		}
 		return &t
+	}
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil && n > 0 {
+		if n > 1e11 {
+			return in(time.UnixMilli(n))
+		}
+		return in(time.Unix(n, 0))
 	}
 	for _, layout := range []string{time.RFC3339, "2006-01-02T15:04:05-0700"} {
 		if t, err := time.Parse(layout, s); err == nil {
-			t = t.UTC()
-			return &t
+			return in(t)
 		}
 	}
 	return nil

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -323,6 +325,80 @@ func TestAccountSameSecond(t *testing.T) {
 		// An older one after them changes nothing.
 		if mergeAccount(&st, "zzz", sec(4), disable) {
 			t.Errorf("order %v: an older event changed the state", order)
+		}
+	}
+}
+
+// Account events that no WABA's state can hold as they are: a WABA id of
+// thousands of characters on EVENTS (published before the decoder refused
+// such ids; its key closed the connection stage 2 and ingest share, and
+// every start again), an expiration in milliseconds (the year 58423: the
+// state could not be written, and the event was dropped unsaid), one
+// past the year 9999 in UTC, and a ban date and restrictions of hundreds
+// of kilobytes (a state past max_payload, tried again every second for
+// ever). The good events behind them are applied.
+func TestAccountHostileValues(t *testing.T) {
+	h := start(t, sec(0), nil)
+	const waba, other = "209374655180223", "209374655180999"
+	long := strings.Repeat("9", 5000)
+	h.account(long, "long-waba", sec(10), `{"event":"DISABLED_UPDATE","ban_info":{"waba_ban_state":"DISABLE"}}`)
+	h.account(waba, "restrict-ms", sec(11), `{"event":"ACCOUNT_RESTRICTION","restriction_info":[`+
+		`{"restriction_type":"RESTRICTED_BIZ_INITIATED_MESSAGING","expiration":`+fmt.Sprint(sec(3600).UnixMilli())+`},`+
+		`{"restriction_type":"RESTRICTED_ADD_PHONE_NUMBER_ACTION","expiration":"9999-12-31T23:59:59-23:00"}]}`)
+	var rs []string
+	for i := range 6000 {
+		rs = append(rs, fmt.Sprintf(`{"restriction_type":"RESTRICTED_%s_%05d","expiration":%d}`, strings.Repeat("X", 60), i, sec(60).Unix()))
+	}
+	rs = append(rs, `{"restriction_type":"RESTRICTED_CUSTOMER_INITIATED_MESSAGING"}`)
+	h.account(other, "ban-date", sec(12), `{"event":"DISABLED_UPDATE","ban_info":{"waba_ban_state":"DISABLE","waba_ban_date":"`+strings.Repeat("é", 300_000)+`"}}`)
+	h.account(other, "restrict-many", sec(13), `{"event":"ACCOUNT_RESTRICTION","restriction_info":[`+strings.Join(rs, ",")+`]}`)
+	h.account(waba, "ban", sec(14), `{"event":"DISABLED_UPDATE","ban_info":{"waba_ban_state":"DISABLE"}}`)
+	h.flushed()
+	h.accountsTaken(5)
+	h.eventually("the good events applied", func() (bool, string) {
+		st, err := h.accountState(waba)
+		return err == nil && st.BanState == schema.BanDisable, fmt.Sprint(st, err)
+	})
+	if h.nc.IsClosed() {
+		t.Fatalf("the connection closed: %v", h.nc.LastError())
+	}
+	for result, n := range map[string]int{accountApplied: 4, accountBad: 1, accountFailed: 0} {
+		if got := h.accountCount(result); got != n {
+			t.Errorf("%s account events: %d, want %d", result, got, n)
+		}
+	}
+
+	st, err := h.accountState(waba)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := map[string]*time.Time{}
+	for _, r := range st.Restrictions {
+		exp[r.Type] = r.Expires
+	}
+	if e := exp[schema.RestrictBusinessInitiated]; e == nil || !e.Equal(sec(3600)) {
+		t.Errorf("an expiration in milliseconds: %v, want %v", e, sec(3600))
+	}
+	if e, ok := exp["RESTRICTED_ADD_PHONE_NUMBER_ACTION"]; !ok || e != nil {
+		t.Errorf("an expiration past 9999 in UTC: %v, %v (want the restriction, without an end)", e, ok)
+	}
+
+	st, err = h.accountState(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.BanState != schema.BanDisable || len(st.BanDate) > maxAccountText || !utf8.ValidString(st.BanDate) || !strings.HasPrefix(st.BanDate, "éé") {
+		t.Errorf("the long ban date: %d bytes, valid %v; want at most %d, cut on a character", len(st.BanDate), utf8.ValidString(st.BanDate), maxAccountText)
+	}
+	if len(st.Restrictions) != maxRestrictions {
+		t.Errorf("restrictions kept: %d, want %d", len(st.Restrictions), maxRestrictions)
+	}
+	if _, _, blocked := st.Restricted(sec(20), true); !blocked {
+		t.Errorf("the customer-initiated restriction among 6,000 others was not kept (%d kept)", len(st.Restrictions))
+	}
+	for _, r := range st.Restrictions {
+		if len(r.Type) > maxAccountText {
+			t.Errorf("a restriction type of %d bytes", len(r.Type))
 		}
 	}
 }

@@ -3,7 +3,7 @@ package meta
 import "strconv"
 
 // Meta's ids are digits. Those that wahook turns into a subject token or a
-// KV key (a phone number id, a display number) are checked by shape and
+// KV key (a phone number id, a display number, a WABA id) are checked by shape and
 // length as they are decoded: an impossible one fails its item, which
 // becomes a dead letter with its path, instead of an id that no subject or
 // key can carry (nats-server closes a connection whose control line is
@@ -17,12 +17,16 @@ const (
 	MaxDisplayNumberDigits = 20
 	// maxDisplayNumberLen bounds a display number with its formatting.
 	maxDisplayNumberLen = 40
+	// MaxWabaIDLen is the most characters of a WABA id (an entry's id);
+	// Meta's are 15 to 17 digits.
+	MaxWabaIDLen = 64
 )
 
 // Descriptions of the shapes, for errors.
 const (
 	wantNumberID      = "phone number id (1 to 32 digits)"
 	wantDisplayNumber = "display phone number (1 to 20 digits, with '+', spaces, '-', '.' or parentheses)"
+	wantWabaID        = "WABA id (1 to 64 letters, digits, '-' or '_')"
 )
 
 // ValidNumberID reports whether s can be a phone number id: 1 to
@@ -59,6 +63,23 @@ func ValidDisplayNumber(s string) bool {
 	return digits > 0 && digits <= MaxDisplayNumberDigits
 }
 
+// ValidWabaID reports whether s can be a WABA id: 1 to MaxWabaIDLen ASCII
+// letters, digits, '-' or '_'. Meta's are digits; the letters are for ids
+// of the project's own making (tests, tools), which name no real account.
+func ValidWabaID(s string) bool {
+	if s == "" || len(s) > MaxWabaIDLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case isDigit(c), c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '-', c == '_':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // id reads a string key that must have the shape valid checks; an empty
 // string stands for an absent id and is kept. A value of another shape is a
 // TypeError that names its length, never its content.
@@ -75,6 +96,8 @@ func (d *decoder) id(dst *string, valid func(string) bool, want string) error {
 }
 
 func (d *decoder) numberID(dst *string) error { return d.id(dst, ValidNumberID, wantNumberID) }
+
+func (d *decoder) wabaID(dst *string) error { return d.id(dst, ValidWabaID, wantWabaID) }
 
 func (d *decoder) displayNumber(dst *string) error {
 	return d.id(dst, ValidDisplayNumber, wantDisplayNumber)

@@ -2,6 +2,7 @@ package meta_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -82,6 +83,43 @@ func TestErrorWithoutCode(t *testing.T) {
 		e := p.Entries[0].Changes[0].Messaging.Statuses[0].Errors[0]
 		if e.NoCode != noCode || !noCode && e.Code != 0 && e.Code != 131048 {
 			t.Errorf("%s: NoCode %v, code %d", errJSON, e.NoCode, e.Code)
+		}
+	}
+}
+
+// TestDecodeImpossibleWabaID: an entry's id of thousands of characters
+// (a KV key of wahook_accounts too long for nats-server, which closed the
+// connection that ingest shares) fails its entry, which becomes a dead
+// letter with its path, and the entries beside it are decoded.
+func TestDecodeImpossibleWabaID(t *testing.T) {
+	long := strings.Repeat("9", 5000)
+	change := `{"field":"account_update","value":{"event":"DISABLED_UPDATE","ban_info":{"waba_ban_state":"DISABLE"}}}`
+	for _, id := range []string{`"` + long + `"`, long, `"1.2"`, `"a b"`} {
+		body := `{"object":"whatsapp_business_account","entry":[{"id":` + id + `,"time":1,"changes":[` + change + `]},{"id":"104281907735512","time":1,"changes":[` + change + `]}]}`
+		p, err := meta.Decode([]byte(body))
+		if err != nil {
+			t.Fatalf("%.20s: %v", id, err)
+		}
+		if len(p.Problems) != 1 || !strings.HasPrefix(p.Problems[0].Path, "entry[0]") || !strings.Contains(p.Problems[0].Error(), "WABA id") ||
+			!errors.Is(p.Problems[0], meta.ErrBadItem) || strings.Contains(p.Problems[0].Error(), "99999999") {
+			t.Errorf("%.20s: problems %v", id, p.Problems)
+		}
+		var ids []string
+		for _, e := range p.Entries {
+			ids = append(ids, e.ID)
+		}
+		if !slices.Contains(ids, "104281907735512") || slices.ContainsFunc(ids, func(s string) bool { return len(s) > meta.MaxWabaIDLen }) {
+			t.Errorf("%.20s: entries decoded %q", id, ids)
+		}
+	}
+	for _, ok := range []string{"104281907735512", "waba-1", strings.Repeat("7", meta.MaxWabaIDLen)} {
+		if !meta.ValidWabaID(ok) {
+			t.Errorf("%s refused", ok)
+		}
+	}
+	for _, bad := range []string{"", "a.b", "a*", ">", strings.Repeat("7", meta.MaxWabaIDLen+1)} {
+		if meta.ValidWabaID(bad) {
+			t.Errorf("%q taken", bad)
 		}
 	}
 }

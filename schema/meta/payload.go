@@ -207,7 +207,7 @@ func (e *Entry) decode(d *decoder) error {
 	err := d.object(func(k []byte) error {
 		switch string(k) {
 		case "id":
-			return d.str(&e.ID)
+			return d.wabaID(&e.ID)
 		case "time":
 			return d.int(&e.Time)
 		case "changes":
