@@ -11,9 +11,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/gofiber/fiber/v2"
 	"go.uber.org/zap/zaptest"
 
@@ -86,7 +88,8 @@ func rangeParams(extra string) string {
 func TestReportsMatchTruth(t *testing.T) {
 	d := generate(300)
 	ch := load(t, d)
-	app := newAPI(t, api.NewStore(ch.Conn, ch.Database, api.DefaultTiers())).App()
+	conn := &keyRowsConn{Conn: ch.Conn}
+	app := newAPI(t, api.NewStore(conn, ch.Database, api.DefaultTiers())).App()
 
 	t.Run("failures by code", func(t *testing.T) {
 		var f api.Failures
@@ -240,9 +243,15 @@ func TestReportsMatchTruth(t *testing.T) {
 			}
 			// A limit below the rows: the largest kept, the cut said.
 			var cut api.Funnel
+			conn.rows.Store(0)
 			query(t, app, "/api/v1/funnel?"+rangeParams("by=campaign&limit=1"), &cut)
 			if len(f.Rows) < 2 || len(cut.Rows) != 1 || !cut.Truncated || cut.Rows[0].Key != f.Rows[0].Key || cut.Rows[0].Messages != f.Rows[0].Messages {
 				t.Errorf("limit=1 of %d rows: %d rows, truncated %v, first %+v (want %+v)", len(f.Rows), len(cut.Rows), cut.Truncated, cut.Rows, f.Rows[0])
+			}
+			// ClickHouse sends the rows of the answer and one more, not
+			// every campaign's for the API to hold.
+			if n := conn.rows.Load(); n != 2 {
+				t.Errorf("limit=1 of %d rows: %d rows read from ClickHouse, want 2", len(f.Rows), n)
 			}
 		})
 
@@ -627,4 +636,32 @@ func TestDeadLettersReplayedUnderAnotherReason(t *testing.T) {
 	if len(dl.Recent) != 1 || dl.Recent[0].Reason != "not_object" {
 		t.Errorf("recent %+v: want the item under not_object", dl.Recent)
 	}
+}
+
+// keyRowsConn counts the rows that reports grouped by key (the funnel's)
+// read from ClickHouse.
+type keyRowsConn struct {
+	driver.Conn
+	rows atomic.Int64
+}
+
+func (c *keyRowsConn) Query(ctx context.Context, query string, args ...any) (driver.Rows, error) {
+	rows, err := c.Conn.Query(ctx, query, args...)
+	if err != nil || !strings.Contains(query, "GROUP BY key") {
+		return rows, err
+	}
+	return &countedRows{Rows: rows, n: &c.rows}, nil
+}
+
+type countedRows struct {
+	driver.Rows
+	n *atomic.Int64
+}
+
+func (r *countedRows) Next() bool {
+	ok := r.Rows.Next()
+	if ok {
+		r.n.Add(1)
+	}
+	return ok
 }

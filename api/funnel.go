@@ -140,7 +140,8 @@ FROM
 )
 GROUP BY key
 HAVING messages != 0
-ORDER BY messages DESC, key`, strings.Join(parts, "\n    UNION ALL\n    "))
+ORDER BY messages DESC, key
+%s`, strings.Join(parts, "\n    UNION ALL\n    "), limitAndOne(q))
 	rows, err := s.conn.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, queryError(ctx, err)
@@ -172,7 +173,10 @@ func (f *Funnel) add(r FunnelRow, q Query) {
 	f.Rows = append(f.Rows, r)
 }
 
-// done returns the answer, cut to q's limit, once its rows are read.
+// done returns the answer, cut to q's limit, once its rows are read. The
+// queries ask for one row more than the limit, to know whether there are
+// more: an answer of 50 rows over a month of campaigns (often one per
+// message) held every one of them in the API's memory.
 func (f *Funnel) done(ctx context.Context, err error, q Query) (*Funnel, error) {
 	if err != nil {
 		return nil, queryError(ctx, err)
@@ -181,6 +185,15 @@ func (f *Funnel) done(ctx context.Context, err error, q Query) (*Funnel, error) 
 		f.Rows, f.Truncated = f.Rows[:q.Limit], true
 	}
 	return f, nil
+}
+
+// limitAndOne is the LIMIT clause of a query of q's rows, with one row more
+// than q's limit (done); none without a limit.
+func limitAndOne(q Query) string {
+	if q.Limit <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("LIMIT %d", q.Limit+1)
 }
 
 // unknownTable is ClickHouse's UNKNOWN_TABLE.
@@ -244,12 +257,13 @@ FROM
 )
 WHERE %[8]s
 GROUP BY key
-ORDER BY messages DESC, key`, key,
+ORDER BY messages DESC, key
+%[10]s`, key,
 		nz("minIfMerge(sent_at)"),
 		least(nz("minIfMerge(delivered_at)"), nz("minIfMerge(read_at)"), nz("minIfMerge(played_at)")),
 		least(nz("minIfMerge(read_at)"), nz("minIfMerge(played_at)")),
 		least("sent_t", "delivered_t", nz("minIfMerge(failed_at)")),
-		s.table("message_lifecycle"), inner.sql(), outer.sql(), schema.FunnelNever)
+		s.table("message_lifecycle"), inner.sql(), outer.sql(), schema.FunnelNever, limitAndOne(q))
 	rows, err := s.conn.Query(ctx, sql, append(inner.args, outer.args...)...)
 	if err != nil {
 		return nil, queryError(ctx, err)
