@@ -181,3 +181,20 @@ func TestAccountsBucketRemade(t *testing.T) {
 	put()
 	e.eventually("a stopped by the bucket made again", func() (bool, string) { se, err := stopped(p, a); return se != nil, fmt.Sprint(err) })
 }
+
+// A send result's WABA id that none of Meta's can be (thousands of
+// characters) is not kept as the number's WABA: the pacer held it, in
+// three maps, for as long as it ran.
+func TestResultImpossibleWABA(t *testing.T) {
+	e := newEnv(t, nil)
+	p := e.pacer(func(c *pacer.Config) { c.NoReport = true })
+	const id, waba = "100000000000301", "209374655180223"
+	p.Outcome(pacer.Result{SendResult: schema.SendResult{PhoneNumberID: id, WabaID: strings.Repeat("2", 5000), MessageID: "wamid.1"}})
+	if w := pacer.WABAOf(p, id); w != "" {
+		t.Errorf("the number's WABA after an impossible one: %d bytes, want none", len(w))
+	}
+	p.Outcome(pacer.Result{SendResult: schema.SendResult{PhoneNumberID: id, WabaID: waba, MessageID: "wamid.2"}})
+	if w := pacer.WABAOf(p, id); w != waba {
+		t.Errorf("the number's WABA: %q, want %s", w, waba)
+	}
+}

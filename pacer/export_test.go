@@ -75,3 +75,13 @@ func SetBucketCheck(t *testing.T, d time.Duration) {
 	bucketCheck = d
 	t.Cleanup(func() { bucketCheck = old })
 }
+
+// WABAOf is the WABA the pacer holds for the number, for the test.
+func WABAOf(p *Pacer, id string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := p.numbers[id]; n != nil {
+		return n.waba
+	}
+	return ""
+}

@@ -276,8 +276,8 @@ func (p *Pacer) throttle(n *number, now, errAt time.Time) {
 // WABA Meta moved the number from would move it back at every result).
 // Only a change takes p.mu.
 func (p *Pacer) learnWABA(id, waba string) {
-	if waba == "" || id == "" {
-		return
+	if waba == "" || id == "" || len(waba) > schema.MaxSubjectToken {
+		return // none, or none of Meta's (longer than 64 bytes)
 	}
 	if v, ok := p.wabaOf.Load(id); ok && (v.(wabaSeen).waba == waba || v.(wabaSeen).signal) {
 		return

@@ -13,6 +13,7 @@ package pacerhttp
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -205,10 +206,13 @@ func (h *Handler) auth(next http.HandlerFunc) http.HandlerFunc {
 	if h.cfg.Token == "" {
 		return next
 	}
-	want := []byte(h.cfg.Token)
+	// Digests compared, so that the time taken does not tell the token's
+	// length either.
+	want := sha256.Sum256([]byte(h.cfg.Token))
 	return func(w http.ResponseWriter, r *http.Request) {
 		scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), want) != 1 {
+		sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
+		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", "Bearer")
 			writeJSON(w, http.StatusUnauthorized, Error{Error: "a valid token is required: Authorization: Bearer <token>"})
 			return
@@ -298,6 +302,11 @@ func (h *Handler) outcome(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, Error{Error: "must not be negative", Field: "attempt"})
 		return
 	}
+	if req.WabaID != "" && !meta.ValidWabaID(req.WabaID) {
+		// The pacer keeps a number's WABA (its bans stop the number).
+		writeJSON(w, http.StatusBadRequest, Error{Error: "a WABA id: 1 to 64 digits (letters, '-' and '_' are taken too)", Field: "waba_id"})
+		return
+	}
 	res := req.SendResult
 	if req.ErrorCode != nil {
 		res.ErrorCode = *req.ErrorCode
@@ -363,17 +372,24 @@ func validNumber(w http.ResponseWriter, id string) bool {
 
 // decode reads a JSON body into v, answering 400 (or 413, 415) when it
 // cannot: a field the route does not know is refused by name, so that a
-// misspelt one is not taken as absent.
+// misspelt one is not taken as absent. The Content-Type must say JSON: a
+// web page can send a body without one, or as text, to a sidecar on the
+// browser's machine without asking first (no CORS preflight), and make it
+// wait or stop a number.
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
+	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(strings.ToLower(ct), "application/json") {
 		writeJSON(w, http.StatusUnsupportedMediaType, Error{Error: "the body must be JSON (Content-Type: application/json)"})
 		return false
 	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("more than one JSON value")
+	if err == nil {
+		// Only white space after the value (More is false before a
+		// stray '}' or ']').
+		if _, end := dec.Token(); end != io.EOF {
+			err = errors.New("more than one JSON value")
+		}
 	}
 	if err == nil {
 		return true
