@@ -3,6 +3,7 @@ package processor
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -219,6 +220,10 @@ func (b *run) private(s string) string {
 	return s
 }
 
+// maxScrubValues is the most values (objects, lists and their elements,
+// counted by their brackets and commas) of a value scrub reads.
+const maxScrubValues = 100_000
+
 // scrub returns raw (a value kept raw: group_* fields, fields not known
 // yet, unknown keys) with the end users' phone numbers and BSUIDs under a
 // key numberKey takes, or in a list under one, replaced by their keyed
@@ -253,6 +258,14 @@ func (b *run) scrub(raw string) (string, bool) {
 	}
 	if !found {
 		return "", false
+	}
+	if n := strings.Count(raw, "{") + strings.Count(raw, "[") + strings.Count(raw, ","); n > maxScrubValues {
+		// Decoded into a tree, each value takes tens of bytes, a {} a
+		// map's hundreds: a 4 MB value of a million empty objects took
+		// 200 MB at every delivery, enough to kill a small container
+		// again and again. Withheld whole, as it cannot be read for
+		// numbers cheaply; RAW keeps the body.
+		return fmt.Sprintf(`{"wahook_withheld":"a value of %d bytes and about %d values, too many to look for end users' numbers in"}`, len(raw), n), true
 	}
 	d := json.NewDecoder(strings.NewReader(raw))
 	d.UseNumber()
