@@ -18,6 +18,7 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/wahook/wahook/internal/httpbody"
 	"github.com/wahook/wahook/internal/listener"
@@ -214,6 +215,7 @@ type Server struct {
 
 	tenantNumbers *tenantNumbers
 	live          *liveHub
+	readyFlight   singleflight.Group
 
 	globalIP, globalToken *window
 	groups                map[group][2]*window // per IP, per token
@@ -290,9 +292,15 @@ func newServer(cfg Config, store *Store, reg prometheus.Registerer, log *zap.Log
 	})
 	s.app.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok") })
 	s.app.Get("/readyz", func(c *fiber.Ctx) error {
-		ctx, cancel := context.WithTimeout(c.UserContext(), 2*time.Second)
-		defer cancel()
-		if err := store.Ping(ctx); err != nil {
+		// One check at a time, shared by the requests that come during
+		// it: /readyz asks for no token, and a ping per request let
+		// anyone take the pool's connections from the reports.
+		v, _, _ := s.readyFlight.Do("", func() (any, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			return store.Ping(ctx), nil
+		})
+		if err, _ := v.(error); err != nil {
 			return c.Status(http.StatusServiceUnavailable).SendString("clickhouse not reachable")
 		}
 		return c.SendString("ready")
