@@ -372,6 +372,55 @@ func TestStage1SlowBody(t *testing.T) {
 	}
 }
 
+// stalledStore is a store whose inserts of statuses hang until their
+// deadline until its end, while it answers pings and takes dead letters: a
+// table locked, a replica stuck behind a balancer.
+type stalledStore struct {
+	processor.Writer
+	until time.Time
+	hangs atomic.Int64
+}
+
+func (w *stalledStore) Write(ctx context.Context, rows *schema.Rows) error {
+	if len(rows.Statuses) > 0 && time.Now().Before(w.until) {
+		w.hangs.Add(1)
+		<-ctx.Done()
+		return fmt.Errorf("insert: %w", ctx.Err())
+	}
+	return w.Writer.Write(ctx, rows)
+}
+
+// TestStage1StalledStore: while every insert of statuses hangs and the
+// store answers pings, each body's write alone ran out of its deadline
+// like a slow body's, and was struck: every good body became a dead letter,
+// acked, and missing from the tables once the store recovered. A timeout
+// counts against a body only when the store took other writes meanwhile:
+// the bodies wait, and are stored once it does.
+func TestStage1StalledStore(t *testing.T) {
+	p := newPipeline(t, schematest.ClickHouse(t))
+	p.cfg.MaxDeliver = 2
+	p.cfg.AckWait = 2 * time.Second
+	p.cfg.FlushInterval = 300 * time.Millisecond
+	st := &stalledStore{until: time.Now().Add(12 * time.Second)}
+	p.faults = func(inner processor.Writer) processor.Writer { st.Writer = inner; return st }
+	const n = 4
+	for i := range n {
+		p.publish("default", statusBody("107655290331184", "15557810001", fmt.Sprintf("wamid.good-%d", i), 1781514312+i))
+	}
+	p.start()
+	time.Sleep(time.Until(st.until))
+	p.drained(60 * time.Second)
+	if st.hangs.Load() < 4 {
+		t.Fatalf("the store stalled %d writes: the test did not stall it", st.hangs.Load())
+	}
+	if got := p.count("SELECT uniqExact(event_id) FROM {db}.status_events WHERE startsWith(message_id, 'wamid.good-')"); got != n {
+		t.Errorf("statuses stored after the stall: %d, want %d", got, n)
+	}
+	if got := p.count("SELECT count() FROM {db}.dead_letters FINAL"); got != 0 {
+		t.Errorf("dead letters: %d, want none", got)
+	}
+}
+
 // outageThenRefuse is a writer for which a batch holding a status of
 // message id flaky first finds the store away (outages times), then is
 // refused while the body is not alone, then once more alone, and then is

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -68,6 +71,9 @@ type Stage1 struct {
 	// own while both stores answered (strike), until it is stored or made
 	// a dead letter. Used by the writing goroutine only.
 	strikes map[uint64]strikeCount
+	// lastStored is when a write of bodies last succeeded (stored). Used
+	// by the writing goroutine only.
+	lastStored time.Time
 
 	// strikeLog throttles the warning of bodies that failed on their own
 	// and will be tried again: while a replica's tables are read-only,
@@ -470,7 +476,7 @@ func (s *Stage1) flush(runCtx context.Context, b *batch) error {
 			s.log.Warn("batch not stored while both stores answer: writing its bodies one by one",
 				zap.Int("batch_bodies", len(b.msgs)), zap.Error(err))
 			s.requeueHeld(&b.numbers)
-			s.isolate(runCtx, b.msgs, err)
+			s.isolate(runCtx, b.msgs, err, start)
 			b.reset()
 			return nil
 		}
@@ -556,23 +562,24 @@ func (s *Stage1) healthy(ctx context.Context) bool {
 // isolate writes the bodies of a failed batch again in halves, and the
 // halves that fail in halves again, down to single bodies, so that the
 // bodies stored beside a bad one cost a few writes, not one each. A group
-// stored is acked. A single body that fails on its own is struck (strike).
-// A group that fails while a store is down is nak'ed with the batch
-// backoff: an outage never makes dead letters.
-func (s *Stage1) isolate(runCtx context.Context, msgs []jetstream.Msg, batchErr error) {
+// stored is acked. A single body that fails on its own is struck (strike;
+// since is when the batch's write began). A group that fails while a store
+// is down is nak'ed with the batch backoff: an outage never makes dead
+// letters.
+func (s *Stage1) isolate(runCtx context.Context, msgs []jetstream.Msg, batchErr error, since time.Time) {
 	if s.solo == nil {
 		s.solo = newEventPublisher(s.js.Conn(), eventsWindow)
 	}
 	if len(msgs) == 1 {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), s.cfg.AckWait/4)
 		defer cancel()
-		s.strike(ctx, msgs[0], batchErr)
+		s.strike(ctx, msgs[0], batchErr, since)
 		return
 	}
 	half := len(msgs) / 2
 	for _, group := range [][]jetstream.Msg{msgs[:half], msgs[half:]} {
 		if err := s.writeGroup(runCtx, group); err != nil {
-			s.isolate(runCtx, group, err)
+			s.isolate(runCtx, group, err, since)
 		}
 	}
 }
@@ -634,8 +641,9 @@ func (s *Stage1) writeAlone(ctx context.Context, rows *schema.Rows) error {
 	return s.w.Write(ctx, rows)
 }
 
-// strike handles a body that failed on its own with err.
-func (s *Stage1) strike(ctx context.Context, m jetstream.Msg, err error) {
+// strike handles a body that failed on its own with err, in an isolation
+// of a batch whose write began at since.
+func (s *Stage1) strike(ctx context.Context, m jetstream.Msg, err error, since time.Time) {
 	var n uint64 = 1
 	if md, mdErr := m.Metadata(); mdErr == nil {
 		n = md.NumDelivered
@@ -652,7 +660,7 @@ func (s *Stage1) strike(ctx context.Context, m jetstream.Msg, err error) {
 	// the naks of every batch it was in during an outage, and after a long
 	// one a first failure of its own (a timeout, a passing error) would
 	// make it a dead letter at once.
-	if !isOutage(err) && !chwriter.Unavailable(err) && s.healthy(ctx) && s.countStrike(src.RawSeq) >= s.cfg.MaxDeliver {
+	if !isOutage(err) && !chwriter.Unavailable(err) && s.ownFault(err, src.RawSeq, since) && s.healthy(ctx) && s.countStrike(src.RawSeq) >= s.cfg.MaxDeliver {
 		werr := writeDeadLetter(ctx, s.w, src, m.Headers().Get(schema.HeaderMsgID), m.Data(),
 			fmt.Sprintf("not stored in %d tries on its own while the stores answered (%d deliveries): %v", s.cfg.MaxDeliver, n, err))
 		if werr == nil {
@@ -673,6 +681,22 @@ func (s *Stage1) strike(ctx context.Context, m jetstream.Msg, err error) {
 		s.log.Warn("body not stored on its own, will retry", zap.Uint64("raw_seq", src.RawSeq), zap.Uint64("deliveries", n),
 			zap.Int("max_deliver", s.cfg.MaxDeliver), zap.Duration("retry_in", delay), zap.Int64("bodies_since_last_line", count), zap.Error(err))
 	}
+}
+
+// ownFault reports whether err, the failure on its own of the body at RAW
+// sequence seq in an isolation begun at since, can be the body's. A write
+// that ran out of its deadline or lost its connection says nothing of the
+// body unless the store took other writes meanwhile, or the body failed
+// so before while it did: a ClickHouse whose inserts hang while it answers
+// pings (a table locked, a replica stuck behind a balancer) made every
+// body a dead letter, acked and missing from the tables once it recovered.
+func (s *Stage1) ownFault(err error, seq uint64, since time.Time) bool {
+	var ne net.Error
+	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.As(err, &ne) &&
+		!errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, syscall.ECONNRESET) {
+		return true // refused: the store answered
+	}
+	return s.lastStored.After(since) || s.strikes[seq].n > 0
 }
 
 // writeDeadLetter stores the dead letter (retries_exhausted, for the
@@ -730,8 +754,10 @@ func (s *Stage1) countStrike(seq uint64) int {
 	return c.n
 }
 
-// stored forgets the strikes of msgs, acked once stored.
+// stored notes a write of bodies, and forgets the strikes of msgs, acked
+// once stored.
 func (s *Stage1) stored(msgs []jetstream.Msg) {
+	s.lastStored = time.Now()
 	if len(s.strikes) == 0 {
 		return
 	}
