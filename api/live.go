@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/wahook/wahook/internal/kvbucket"
 	"github.com/wahook/wahook/schema"
 )
 
@@ -58,7 +59,7 @@ func (s *Server) currentValues(ctx context.Context, w PacingWatcher, what string
 		s.log.Warn(what+" watch", zap.Error(err))
 		return errNATSUnanswered
 	}
-	defer kw.Stop() //nolint:errcheck // the watch ends with the request
+	defer kvbucket.StopWatch(kw) // the watch ends with the request
 	for {
 		select {
 		case <-ctx.Done():
@@ -282,7 +283,7 @@ func (s *Server) pacingStream(c *fiber.Ctx) error {
 		defer h.closed(token)
 		defer cancel()
 		if w != nil {
-			defer w.Stop() //nolint:errcheck // the watch ends with the stream
+			defer kvbucket.StopWatch(w) // the watch ends with the stream
 		}
 		flush := func() bool {
 			_ = conn.SetWriteDeadline(time.Now().Add(liveWriteTimeout))
@@ -330,7 +331,7 @@ func (s *Server) pacingStream(c *fiber.Ctx) error {
 				if w == nil { // the bucket did not exist yet
 					if nw, err := s.cfg.Pacing.WatchAll(ctx); err == nil {
 						w, updates = nw, nw.Updates()
-						defer nw.Stop() //nolint:errcheck // the watch ends with the stream
+						defer kvbucket.StopWatch(nw) // the watch ends with the stream
 					}
 				}
 			case e, ok := <-updates:

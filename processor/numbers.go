@@ -285,7 +285,7 @@ func (n *NumberMap) watchHeld(ctx context.Context, filter string, f func(key str
 	if err != nil {
 		return fmt.Errorf("kv %s: list held events: %w", schema.BucketNumbersPending, err)
 	}
-	defer func() { _ = w.Stop() }()
+	defer kvbucket.StopWatch(w)
 	for {
 		select {
 		case <-ctx.Done():

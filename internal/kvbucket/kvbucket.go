@@ -57,3 +57,16 @@ func Recreated(ctx context.Context, kv jetstream.KeyValue, created time.Time) bo
 	}
 	return err == nil && !now.IsZero() && !now.Equal(created)
 }
+
+// StopWatch stops w, and reads what it still gives until it ends: nats.go
+// hands each value to the watch's channel from the subscription's own
+// goroutine and waits while the channel is full (256 values), so a watch
+// stopped before it read a large bucket's values left that goroutine, and
+// what it held, blocked for good.
+func StopWatch(w jetstream.KeyWatcher) {
+	_ = w.Stop()
+	go func() {
+		for range w.Updates() { //nolint:revive // drained until nats.go closes it
+		}
+	}()
+}

@@ -421,7 +421,7 @@ func (s *Stage2) countAccountsOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer w.Stop() //nolint:errcheck // a watcher that cannot stop ends with ctx
+	defer kvbucket.StopWatch(w)
 	states := map[string]*schema.AccountState{}
 	loaded := false
 	tick := time.NewTicker(accountsCount)

@@ -13,6 +13,7 @@ import (
 	"github.com/synadia-io/orbit.go/pcgroups"
 	"go.uber.org/zap"
 
+	"github.com/wahook/wahook/internal/kvbucket"
 	"github.com/wahook/wahook/schema"
 )
 
@@ -55,13 +56,13 @@ func watchOwnership(ctx context.Context, js jetstream.JetStream, c Config) (*own
 			}
 			o.update(e)
 		case <-ctx.Done():
-			_ = w.Stop()
+			kvbucket.StopWatch(w)
 			return nil, fmt.Errorf("watch consumer group %s: %w", c.Durable, ctx.Err())
 		}
 	}
 }
 
-func (o *ownership) stop() { _ = o.w.Stop() }
+func (o *ownership) stop() { kvbucket.StopWatch(o.w) }
 
 // owns reports whether the number id is in a partition the member owns.
 func (o *ownership) owns(id string) bool { return o.owned[partitionOf(id, o.partitions)] }

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/wahook/wahook/internal/deadline"
+	"github.com/wahook/wahook/internal/kvbucket"
 	"github.com/wahook/wahook/internal/pullreader"
 	"github.com/wahook/wahook/internal/pullstall"
 	"github.com/wahook/wahook/internal/throttle"
@@ -588,7 +589,7 @@ func (s *Stage2) seedHeldOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer w.Stop() //nolint:errcheck // a watcher that cannot stop ends with ctx
+	defer kvbucket.StopWatch(w)
 	held := 0
 	for {
 		select {
