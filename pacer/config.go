@@ -182,11 +182,11 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = slog.Default()
 	}
 	switch {
-	case c.StartWait < 0 || c.MaxSignalAge < 0 || c.BurstWindow < 0 || c.PairInterval < 0 || c.ReportInterval < 0:
+	case c.StartWait < 0 || c.MaxSignalAge < 0 || c.BurstWindow < 0 || c.PairInterval < 0 || c.ReportInterval < 0 || c.MaintenanceMargin < 0:
 		return c, errors.New("pacer: durations must not be negative")
-	case c.FallbackShare <= 0 || c.FallbackShare > 1:
+	case !(c.FallbackShare > 0 && c.FallbackShare <= 1): // NaN too
 		return c, errors.New("pacer: fallback share must be in (0, 1]")
-	case c.Share <= 0 || c.Share > 1:
+	case !(c.Share > 0 && c.Share <= 1):
 		return c, errors.New("pacer: share must be in (0, 1]")
 	case c.FallbackTierMPS < 1:
 		return c, errors.New("pacer: fallback tier must be at least 1 mps")

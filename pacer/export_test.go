@@ -85,3 +85,16 @@ func WABAOf(p *Pacer, id string) string {
 	}
 	return ""
 }
+
+// CoolAsTokenComes holds the pacer's lock for hold, past the time of the
+// token of the Wait queued for the number, and then applies wahook's
+// cool-down of recipient until until, as onCooldown does: the Wait wakes
+// to both at once.
+func CoolAsTokenComes(p *Pacer, id, recipient string, hold time.Duration, until time.Time) {
+	key := schema.PairCooldownKey(id, p.hash(recipient))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	time.Sleep(hold)
+	p.cooldowns[key] = until
+	p.wakeKey(key)
+}

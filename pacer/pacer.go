@@ -621,18 +621,20 @@ func (p *Pacer) Wait(ctx context.Context, phoneNumberID, recipient string) error
 		}
 		p.mu.Lock()
 		now = time.Now()
-		// A stop or pause that came with the token still counts (the
-		// token is spent).
+		// A stop or pause, or a cool-down of the recipient, that came
+		// with the token still counts (the token is spent): the send
+		// would go into it.
 		h = p.hold(n, now)
+		cooled := p.cooled(key, now)
 		var res *rate.Reservation
-		if pr != nil && h.until.IsZero() {
+		if pr != nil && h.until.IsZero() && !cooled {
 			res = pr.lim.ReserveN(now, 1)
 		}
 		p.mu.Unlock()
 		if h.stop {
 			return p.stopErr(phoneNumberID, h)
 		}
-		if !h.until.IsZero() {
+		if !h.until.IsZero() || cooled {
 			continue
 		}
 		if res != nil {
@@ -1276,22 +1278,25 @@ func (p *Pacer) watch(ctx context.Context, bucket string, apply func(key string,
 	backoff := minBackoff
 	var failLog every
 	failing := false
-	gone := 0 // tries in a row that found no bucket
+	var goneSince time.Time // of the tries in a row that found no bucket
+	forgot := false
 	for ctx.Err() == nil {
 		live, err := p.watchOnce(ctx, bucket, apply, synced, loaded)
 		if ctx.Err() != nil {
 			return
 		}
-		// A bucket gone holds nothing: once it is not found three times
-		// in a row (about 2 s; not for a server that answers so for a
-		// moment while it restarts), what was held of it goes.
-		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			gone++
-		} else {
-			gone = 0
-		}
-		if gone == 3 && synced != nil {
+		// A bucket gone holds nothing: once it has not been found for
+		// bucketGoneFor (not for a server that answers so for a moment
+		// while it restarts or its leader moves), what was held of it
+		// goes.
+		switch {
+		case !errors.Is(err, jetstream.ErrBucketNotFound):
+			goneSince, forgot = time.Time{}, false
+		case goneSince.IsZero():
+			goneSince = time.Now()
+		case !forgot && time.Since(goneSince) >= bucketGoneFor && synced != nil:
 			synced(map[string]bool{})
+			forgot = true
 		}
 		if live {
 			backoff = minBackoff
@@ -1333,6 +1338,10 @@ func closeOnce(ch chan struct{}) {
 		close(ch)
 	}
 }
+
+// bucketGoneFor is how long a bucket must be not found before what was
+// held of it goes.
+const bucketGoneFor = 2 * time.Second
 
 // errReconnected ends a watch when NATS reconnects.
 var errReconnected = errors.New("nats reconnected")
@@ -1380,7 +1389,16 @@ func (p *Pacer) watchOnce(ctx context.Context, bucket string, apply func(string,
 	if err != nil {
 		return false, err
 	}
-	defer w.Stop()
+	defer func() {
+		// nats.go waits, in the subscription's goroutine, for room in
+		// the watch's channel: read until it ends, or a watch stopped
+		// during a large bucket's load leaves it blocked for good.
+		_ = w.Stop()
+		go func() {
+			for range w.Updates() { //nolint:revive // drained until nats.go closes it
+			}
+		}()
+	}()
 	check := time.NewTicker(bucketCheck)
 	defer check.Stop()
 	var first map[string]bool // the keys of the first values, until they are in

@@ -1734,3 +1734,61 @@ func TestPauseGivesTheTokensAtHandToTheFirst(t *testing.T) {
 		t.Errorf("the Waits returned in the order %v; want 0-3 (in any order: the bucket's four tokens at once), then 4-7 in order", order)
 	}
 }
+
+// A cool-down of the recipient that comes as a Wait's token does holds the
+// send, as a stop or pause does: the Wait answered nil, and the send went
+// into the cool-down (Meta's 131056 once more, and a wait four times as
+// long).
+func TestCooldownWithToken(t *testing.T) {
+	e := newEnv(t, nil)
+	p := e.pacer(func(c *pacer.Config) { c.NoReport = true; c.CooldownNoWait = true })
+	const id, recipient = "100000000000501", "15550002222"
+	p.ApplySignal(schema.PacingSignal{PhoneNumberID: id, UpdatedAt: time.Now().UTC(), Advice: schema.AdviceOK, TierMPS: 80, RecommendedMPS: 5})
+	mps, _ := p.Rate(id)
+	if mps <= 0 {
+		t.Fatalf("rate %v", mps)
+	}
+	// The tokens at hand taken: the next comes one interval on.
+	for i := 0; ; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		err := p.Wait(ctx, id, "")
+		cancel()
+		if err != nil {
+			break
+		}
+		if i > 1000 {
+			t.Fatal("the bucket never emptied")
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Wait(context.Background(), id, recipient) }()
+	e.eventually("the Wait queued", func() (bool, string) { return pacer.Blocked(p) == 1, fmt.Sprint(pacer.Blocked(p)) })
+	interval := time.Duration(float64(time.Second) / mps)
+	pacer.CoolAsTokenComes(p, id, recipient, 2*interval, time.Now().Add(10*time.Second))
+	var ce *pacer.CooldownError
+	if err := <-done; !errors.As(err, &ce) {
+		t.Fatalf("a Wait whose recipient's cool-down came with its token: %v, want a *CooldownError", err)
+	}
+}
+
+// A configuration that would pace wrong is refused: a negative maintenance
+// margin ended a maintenance hold before Meta's window did (131057, and a
+// minute's pause), and a share of NaN passed the range check.
+func TestConfigRefused(t *testing.T) {
+	for name, edit := range map[string]func(*pacer.Config){
+		"negative maintenance margin": func(c *pacer.Config) { c.MaintenanceMargin = -time.Second },
+		"share NaN":                   func(c *pacer.Config) { c.Share = math.NaN() },
+		"fallback share NaN":          func(c *pacer.Config) { c.FallbackShare = math.NaN() },
+		"share over 1":                func(c *pacer.Config) { c.Share = 1.5 },
+	} {
+		cfg := pacer.DefaultConfig()
+		cfg.NoReport = true
+		cfg.Logger = slog.New(slog.DiscardHandler)
+		edit(&cfg)
+		p, err := pacer.New(context.Background(), nil, cfg)
+		if err == nil {
+			_ = p.Close(context.Background())
+			t.Errorf("%s: taken", name)
+		}
+	}
+}
