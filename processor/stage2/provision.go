@@ -108,6 +108,34 @@ func ensureBuckets(ctx context.Context, js jetstream.JetStream, replicas int, si
 // instance's EVENTS subjects. A new consumer starts with the events
 // published from now on; an existing one resumes where it was acked.
 func ensureConsumer(ctx context.Context, js jetstream.JetStream, c Config) (jetstream.Consumer, error) {
+	return ensureConsumerFrom(ctx, js, c, 0)
+}
+
+// remakeConsumer opens the consumer again after it failed. One that is
+// gone (deleted by hand, or lost with a server's state) is made again from
+// the event after ackFloor, the last ack floor seen (seen false: none, from
+// the events published from now on): made new, it skipped every event
+// published while it was gone, a 131048's stop among them. Events applied
+// already come again; stage 2 tells them (its message memory).
+func remakeConsumer(ctx context.Context, js jetstream.JetStream, c Config, ackFloor uint64, seen bool) (jetstream.Consumer, error) {
+	cons, err := js.Consumer(ctx, schema.StreamEvents, c.Durable)
+	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return cons, err
+	}
+	from := ackFloor + 1
+	if !seen {
+		from = 0
+	} else if st, err := js.Stream(ctx, schema.StreamEvents); err != nil {
+		return nil, fmt.Errorf("provision consumer %s on %s: %w", c.Durable, schema.StreamEvents, err)
+	} else if last := st.CachedInfo().State.LastSeq; from > last+1 {
+		from = 0 // a stream made again since: its sequences started over
+	}
+	return ensureConsumerFrom(ctx, js, c, from)
+}
+
+// ensureConsumerFrom is ensureConsumer, with a consumer it makes starting
+// at the stream sequence from (0: at the events published from now on).
+func ensureConsumerFrom(ctx context.Context, js jetstream.JetStream, c Config, from uint64) (jetstream.Consumer, error) {
 	cc := jetstream.ConsumerConfig{
 		Durable:        c.Durable,
 		Description:    "wahook stage 2: pacing state",
@@ -116,6 +144,9 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, c Config) (jets
 		AckWait:        c.AckWait,
 		MaxAckPending:  c.MaxAckPending,
 		FilterSubjects: c.FilterSubjects,
+	}
+	if from > 0 {
+		cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
 	}
 	switch {
 	case len(c.FilterSubjects) == 1 && c.FilterSubjects[0] == schema.SubjectEventsAll:

@@ -55,6 +55,11 @@ type Stage2 struct {
 	// own is the partitions this instance owns, with Config.Partitions;
 	// nil when it consumes every number.
 	own *ownership
+	// ackFloor is the consumer's ack floor (a stream sequence) as last
+	// seen (ackFloorSeen), for a consumer made again after it was deleted
+	// (remakeConsumer). Used by Run's goroutine only.
+	ackFloor     uint64
+	ackFloorSeen bool
 	// pullErr takes the client's reports on reading the consumer.
 	pullErr func(error)
 	// seedLog throttles the warning of a last signal not read; seedErr is
@@ -164,6 +169,9 @@ func (s *Stage2) Run(ctx context.Context) error {
 	}) {
 		return nil
 	}
+	if ci := cons.CachedInfo(); ci != nil {
+		s.ackFloor, s.ackFloorSeen = ci.AckFloor.Stream, true
+	}
 	s.log.Info("stage 2 started", zap.String("consumer", s.cfg.Durable), zap.Strings("subjects", s.cfg.FilterSubjects))
 	s.seedHeld(ctx)
 	s.warmMemory(ctx, cons)
@@ -189,7 +197,7 @@ func (s *Stage2) Run(ctx context.Context) error {
 				break
 			}
 			wait = min(2*wait, restartMax)
-			if cons, err = ensureConsumer(ctx, s.js, s.cfg); err == nil {
+			if cons, err = remakeConsumer(ctx, s.js, s.cfg, s.ackFloor, s.ackFloorSeen); err == nil {
 				break
 			}
 			s.log.Warn("stage 2 consumer, retrying", zap.Error(err), zap.Duration("in", wait))
@@ -335,6 +343,9 @@ func (s *Stage2) consume(ctx context.Context, cons jetstream.Consumer) error {
 			info, err := cons.Info(ctx)
 			if errors.Is(err, jetstream.ErrConsumerNotFound) {
 				return fmt.Errorf("consume %s: %w", schema.StreamEvents, err)
+			}
+			if err == nil {
+				s.ackFloor, s.ackFloorSeen = info.AckFloor.Stream, true // where a consumer made again starts
 			}
 			var held uint64
 			if err == nil && idle >= s.cfg.StallAfter {

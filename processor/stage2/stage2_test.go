@@ -422,6 +422,39 @@ func TestRunRecreatesDeletedConsumer(t *testing.T) {
 	}
 }
 
+// TestRecreatedConsumerMissesNothing: the events published while the
+// consumer was gone reach the signals once it is made again: made anew, it
+// started with the events published from then on, and skipped them (a
+// 131048's stop here). The events it had taken already come again, and
+// count once.
+func TestRecreatedConsumerMissesNothing(t *testing.T) {
+	h := start(t, sec(12), func(c *Config) { c.StallAfter = 2 * time.Second }) // a look for the consumer every second
+	h.traffic("8003", 0, 10, 10, 0)
+	h.flushed()
+	h.waitSignal("8003", "before the consumer is deleted", func(s schema.PacingSignal) bool { return s.Observed.S10 == 10 })
+	if err := h.js.DeleteConsumer(context.Background(), schema.StreamEvents, h.cfg.Durable); err != nil {
+		t.Fatal(err)
+	}
+	h.failed("8004", "f1", "r1", sec(0), 131048) // while it is gone
+	h.eventually("the consumer made again", func() (bool, string) {
+		_, err := h.js.Consumer(context.Background(), schema.StreamEvents, h.cfg.Durable)
+		n := metricValue(h.s.m.restarts)
+		return err == nil && n >= 1, fmt.Sprintf("restarts %v, %v", n, err)
+	})
+	h.waitSignal("8004", "the stop published while the consumer was gone", func(s schema.PacingSignal) bool { return s.Advice == schema.AdviceStop })
+	h.eventually("every event taken again", func() (bool, string) {
+		c, err := h.js.Consumer(context.Background(), schema.StreamEvents, h.cfg.Durable)
+		if err != nil {
+			return false, err.Error()
+		}
+		info, err := c.Info(context.Background())
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0, fmt.Sprint(info, err)
+	})
+	if sig, _, err := h.signal("8003"); err != nil || sig.Observed.S10 != 10 {
+		t.Errorf("8003 after its events came again: %+v, %v; want 10 in the last 10 s", sig.Observed, err)
+	}
+}
+
 // TestGroupMemberRecreatesDeletedConsumer: a group member whose consumer
 // is deleted (by hand, or by the server once it was inactive for its
 // threshold) joins again. pcgroups makes a member's consumer again only
