@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -329,22 +330,28 @@ func TestStage1BacklogAndErrorMetrics(t *testing.T) {
 	}
 }
 
-// slowWriter is a writer that never finishes a batch holding a status of
-// message id slow: it waits for the write's deadline, as a body that makes
-// an insert hang would.
+// slowWriter is a writer that never finishes a batch for which hang says
+// so: it waits for the write's deadline, as an insert that hangs does.
 type slowWriter struct {
 	processor.Writer
-	slow string
+	hang  func(rows *schema.Rows) bool
+	hangs atomic.Int64
 }
 
 func (w *slowWriter) Write(ctx context.Context, rows *schema.Rows) error {
-	for i := range rows.Statuses {
-		if rows.Statuses[i].MessageID == w.slow {
-			<-ctx.Done()
-			return fmt.Errorf("insert: %w", ctx.Err())
-		}
+	if w.hang(rows) {
+		w.hangs.Add(1)
+		<-ctx.Done()
+		return fmt.Errorf("insert: %w", ctx.Err())
 	}
 	return w.Writer.Write(ctx, rows)
+}
+
+// holding is a hang of the batches holding a status of message id id.
+func holding(id string) func(rows *schema.Rows) bool {
+	return func(rows *schema.Rows) bool {
+		return slices.ContainsFunc(rows.Statuses, func(r schema.StatusRow) bool { return r.MessageID == id })
+	}
 }
 
 // TestStage1SlowBody: a body whose write runs out of its deadline while
@@ -358,7 +365,7 @@ func TestStage1SlowBody(t *testing.T) {
 	p.cfg.FlushInterval = 300 * time.Millisecond // batches of several bodies
 	p.cfg.AckWait = 2 * time.Second              // writes of 1 s, then 500 ms
 	p.faults = func(inner processor.Writer) processor.Writer {
-		return &slowWriter{Writer: inner, slow: "wamid.slow"}
+		return &slowWriter{Writer: inner, hang: holding("wamid.slow")}
 	}
 	const n = 20
 	p.publishAround(n, "wamid.slow")
@@ -372,24 +379,6 @@ func TestStage1SlowBody(t *testing.T) {
 	}
 }
 
-// stalledStore is a store whose inserts of statuses hang until their
-// deadline until its end, while it answers pings and takes dead letters: a
-// table locked, a replica stuck behind a balancer.
-type stalledStore struct {
-	processor.Writer
-	until time.Time
-	hangs atomic.Int64
-}
-
-func (w *stalledStore) Write(ctx context.Context, rows *schema.Rows) error {
-	if len(rows.Statuses) > 0 && time.Now().Before(w.until) {
-		w.hangs.Add(1)
-		<-ctx.Done()
-		return fmt.Errorf("insert: %w", ctx.Err())
-	}
-	return w.Writer.Write(ctx, rows)
-}
-
 // TestStage1StalledStore: while every insert of statuses hangs and the
 // store answers pings, each body's write alone ran out of its deadline
 // like a slow body's, and was struck: every good body became a dead letter,
@@ -401,14 +390,17 @@ func TestStage1StalledStore(t *testing.T) {
 	p.cfg.MaxDeliver = 2
 	p.cfg.AckWait = 2 * time.Second
 	p.cfg.FlushInterval = 300 * time.Millisecond
-	st := &stalledStore{until: time.Now().Add(12 * time.Second)}
+	// Until then, every insert of statuses hangs (the store answers pings
+	// and takes dead letters).
+	until := time.Now().Add(12 * time.Second)
+	st := &slowWriter{hang: func(rows *schema.Rows) bool { return len(rows.Statuses) > 0 && time.Now().Before(until) }}
 	p.faults = func(inner processor.Writer) processor.Writer { st.Writer = inner; return st }
 	const n = 4
 	for i := range n {
 		p.publish("default", statusBody("107655290331184", "15557810001", fmt.Sprintf("wamid.good-%d", i), 1781514312+i))
 	}
 	p.start()
-	time.Sleep(time.Until(st.until))
+	time.Sleep(time.Until(until))
 	p.drained(60 * time.Second)
 	if st.hangs.Load() < 4 {
 		t.Fatalf("the store stalled %d writes: the test did not stall it", st.hangs.Load())

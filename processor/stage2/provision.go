@@ -38,12 +38,7 @@ func ensureBuckets(ctx context.Context, js jetstream.JetStream, replicas int, si
 		Replicas:       replicas,
 		LimitMarkerTTL: markerTTL,
 	}
-	pacingKV, err = kvbucket.Ensure(ctx, js, pcfg)
-	if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
-		pcfg.LimitMarkerTTL = 0
-		pacingKV, err = kvbucket.Ensure(ctx, js, pcfg)
-	}
-	if err != nil {
+	if pacingKV, err = ensureMarked(ctx, js, &pcfg, nil); err != nil {
 		return nil, nil, false, err
 	}
 	// Stage 2 gives an existing bucket its --pacing-ttl (setTTL); migrate,
@@ -83,13 +78,10 @@ func ensureBuckets(ctx context.Context, js jetstream.JetStream, replicas int, si
 		Replicas:       replicas,
 		LimitMarkerTTL: markerTTL,
 	}
-	cooldownKV, err = kvbucket.Ensure(ctx, js, cfg)
-	if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
-		cfg.LimitMarkerTTL = 0
-		cfg.TTL = 2*pacing.MaxPairWait + time.Minute
-		cfg.Description = "wahook: pair-rate cool-downs after 131056 (schema.PairCooldown); an entry holds until its until"
-		cooldownKV, err = kvbucket.Ensure(ctx, js, cfg)
-	}
+	cooldownKV, err = ensureMarked(ctx, js, &cfg, func(c *jetstream.KeyValueConfig) {
+		c.TTL = 2*pacing.MaxPairWait + time.Minute
+		c.Description = "wahook: pair-rate cool-downs after 131056 (schema.PairCooldown); an entry holds until its until"
+	})
 	if err != nil {
 		return nil, nil, false, err
 	}
@@ -102,6 +94,21 @@ func ensureBuckets(ctx context.Context, js jetstream.JetStream, replicas int, si
 	}
 	keyTTL = st.LimitMarkerTTL() > 0
 	return pacingKV, cooldownKV, keyTTL, nil
+}
+
+// ensureMarked opens the bucket of cfg, or makes it with its
+// LimitMarkerTTL; on a server that has no markers (before 2.11), without
+// them, cfg changed by older (nil: nothing more). cfg is left as made.
+func ensureMarked(ctx context.Context, js jetstream.JetStream, cfg *jetstream.KeyValueConfig, older func(*jetstream.KeyValueConfig)) (jetstream.KeyValue, error) {
+	kv, err := kvbucket.Ensure(ctx, js, *cfg)
+	if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
+		cfg.LimitMarkerTTL = 0
+		if older != nil {
+			older(cfg)
+		}
+		kv, err = kvbucket.Ensure(ctx, js, *cfg)
+	}
+	return kv, err
 }
 
 // ensureConsumer creates or updates the durable pull consumer of this
