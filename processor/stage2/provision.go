@@ -155,6 +155,14 @@ func ensureConsumerFrom(ctx context.Context, js jetstream.JetStream, c Config, f
 	if from > 0 {
 		cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
 	}
+	// An existing consumer keeps where it was made to start: the server
+	// refuses to change it (one remade from a sequence would fail every
+	// start after).
+	if cur, err := js.Consumer(ctx, schema.StreamEvents, c.Durable); err == nil {
+		if ci := cur.CachedInfo(); ci != nil {
+			cc.DeliverPolicy, cc.OptStartSeq, cc.OptStartTime = ci.Config.DeliverPolicy, ci.Config.OptStartSeq, ci.Config.OptStartTime
+		}
+	}
 	switch {
 	case len(c.FilterSubjects) == 1 && c.FilterSubjects[0] == schema.SubjectEventsAll:
 		cc.FilterSubjects = nil

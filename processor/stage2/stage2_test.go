@@ -453,6 +453,12 @@ func TestRecreatedConsumerMissesNothing(t *testing.T) {
 	if sig, _, err := h.signal("8003"); err != nil || sig.Observed.S10 != 10 {
 		t.Errorf("8003 after its events came again: %+v, %v; want 10 in the last 10 s", sig.Observed, err)
 	}
+	// The next start provisions the consumer made from a sequence: the
+	// server refuses to change where a consumer starts, and every start
+	// after the remake failed.
+	if _, err := ensureConsumer(context.Background(), h.js, h.cfg); err != nil {
+		t.Errorf("the next start's consumer: %v", err)
+	}
 }
 
 // TestGroupMemberRecreatesDeletedConsumer: a group member whose consumer
