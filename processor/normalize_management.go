@@ -51,7 +51,15 @@ func (b *run) mgmt(env meta.Envelope, k schema.Kind, at int64, tag string, r sch
 	// The id is what the value is, as sent; the copy stored (and
 	// published) has end users' numbers as keyed hashes: a known field's
 	// value can carry keys not known yet.
-	r.Raw = b.private(r.Raw)
+	raw := r.Raw
+	r.Raw = b.private(raw)
+	if k == schema.KindAccount && strings.HasPrefix(r.Raw, `{"`+withheldKey+`":`) {
+		// Stage 2 reads the ban and the restrictions from the value: a
+		// value withheld whole lost them.
+		var w map[string]string
+		_ = json.Unmarshal([]byte(r.Raw), &w)
+		r.Raw = accountEssentials(raw, w[withheldKey])
+	}
 	b.rows.Management = append(b.rows.Management, r)
 	return r.EventID, true
 }
@@ -220,6 +228,16 @@ func (b *run) private(s string) string {
 	return s
 }
 
+// withheldKey is the key of the one value a kept value withheld for its
+// size has (scrub); an account event's keeps its essentials beside it.
+const withheldKey = "wahook_withheld"
+
+// withheldNote says why a value of size bytes and about values values was
+// withheld.
+func withheldNote(size, values int) string {
+	return fmt.Sprintf("a value of %d bytes and about %d values, too many to look for end users' numbers in", size, values)
+}
+
 // maxScrubValues is the most values (objects, lists and their elements,
 // counted by their brackets and commas) of a value scrub reads.
 const maxScrubValues = 100_000
@@ -265,7 +283,7 @@ func (b *run) scrub(raw string) (string, bool) {
 		// 200 MB at every delivery, enough to kill a small container
 		// again and again. Withheld whole, as it cannot be read for
 		// numbers cheaply; RAW keeps the body.
-		return fmt.Sprintf(`{"wahook_withheld":"a value of %d bytes and about %d values, too many to look for end users' numbers in"}`, len(raw), n), true
+		return `{"` + withheldKey + `":"` + withheldNote(len(raw), n) + `"}`, true
 	}
 	d := json.NewDecoder(strings.NewReader(raw))
 	d.UseNumber()

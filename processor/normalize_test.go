@@ -1778,3 +1778,39 @@ func TestKeptValueOfTooManyValues(t *testing.T) {
 		t.Errorf("kept: %.400s", got)
 	}
 }
+
+// TestAccountValueOfTooManyValues: an account_update withheld for its size
+// (more than 100,000 values, and an escape that sends it to be read for
+// numbers) lost its ban with the rest: stage 2 reads the ban from the
+// value. Its event, ban and restrictions stay beside the note, capped.
+func TestAccountValueOfTooManyValues(t *testing.T) {
+	n, _ := newTestNormalizer()
+	var rs []string
+	for i := range 40 {
+		rs = append(rs, fmt.Sprintf(`{"restriction_type":"RESTRICTED_OTHER_%02d","expiration":1781600000}`, i))
+	}
+	rs = append(rs, `{"restriction_type":"RESTRICTED_BIZ_INITIATED_MESSAGING","expiration":1781600000}`)
+	body := []byte(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","time":1781514312,"changes":[{"field":"account_update","value":` +
+		`{"event":"ACCOUNT_RESTRICTION","ban_info":{"waba_ban_state":"DISABLE","waba_ban_date":"7 d\u00e9cembre 2026"},"restriction_info":[` + strings.Join(rs, ",") + `],` +
+		`"new_list":[` + strings.Repeat("1,", 150_000) + `1]}}]}]}`)
+	rows := normalizeBody(n, body, normSource(0))
+	if len(rows.Management) != 1 {
+		t.Fatalf("%d management rows", len(rows.Management))
+	}
+	raw := rows.Management[0].Raw
+	var u meta.AccountUpdate
+	if err := json.Unmarshal([]byte(raw), &u); err != nil || u.Event != "ACCOUNT_RESTRICTION" || u.BanInfo == nil || u.BanInfo.WABABanState != "DISABLE" ||
+		u.BanInfo.WABABanDate != "7 décembre 2026" {
+		t.Fatalf("kept: %.300s (%v)", raw, err)
+	}
+	if !strings.Contains(raw, "wahook_withheld") || strings.Contains(raw, "1,1,1") {
+		t.Errorf("the rest of the value not withheld: %.300s", raw)
+	}
+	blocking := false
+	for _, r := range u.RestrictionInfo {
+		blocking = blocking || r.RestrictionType == schema.RestrictBusinessInitiated
+	}
+	if len(u.RestrictionInfo) != 16 || !blocking {
+		t.Errorf("restrictions kept: %d, the business-initiated one among them %v; want 16 with it", len(u.RestrictionInfo), blocking)
+	}
+}

@@ -2,6 +2,7 @@ package processor_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -22,6 +23,7 @@ import (
 	"github.com/wahook/wahook/internal/testutil"
 	"github.com/wahook/wahook/processor"
 	"github.com/wahook/wahook/schema"
+	"github.com/wahook/wahook/schema/meta"
 	"github.com/wahook/wahook/schema/schematest"
 )
 
@@ -107,6 +109,47 @@ func TestStage1OversizedEvent(t *testing.T) {
 	}
 	if got := p.metric(0, "wahook_processor_write_failures_total"); got != 0 {
 		t.Errorf("write failures: %v, want 0", got)
+	}
+}
+
+// TestStage1OversizedAccountEvent: an account_update too large for EVENTS
+// with its value (a large field beside its ban, or a ban date of 200 KB)
+// went out without the value, or with it cut to invalid JSON, and stage 2,
+// which reads the ban from it, counted it bad: the ban was lost. The event
+// goes out with its event, ban and restrictions, each string cut to 64
+// bytes; the row keeps the value whole.
+func TestStage1OversizedAccountEvent(t *testing.T) {
+	p := newPipeline(t, schematest.ClickHouse(t))
+	p.start()
+	ctx := context.Background()
+	st, err := p.js.Stream(ctx, schema.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, value := range map[string]string{
+		"a large field beside the ban": `{"event":"DISABLED_UPDATE","ban_info":{"waba_ban_state":"DISABLE","waba_ban_date":"December 7, 2026"},"new_thing":"` + strings.Repeat("<", 300_000) + `"}`,
+		"a large ban date":             `{"event":"DISABLED_UPDATE","ban_info":{"waba_ban_state":"DISABLE","waba_ban_date":"` + strings.Repeat("<", 200_000) + `"}}`,
+	} {
+		p.publish("default", []byte(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","time":1781514312,"changes":[{"field":"account_update","value":`+value+`}]}]}`))
+		p.drained(30 * time.Second)
+		m, err := st.GetLastMsgForSubject(ctx, schema.EventsSubject("", schema.KindAccount))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ev struct {
+			Row schema.ManagementRow `json:"row"`
+		}
+		if err := json.Unmarshal(m.Data, &ev); err != nil {
+			t.Fatal(err)
+		}
+		var u meta.AccountUpdate
+		if err := json.Unmarshal([]byte(ev.Row.Raw), &u); err != nil || u.BanInfo == nil || u.BanInfo.WABABanState != "DISABLE" || u.Event != "DISABLED_UPDATE" ||
+			len(u.BanInfo.WABABanDate) > 64 {
+			t.Errorf("%s: the account event's value on EVENTS: %.200q (%v), want its event and ban", name, ev.Row.Raw, err)
+		}
+	}
+	if n := p.count("SELECT count() FROM {db}.management_events WHERE field = 'account_update' AND length(raw) > 200000"); n != 2 {
+		t.Errorf("ClickHouse holds %d of the 2 account events' values whole", n)
 	}
 }
 

@@ -196,6 +196,9 @@ func (p *eventPublisher) send(ctx context.Context, rows *schema.Rows, from *rowM
 		if err == nil && len(p.data) > limit {
 			small := *r
 			small.Raw = ""
+			if r.Kind == schema.KindAccount {
+				small.Raw = accountEssentials(r.Raw, "")
+			}
 			if p.data, err = appendManagementEvent(p.data[:0], &small); err == nil && len(p.data) > limit {
 				cutStrings(&small, limit/256)
 				p.data, err = appendManagementEvent(p.data[:0], &small)
@@ -506,3 +509,4 @@ func cutValue(v reflect.Value, max int) {
 func publishedError(r *schema.ErrorRow) bool {
 	return r.Origin == schema.OriginValue || (r.Origin == schema.OriginHistory && r.MessageID == "")
 }
+
