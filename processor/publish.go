@@ -509,4 +509,3 @@ func cutValue(v reflect.Value, max int) {
 func publishedError(r *schema.ErrorRow) bool {
 	return r.Origin == schema.OriginValue || (r.Origin == schema.OriginHistory && r.MessageID == "")
 }
-
