@@ -71,9 +71,9 @@ type Stage1 struct {
 	// own while both stores answered (strike), until it is stored or made
 	// a dead letter. Used by the writing goroutine only.
 	strikes map[uint64]strikeCount
-	// lastStored is when a write of bodies last succeeded (stored). Used
-	// by the writing goroutine only.
-	lastStored time.Time
+	// storedAt is when a write of bodies holding each kind of rows last
+	// succeeded (stored). Used by the writing goroutine only.
+	storedAt [rowKinds]time.Time
 
 	// strikeLog throttles the warning of bodies that failed on their own
 	// and will be tried again: while a replica's tables are read-only,
@@ -509,7 +509,7 @@ func (s *Stage1) flush(runCtx context.Context, b *batch) error {
 		return err
 	}
 	s.backoff = s.cfg.BackoffMin
-	s.stored(b.msgs)
+	s.stored(b.msgs, &b.rows)
 	for _, m := range b.msgs {
 		if err := m.Ack(); err != nil {
 			// The body comes back after AckWait and is written again under
@@ -612,7 +612,7 @@ func (s *Stage1) writeGroup(runCtx context.Context, msgs []jetstream.Msg) error 
 	}
 	switch {
 	case err == nil:
-		s.stored(msgs)
+		s.stored(msgs, &b.rows)
 		for _, m := range msgs {
 			_ = m.Ack()
 		}
@@ -660,7 +660,7 @@ func (s *Stage1) strike(ctx context.Context, m jetstream.Msg, err error, since t
 	// the naks of every batch it was in during an outage, and after a long
 	// one a first failure of its own (a timeout, a passing error) would
 	// make it a dead letter at once.
-	if !isOutage(err) && !chwriter.Unavailable(err) && s.ownFault(err, src.RawSeq, since) && s.healthy(ctx) && s.countStrike(src.RawSeq) >= s.cfg.MaxDeliver {
+	if !isOutage(err) && !chwriter.Unavailable(err) && s.ownFault(err, m, src, since) && s.healthy(ctx) && s.countStrike(src.RawSeq) >= s.cfg.MaxDeliver {
 		werr := writeDeadLetter(ctx, s.w, src, m.Headers().Get(schema.HeaderMsgID), m.Data(),
 			fmt.Sprintf("not stored in %d tries on its own while the stores answered (%d deliveries): %v", s.cfg.MaxDeliver, n, err))
 		if werr == nil {
@@ -683,20 +683,53 @@ func (s *Stage1) strike(ctx context.Context, m jetstream.Msg, err error, since t
 	}
 }
 
-// ownFault reports whether err, the failure on its own of the body at RAW
-// sequence seq in an isolation begun at since, can be the body's. A write
-// that ran out of its deadline or lost its connection says nothing of the
-// body unless the store took other writes meanwhile, or the body failed
-// so before while it did: a ClickHouse whose inserts hang while it answers
-// pings (a table locked, a replica stuck behind a balancer) made every
+// ownFault reports whether err, the failure on its own of the body m (read
+// from RAW as src) in an isolation begun at since, can be the body's. A
+// write that ran out of its deadline or lost its connection says nothing
+// of the body unless the store took writes of every kind of rows the body
+// holds since: a ClickHouse whose inserts hang while it answers pings (a
+// table locked by an ALTER, a replica stuck behind a balancer) made every
 // body a dead letter, acked and missing from the tables once it recovered.
-func (s *Stage1) ownFault(err error, seq uint64, since time.Time) bool {
+// A body slow on its own is struck once bodies like it are stored beside it
+// (after an idle spell, when traffic comes again).
+func (s *Stage1) ownFault(err error, m jetstream.Msg, src schema.Source, since time.Time) bool {
 	var ne net.Error
 	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.As(err, &ne) &&
 		!errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, syscall.ECONNRESET) {
 		return true // refused: the store answered
 	}
-	return s.lastStored.After(since) || s.strikes[seq].n > 0
+	var rows schema.Rows
+	s.n.Normalize(m.Data(), src, m.Headers().Get(schema.HeaderMsgID), &rows)
+	kinds := kindsOf(&rows)
+	held := false
+	for k, has := range kinds {
+		if has {
+			if !s.storedAt[k].After(since) {
+				return false
+			}
+			held = true
+		}
+	}
+	return held
+}
+
+// The kinds of rows a write holds, as ownFault tells them apart: each goes
+// to tables of its own.
+const (
+	rowsStatuses = iota
+	rowsErrors
+	rowsInbound
+	rowsManagement
+	rowsSendResults
+	rowsDeadLetters
+	rowKinds
+)
+
+// kindsOf tells which kinds of rows r holds.
+func kindsOf(r *schema.Rows) (k [rowKinds]bool) {
+	k[rowsStatuses], k[rowsErrors], k[rowsInbound] = len(r.Statuses) > 0, len(r.Errors) > 0, len(r.Inbound) > 0
+	k[rowsManagement], k[rowsSendResults], k[rowsDeadLetters] = len(r.Management) > 0, len(r.SendResults) > 0, len(r.DeadLetters) > 0
+	return k
 }
 
 // writeDeadLetter stores the dead letter (retries_exhausted, for the
@@ -754,10 +787,15 @@ func (s *Stage1) countStrike(seq uint64) int {
 	return c.n
 }
 
-// stored notes a write of bodies, and forgets the strikes of msgs, acked
-// once stored.
-func (s *Stage1) stored(msgs []jetstream.Msg) {
-	s.lastStored = time.Now()
+// stored notes a write of bodies holding rows, and forgets the strikes of
+// msgs, acked once stored.
+func (s *Stage1) stored(msgs []jetstream.Msg, rows *schema.Rows) {
+	now := time.Now()
+	for k, has := range kindsOf(rows) {
+		if has {
+			s.storedAt[k] = now
+		}
+	}
 	if len(s.strikes) == 0 {
 		return
 	}
