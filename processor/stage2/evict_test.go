@@ -93,7 +93,8 @@ func TestDirtyNumberStaysLive(t *testing.T) {
 func TestPacingBucketTTL(t *testing.T) {
 	h := startServer(t, sec(1))
 	ctx := context.Background()
-	if _, err := h.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: schema.BucketPacing, History: 1}); err != nil {
+	// Made by an earlier version, with an operator's limit on its size.
+	if _, err := h.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: schema.BucketPacing, History: 1, MaxBytes: 1 << 30}); err != nil {
 		t.Fatal(err)
 	}
 	kv, _, _, err := ensureBuckets(ctx, h.js, 1, 48*time.Hour, true)
@@ -107,9 +108,13 @@ func TestPacingBucketTTL(t *testing.T) {
 	if st.TTL() != 48*time.Hour {
 		t.Fatalf("TTL of %s: %s, want 48h", schema.BucketPacing, st.TTL())
 	}
-	// A bucket made by an earlier version gets its markers too.
+	// A bucket made by an earlier version gets its markers too, and keeps
+	// the rest of its settings.
 	if st.LimitMarkerTTL() != markerTTL {
 		t.Fatalf("marker TTL of %s: %s, want %s", schema.BucketPacing, st.LimitMarkerTTL(), markerTTL)
+	}
+	if bs, ok := st.(*jetstream.KeyValueBucketStatus); !ok || bs.StreamInfo().Config.MaxBytes != 1<<30 {
+		t.Errorf("the bucket's size limit was not kept")
 	}
 	// wahook migrate, which has no --pacing-ttl, leaves the TTL stage 2
 	// gave the bucket (it set its default back at every run); stage 2

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -45,27 +46,13 @@ func ensureBuckets(ctx context.Context, js jetstream.JetStream, replicas int, si
 	// which has no such flag, only one made by an earlier version, which
 	// keeps every signal for ever (it set the default back at every run,
 	// until stage 2 started again). Both give a bucket made by an earlier
-	// version its markers. The bucket keeps its replica count: the update
-	// took --replicas, 1 by default, and moved an R3 bucket to one copy at
-	// every start.
+	// version its markers. The rest of the bucket's stream stays as it is
+	// (its replica count: an update from wahook's own settings took
+	// --replicas, 1 by default, and moved an R3 bucket to one copy at every
+	// start; an operator's limits).
 	if st, err := pacingKV.Status(ctx); err == nil {
-		ucfg := pcfg
-		if st.TTL() == signalTTL || !setTTL && st.TTL() != 0 {
-			ucfg.TTL = st.TTL()
-		}
-		if st.LimitMarkerTTL() != 0 {
-			ucfg.LimitMarkerTTL = st.LimitMarkerTTL()
-		}
-		if ucfg.TTL != st.TTL() || ucfg.LimitMarkerTTL != st.LimitMarkerTTL() {
-			if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
-				ucfg.Replicas = bs.StreamInfo().Config.Replicas
-			}
-			kv, err := js.UpdateKeyValue(ctx, ucfg)
-			if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) && ucfg.TTL != st.TTL() {
-				ucfg.LimitMarkerTTL = 0 // an older server: the TTL alone
-				kv, err = js.UpdateKeyValue(ctx, ucfg)
-			}
-			if err == nil {
+		if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && bs.StreamInfo() != nil {
+			if kv := updatePacing(ctx, js, bs.StreamInfo().Config, signalTTL, setTTL, pcfg.LimitMarkerTTL); kv != nil {
 				pacingKV = kv
 			}
 		}
@@ -94,6 +81,43 @@ func ensureBuckets(ctx context.Context, js jetstream.JetStream, replicas int, si
 	}
 	keyTTL = st.LimitMarkerTTL() > 0
 	return pacingKV, cooldownKV, keyTTL, nil
+}
+
+// updatePacing gives the stream sc of an existing wahook_pacing the signals'
+// TTL (when setTTL, or when it has none) and markers (when it has none and
+// markers is not 0), and returns the bucket so updated, or nil when
+// nothing changed or the server refused. A server that cannot add markers
+// to an existing stream (before 2.11.2) still takes the TTL.
+func updatePacing(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig, signalTTL time.Duration, setTTL bool, markers time.Duration) jetstream.KeyValue {
+	want := sc
+	if sc.MaxAge != signalTTL && (setTTL || sc.MaxAge == 0) {
+		want.MaxAge = signalTTL
+		if want.MaxAge > 0 && want.Duplicates > want.MaxAge {
+			want.Duplicates = want.MaxAge
+		}
+	}
+	if sc.SubjectDeleteMarkerTTL == 0 && markers > 0 {
+		want.AllowMsgTTL, want.SubjectDeleteMarkerTTL = true, markers
+	}
+	tries := []jetstream.StreamConfig{want}
+	if want.MaxAge != sc.MaxAge && want.SubjectDeleteMarkerTTL != sc.SubjectDeleteMarkerTTL {
+		ttl := want // the TTL alone
+		ttl.AllowMsgTTL, ttl.SubjectDeleteMarkerTTL = sc.AllowMsgTTL, sc.SubjectDeleteMarkerTTL
+		tries = append(tries, ttl)
+	}
+	for _, try := range tries {
+		if reflect.DeepEqual(try, sc) {
+			return nil
+		}
+		if _, err := js.UpdateStream(ctx, try); err == nil {
+			kv, err := js.KeyValue(ctx, schema.BucketPacing)
+			if err != nil {
+				return nil
+			}
+			return kv
+		}
+	}
+	return nil
 }
 
 // ensureMarked opens the bucket of cfg, or makes it with its
