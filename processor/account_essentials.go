@@ -2,6 +2,7 @@ package processor
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -43,25 +44,39 @@ func accountEssentials(raw, withheld string) string {
 	if v.Ban != nil {
 		out.Ban = &meta.BanInfo{WABABanState: cutText(v.Ban.WABABanState), WABABanDate: cutText(v.Ban.WABABanDate)}
 	}
+	// The others kept are the first by type, as stage 2 keeps them of
+	// the whole value; a restriction it could not read makes the value
+	// one it cannot read either ("": the event is bad, as it was).
 	var others []meta.Restriction
 	if d := json.NewDecoder(strings.NewReader(string(v.Restrictions))); len(v.Restrictions) > 0 {
-		if t, err := d.Token(); err == nil && t == json.Delim('[') {
-			for d.More() {
-				var r meta.Restriction
-				if d.Decode(&r) != nil {
-					break
-				}
-				r = meta.Restriction{RestrictionType: cutText(r.RestrictionType), Expiration: meta.FlexString(cutText(string(r.Expiration)))}
-				switch t := strings.ToUpper(r.RestrictionType); {
-				case len(out.Restrictions) == maxEssentialRestrictions:
-				case t == schema.RestrictBusinessInitiated || t == schema.RestrictCustomerInitiated:
+		if t, err := d.Token(); err != nil || t != json.Delim('[') {
+			return ""
+		}
+		for d.More() {
+			var r meta.Restriction
+			if d.Decode(&r) != nil {
+				return ""
+			}
+			r = meta.Restriction{RestrictionType: cutText(r.RestrictionType), Expiration: meta.FlexString(cutText(string(r.Expiration)))}
+			switch t := strings.ToUpper(r.RestrictionType); {
+			case t == schema.RestrictBusinessInitiated || t == schema.RestrictCustomerInitiated:
+				if len(out.Restrictions) < maxEssentialRestrictions {
 					out.Restrictions = append(out.Restrictions, r)
-				case len(others) < maxEssentialRestrictions:
-					others = append(others, r)
+				}
+			default:
+				others = append(others, r)
+				if len(others) > maxEssentialRestrictions {
+					slices.SortFunc(others, func(a, b meta.Restriction) int {
+						return strings.Compare(strings.ToUpper(a.RestrictionType), strings.ToUpper(b.RestrictionType))
+					})
+					others = others[:maxEssentialRestrictions]
 				}
 			}
 		}
 	}
+	slices.SortFunc(others, func(a, b meta.Restriction) int {
+		return strings.Compare(strings.ToUpper(a.RestrictionType), strings.ToUpper(b.RestrictionType))
+	})
 	out.Restrictions = append(out.Restrictions, others[:min(len(others), maxEssentialRestrictions-len(out.Restrictions))]...)
 	b, err := json.Marshal(out)
 	if err != nil {

@@ -58,7 +58,9 @@ func (b *run) mgmt(env meta.Envelope, k schema.Kind, at int64, tag string, r sch
 		// value withheld whole lost them.
 		var w map[string]string
 		_ = json.Unmarshal([]byte(r.Raw), &w)
-		r.Raw = accountEssentials(raw, w[withheldKey])
+		if e := accountEssentials(raw, w[withheldKey]); e != "" {
+			r.Raw = e // else the note alone: stage 2 could not read the value either
+		}
 	}
 	b.rows.Management = append(b.rows.Management, r)
 	return r.EventID, true

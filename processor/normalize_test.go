@@ -1786,7 +1786,7 @@ func TestKeptValueOfTooManyValues(t *testing.T) {
 func TestAccountValueOfTooManyValues(t *testing.T) {
 	n, _ := newTestNormalizer()
 	var rs []string
-	for i := range 40 {
+	for i := 39; i >= 0; i-- {
 		rs = append(rs, fmt.Sprintf(`{"restriction_type":"RESTRICTED_OTHER_%02d","expiration":1781600000}`, i))
 	}
 	rs = append(rs, `{"restriction_type":"RESTRICTED_BIZ_INITIATED_MESSAGING","expiration":1781600000}`)
@@ -1812,5 +1812,22 @@ func TestAccountValueOfTooManyValues(t *testing.T) {
 	}
 	if len(u.RestrictionInfo) != 16 || !blocking {
 		t.Errorf("restrictions kept: %d, the business-initiated one among them %v; want 16 with it", len(u.RestrictionInfo), blocking)
+	}
+	// The others kept are the first by type, as stage 2 keeps them of the
+	// whole value: the same state whichever way the event went.
+	for _, r := range u.RestrictionInfo {
+		if r.RestrictionType != schema.RestrictBusinessInitiated && r.RestrictionType > "RESTRICTED_OTHER_14" {
+			t.Errorf("kept %s, not among the first 15 others by type", r.RestrictionType)
+		}
+	}
+	// A restriction stage 2 could not read makes the value one it cannot
+	// read: the note alone, not a shorter list that would lift the rest.
+	bad := strings.Replace(string(body), `"restriction_type":"RESTRICTED_OTHER_07"`, `"restriction_type":7`, 1)
+	rows = normalizeBody(n, []byte(bad), normSource(0))
+	if len(rows.Management) != 1 {
+		t.Fatalf("the value with a restriction type of 7: %d management rows, %d dead letters", len(rows.Management), len(rows.DeadLetters))
+	}
+	if raw := rows.Management[0].Raw; !strings.HasPrefix(raw, `{"wahook_withheld":`) || strings.Contains(raw, "restriction_info") {
+		t.Errorf("a value with a restriction that cannot be read: %.300s", raw)
 	}
 }

@@ -469,6 +469,27 @@ func TestStage1StalledStore(t *testing.T) {
 	}
 }
 
+// TestStage1SlowBodyAlone: a body slow on its own with nothing stored
+// beside it (no traffic, or a kind of rows seldom written) has no sign of
+// its fault from other writes, and came back for ever, each time costing
+// its batch's write and the halves'. Once it has failed so for unsureFor
+// AckWaits, its failures count: it is a dead letter.
+func TestStage1SlowBodyAlone(t *testing.T) {
+	p := newPipeline(t, schematest.ClickHouse(t))
+	p.cfg.MaxDeliver = 2
+	p.cfg.FlushInterval = 200 * time.Millisecond
+	p.cfg.AckWait = time.Second // 20 s before its failures count
+	p.faults = func(inner processor.Writer) processor.Writer {
+		return &slowWriter{Writer: inner, hang: holding("wamid.slow")}
+	}
+	p.publish("default", statusBody("107655290331184", "15557810001", "wamid.slow", 1781514312))
+	p.start()
+	p.drained(90 * time.Second)
+	if got := p.count("SELECT count() FROM {db}.dead_letters FINAL WHERE reason = 'retries_exhausted' AND position(body, 'wamid.slow') > 0"); got != 1 {
+		t.Errorf("dead letters of the slow body: %d, want 1", got)
+	}
+}
+
 // inboundBody is a body of one inbound text message of id msgID.
 func inboundBody(msgID string, ts int) []byte {
 	return []byte(fmt.Sprintf(`{"object":"whatsapp_business_account","entry":[{"id":"104281907735512","changes":[{"field":"messages","value":{"messaging_product":"whatsapp","metadata":{"display_phone_number":"15557810001","phone_number_id":"107655290331184"},"messages":[{"from":"4915155500999","id":%q,"timestamp":"%d","type":"text","text":{"body":"hi"}}]}}]}]}`, msgID, ts))

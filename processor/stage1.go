@@ -660,7 +660,7 @@ func (s *Stage1) strike(ctx context.Context, m jetstream.Msg, err error, since t
 	// the naks of every batch it was in during an outage, and after a long
 	// one a first failure of its own (a timeout, a passing error) would
 	// make it a dead letter at once.
-	if !isOutage(err) && !chwriter.Unavailable(err) && s.ownFault(err, m, src, since) && s.healthy(ctx) && s.countStrike(src.RawSeq) >= s.cfg.MaxDeliver {
+	if !isOutage(err) && !chwriter.Unavailable(err) && s.ownFault(err, m, src, since, time.Now()) && s.healthy(ctx) && s.countStrike(src.RawSeq) >= s.cfg.MaxDeliver {
 		werr := writeDeadLetter(ctx, s.w, src, m.Headers().Get(schema.HeaderMsgID), m.Data(),
 			fmt.Sprintf("not stored in %d tries on its own while the stores answered (%d deliveries): %v", s.cfg.MaxDeliver, n, err))
 		if werr == nil {
@@ -691,8 +691,11 @@ func (s *Stage1) strike(ctx context.Context, m jetstream.Msg, err error, since t
 // table locked by an ALTER, a replica stuck behind a balancer) made every
 // body a dead letter, acked and missing from the tables once it recovered.
 // A body slow on its own is struck once bodies like it are stored beside it
-// (after an idle spell, when traffic comes again).
-func (s *Stage1) ownFault(err error, m jetstream.Msg, src schema.Source, since time.Time) bool {
+// (after an idle spell, when traffic comes again), or once it has failed so
+// for unsureFor AckWaits without that (a body of a kind of rows seldom
+// written, or with no traffic): it came back for ever before, and each
+// time cost its batch's write and the halves' (at now).
+func (s *Stage1) ownFault(err error, m jetstream.Msg, src schema.Source, since, now time.Time) bool {
 	var ne net.Error
 	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.As(err, &ne) &&
 		!errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, syscall.ECONNRESET) {
@@ -700,18 +703,36 @@ func (s *Stage1) ownFault(err error, m jetstream.Msg, src schema.Source, since t
 	}
 	var rows schema.Rows
 	s.n.Normalize(m.Data(), src, m.Headers().Get(schema.HeaderMsgID), &rows)
-	kinds := kindsOf(&rows)
 	held := false
-	for k, has := range kinds {
+	for k, has := range kindsOf(&rows) {
 		if has {
 			if !s.storedAt[k].After(since) {
-				return false
+				held = false
+				break
 			}
 			held = true
 		}
 	}
-	return held
+	if held {
+		return true
+	}
+	if s.strikes == nil {
+		s.strikes = map[uint64]strikeCount{}
+	}
+	c := s.strikes[src.RawSeq]
+	if c.unsure.IsZero() {
+		c.unsure, c.last = now, now
+		s.strikes[src.RawSeq] = c
+		return false
+	}
+	return now.Sub(c.unsure) >= unsureFor*s.cfg.AckWait
 }
+
+// unsureFor is how many AckWaits a body fails on its own without a sign of
+// its fault before its failures count all the same (20 minutes with the
+// default AckWait of 60 s). A stalled store that long makes dead letters,
+// which wahook replay stores again.
+const unsureFor = 20
 
 // The kinds of rows a write holds, as ownFault tells them apart: each goes
 // to tables of its own.
@@ -756,6 +777,9 @@ func writeDeadLetter(ctx context.Context, w Writer, src schema.Source, id string
 type strikeCount struct {
 	n    int
 	last time.Time
+	// unsure is when the body first failed on its own in a way that says
+	// nothing of it (ownFault), and no strike counted since.
+	unsure time.Time
 }
 
 // Bounds of stage 1's count of strikes: past strikesPrune bodies, those
