@@ -4,28 +4,18 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/wahook/wahook/schema"
 	"github.com/wahook/wahook/schema/meta"
 )
 
-// Bounds of an account event's essentials: each string cut to
-// maxEssentialText bytes, at most maxEssentialRestrictions restrictions
-// (stage 2 keeps no more in a WABA's state).
-const (
-	maxEssentialText         = 64
-	maxEssentialRestrictions = 16
-)
-
 // accountEssentials is what stage 2 reads of an account_update value: its
-// event, its ban, and its restrictions (at most maxEssentialRestrictions,
-// those that stop sending first), each string cut to maxEssentialText
-// bytes, with withheld, if any, as wahook_withheld. It stands for a value
-// that cannot go whole: one too large for EVENTS, or one withheld for its
-// size (scrub), from which stage 2 read no ban, and lost it. It reads the
-// restrictions one at a time, not the value as a tree. "" when raw is not
-// a JSON object.
+// event, its ban, and its restrictions, bounded as stage 2 bounds a WABA's
+// state (schema.MaxRestrictions, schema.CutAccountText), with withheld, if
+// any, as wahook_withheld. It stands for a value that cannot go whole: one
+// too large for EVENTS, or one withheld for its size (scrub), from which
+// stage 2 read no ban, and lost it. It reads the restrictions one at a
+// time, not the value as a tree. "" when raw is not a JSON object.
 func accountEssentials(raw, withheld string) string {
 	var v struct {
 		Event        string          `json:"event"`
@@ -40,9 +30,9 @@ func accountEssentials(raw, withheld string) string {
 		Ban          *meta.BanInfo      `json:"ban_info,omitempty"`
 		Restrictions []meta.Restriction `json:"restriction_info,omitempty"`
 		Withheld     string             `json:"wahook_withheld,omitempty"`
-	}{Event: cutText(v.Event), Withheld: withheld}
+	}{Event: schema.CutAccountText(v.Event), Withheld: withheld}
 	if v.Ban != nil {
-		out.Ban = &meta.BanInfo{WABABanState: cutText(v.Ban.WABABanState), WABABanDate: cutText(v.Ban.WABABanDate)}
+		out.Ban = &meta.BanInfo{WABABanState: schema.CutAccountText(v.Ban.WABABanState), WABABanDate: schema.CutAccountText(v.Ban.WABABanDate)}
 	}
 	// The others kept are the first by type, as stage 2 keeps them of
 	// the whole value; a restriction it could not read makes the value
@@ -57,27 +47,23 @@ func accountEssentials(raw, withheld string) string {
 			if d.Decode(&r) != nil {
 				return ""
 			}
-			r = meta.Restriction{RestrictionType: cutText(r.RestrictionType), Expiration: meta.FlexString(cutText(string(r.Expiration)))}
-			switch t := strings.ToUpper(r.RestrictionType); {
-			case t == schema.RestrictBusinessInitiated || t == schema.RestrictCustomerInitiated:
-				if len(out.Restrictions) < maxEssentialRestrictions {
+			r = meta.Restriction{RestrictionType: schema.CutAccountText(r.RestrictionType), Expiration: meta.FlexString(schema.CutAccountText(string(r.Expiration)))}
+			switch {
+			case schema.BlockingRestriction(strings.ToUpper(r.RestrictionType)):
+				if len(out.Restrictions) < schema.MaxRestrictions {
 					out.Restrictions = append(out.Restrictions, r)
 				}
 			default:
 				others = append(others, r)
-				if len(others) > maxEssentialRestrictions {
-					slices.SortFunc(others, func(a, b meta.Restriction) int {
-						return strings.Compare(strings.ToUpper(a.RestrictionType), strings.ToUpper(b.RestrictionType))
-					})
-					others = others[:maxEssentialRestrictions]
+				if len(others) > schema.MaxRestrictions {
+					slices.SortFunc(others, byType)
+					others = others[:schema.MaxRestrictions]
 				}
 			}
 		}
 	}
-	slices.SortFunc(others, func(a, b meta.Restriction) int {
-		return strings.Compare(strings.ToUpper(a.RestrictionType), strings.ToUpper(b.RestrictionType))
-	})
-	out.Restrictions = append(out.Restrictions, others[:min(len(others), maxEssentialRestrictions-len(out.Restrictions))]...)
+	slices.SortFunc(others, byType)
+	out.Restrictions = append(out.Restrictions, others[:min(len(others), schema.MaxRestrictions-len(out.Restrictions))]...)
 	b, err := json.Marshal(out)
 	if err != nil {
 		return ""
@@ -85,14 +71,7 @@ func accountEssentials(raw, withheld string) string {
 	return string(b)
 }
 
-// cutText is s cut to maxEssentialText bytes, on a character's start.
-func cutText(s string) string {
-	if len(s) <= maxEssentialText {
-		return s
-	}
-	n := maxEssentialText
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
+// byType orders restrictions by type, as stage 2 does.
+func byType(a, b meta.Restriction) int {
+	return strings.Compare(strings.ToUpper(a.RestrictionType), strings.ToUpper(b.RestrictionType))
 }

@@ -3,6 +3,7 @@ package schema
 import (
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // AccountVersion is the version of AccountState's JSON. A change that
@@ -24,6 +25,37 @@ const (
 	RestrictBusinessInitiated = "RESTRICTED_BIZ_INITIATED_MESSAGING"
 	RestrictCustomerInitiated = "RESTRICTED_CUSTOMER_INITIATED_MESSAGING"
 )
+
+// BlockingRestriction reports whether a restriction of type typ (upper
+// case) stops sends of some kind.
+func BlockingRestriction(typ string) bool {
+	return typ == RestrictBusinessInitiated || typ == RestrictCustomerInitiated
+}
+
+// An account state stays a small value whatever an event holds: a ban's
+// state and date, and each restriction's type, are cut to MaxAccountText
+// bytes (CutAccountText), and at most MaxRestrictions restrictions are
+// kept, those that stop sending first, then the first others by type.
+// A state past the server's max_payload could never be written, and its
+// event was tried again for ever. Stage 1 keeps the same of an account
+// event's value that cannot go whole, so that stage 2 makes the same state
+// of it either way.
+const (
+	MaxAccountText  = 64
+	MaxRestrictions = 16
+)
+
+// CutAccountText is s cut to MaxAccountText bytes, on a character's start.
+func CutAccountText(s string) string {
+	if len(s) <= MaxAccountText {
+		return s
+	}
+	n := MaxAccountText
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
 
 // AccountState is the value of a WABA's key in wahook_accounts: the last
 // ban state and the last restrictions Meta sent for it, each with Meta's

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -276,7 +275,7 @@ func mergeAccount(st *schema.AccountState, id string, at time.Time, u *meta.Acco
 		if u.BanInfo == nil || !newer(st.BanAt, st.BanEvent) {
 			return false
 		}
-		st.BanState, st.BanDate = cut(strings.ToUpper(u.BanInfo.WABABanState)), cut(u.BanInfo.WABABanDate)
+		st.BanState, st.BanDate = schema.CutAccountText(strings.ToUpper(u.BanInfo.WABABanState)), schema.CutAccountText(u.BanInfo.WABABanDate)
 		st.BanAt, st.BanEvent = &at, id
 		return true
 	case eventAccountRestriction:
@@ -285,23 +284,23 @@ func mergeAccount(st *schema.AccountState, id string, at time.Time, u *meta.Acco
 		}
 		rs := make([]schema.AccountRestriction, 0, len(u.RestrictionInfo))
 		for _, r := range u.RestrictionInfo {
-			rs = append(rs, schema.AccountRestriction{Type: cut(strings.ToUpper(r.RestrictionType)), Expires: expiration(r.Expiration)})
+			rs = append(rs, schema.AccountRestriction{Type: schema.CutAccountText(strings.ToUpper(r.RestrictionType)), Expires: expiration(r.Expiration)})
 		}
 		slices.SortFunc(rs, func(a, b schema.AccountRestriction) int { return strings.Compare(a.Type, b.Type) })
-		if len(rs) > maxRestrictions {
+		if len(rs) > schema.MaxRestrictions {
 			// The restrictions that stop sending are kept before any
 			// other.
-			others := maxRestrictions
+			others := schema.MaxRestrictions
 			for _, r := range rs {
-				if blocking(r.Type) {
+				if schema.BlockingRestriction(r.Type) {
 					others--
 				}
 			}
 			kept := rs[:0]
 			for _, r := range rs {
 				switch {
-				case len(kept) == maxRestrictions:
-				case blocking(r.Type):
+				case len(kept) == schema.MaxRestrictions:
+				case schema.BlockingRestriction(r.Type):
 					kept = append(kept, r)
 				case others > 0:
 					kept, others = append(kept, r), others-1
@@ -313,33 +312,6 @@ func mergeAccount(st *schema.AccountState, id string, at time.Time, u *meta.Acco
 		return true
 	}
 	return false
-}
-
-// An account state stays a small value whatever an event holds: a ban's
-// state and date, and each restriction's type, are cut to maxAccountText
-// bytes, and at most maxRestrictions restrictions are kept. A state past
-// the server's max_payload could never be written, and its event was tried
-// again for ever.
-const (
-	maxAccountText  = 64
-	maxRestrictions = 16
-)
-
-// cut is s cut to maxAccountText bytes, on a character's start.
-func cut(s string) string {
-	if len(s) <= maxAccountText {
-		return s
-	}
-	n := maxAccountText
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
-
-// blocking reports whether a restriction of type typ stops sending.
-func blocking(typ string) bool {
-	return typ == schema.RestrictBusinessInitiated || typ == schema.RestrictCustomerInitiated
 }
 
 // expiration reads a restriction's expiration: Unix seconds (a number or a

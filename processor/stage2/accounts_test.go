@@ -387,17 +387,17 @@ func TestAccountHostileValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.BanState != schema.BanDisable || len(st.BanDate) > maxAccountText || !utf8.ValidString(st.BanDate) || !strings.HasPrefix(st.BanDate, "éé") {
-		t.Errorf("the long ban date: %d bytes, valid %v; want at most %d, cut on a character", len(st.BanDate), utf8.ValidString(st.BanDate), maxAccountText)
+	if st.BanState != schema.BanDisable || len(st.BanDate) > schema.MaxAccountText || !utf8.ValidString(st.BanDate) || !strings.HasPrefix(st.BanDate, "éé") {
+		t.Errorf("the long ban date: %d bytes, valid %v; want at most %d, cut on a character", len(st.BanDate), utf8.ValidString(st.BanDate), schema.MaxAccountText)
 	}
-	if len(st.Restrictions) != maxRestrictions {
-		t.Errorf("restrictions kept: %d, want %d", len(st.Restrictions), maxRestrictions)
+	if len(st.Restrictions) != schema.MaxRestrictions {
+		t.Errorf("restrictions kept: %d, want %d", len(st.Restrictions), schema.MaxRestrictions)
 	}
 	if _, _, blocked := st.Restricted(sec(20), true); !blocked {
 		t.Errorf("the customer-initiated restriction among 6,000 others was not kept (%d kept)", len(st.Restrictions))
 	}
 	for _, r := range st.Restrictions {
-		if len(r.Type) > maxAccountText {
+		if len(r.Type) > schema.MaxAccountText {
 			t.Errorf("a restriction type of %d bytes", len(r.Type))
 		}
 	}
